@@ -1,0 +1,176 @@
+"""`lmdb:///path`: the default, embedded store (a directory holding data.mdb).
+
+LMDB gives one writer at a time across processes, readers that never block and
+never see a torn record, and copy-on-write pages, so a SIGKILL mid-commit leaves
+the last committed state intact. The map grows on demand: a full map doubles and
+the transaction is retried; another process's growth is adopted transparently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from caveman_batch.errors import StoreError
+from caveman_batch.store import DELETE, Merge, Store, ensure_private_dir, local_path, path_url
+
+INITIAL_MAP_SIZE = 1 << 30  # sparse on Linux: the file grows only as pages are used
+MAX_MAP_SIZE = 1 << 44
+_KEYS_PER_READ_TXN = 1024
+
+# LMDB forbids opening one environment twice in a process (the second close
+# would drop the first's locks): share it, counted.
+_OPEN: dict[Path, tuple[lmdb.Environment, int]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _translated(path: Path, action: str) -> Iterator[None]:
+    """Driver errors become StoreError naming the store, once, here."""
+    try:
+        yield
+    except lmdb.Error as exc:
+        raise StoreError(f"lmdb://{path}: {action} failed: {exc}") from exc
+
+
+class LmdbStore(Store):
+    scheme = "lmdb"
+
+    def __init__(self, path: Path, env: lmdb.Environment) -> None:
+        self._path = path
+        self._env: lmdb.Environment | None = env
+
+    @classmethod
+    def open(cls, location: str) -> LmdbStore:
+        path = local_path(location)
+        with _OPEN_LOCK:
+            if path in _OPEN:
+                env, count = _OPEN[path]
+                _OPEN[path] = (env, count + 1)
+                return cls(path, env)
+            with _translated(path, "open"):
+                try:
+                    ensure_private_dir(path)
+                except OSError as exc:
+                    raise StoreError(f"lmdb://{path}: cannot create directory: {exc}") from exc
+                env = lmdb.open(
+                    str(path), map_size=INITIAL_MAP_SIZE, subdir=True, mode=0o600,
+                    max_dbs=0, max_readers=256, readahead=False, lock=True,
+                    sync=True, metasync=True,
+                )
+                env.reader_check()  # clear slots left by killed processes
+            _OPEN[path] = (env, 1)
+        return cls(path, env)
+
+    @property
+    def url(self) -> str:
+        return path_url(self.scheme, self._path)
+
+    def _live(self) -> lmdb.Environment:
+        if self._env is None:
+            raise StoreError(f"{self.url} is closed")
+        return self._env
+
+    def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        items = list(items)
+        while True:
+            try:
+                with _translated(self._path, "commit"):
+                    self._write(items, merge)
+                return
+            except StoreError as exc:
+                if not self._recover_map(exc.__cause__):
+                    raise
+
+    def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
+        with self._live().begin(write=True) as txn:
+            for key, value in items:
+                result: Any = value
+                if merge is not None:
+                    result = merge(key, txn.get(key), value)
+                    if result is None:
+                        continue
+                if result is DELETE:
+                    txn.delete(key)
+                else:
+                    txn.put(key, result)
+
+    def _recover_map(self, cause: BaseException | None) -> bool:
+        """Grow a full map or adopt another process's growth; False if not that."""
+        env = self._live()
+        if isinstance(cause, lmdb.MapResizedError):
+            env.set_mapsize(0)
+            return True
+        if isinstance(cause, lmdb.MapFullError):
+            size = env.info()["map_size"]
+            if size >= MAX_MAP_SIZE:
+                return False
+            env.set_mapsize(min(size * 2, MAX_MAP_SIZE))
+            return True
+        return False
+
+    def _read(self, fn: Any) -> Any:
+        while True:
+            try:
+                with _translated(self._path, "read"), self._live().begin(buffers=False) as txn:
+                    return fn(txn)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, lmdb.MapResizedError):
+                    raise
+                self._live().set_mapsize(0)
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self._read(lambda txn: txn.get(key))
+        return value
+
+    def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
+        # Short read transactions, resumed by key: a long scan never pins old pages.
+        start, inclusive = prefix, True
+        while True:
+            chunk: list[bytes] = self._read(lambda txn: _scan(txn, start, inclusive, prefix))
+            yield from chunk
+            if len(chunk) < _KEYS_PER_READ_TXN:
+                return
+            start, inclusive = chunk[-1], False
+
+    def close(self) -> None:
+        env, self._env = self._env, None
+        if env is None:
+            return
+        with _OPEN_LOCK:
+            shared, count = _OPEN.get(self._path, (None, 0))
+            if shared is env and count > 1:
+                _OPEN[self._path] = (env, count - 1)
+                return
+            _OPEN.pop(self._path, None)
+        env.close()
+
+
+def _scan(txn: lmdb.Transaction, start: bytes, inclusive: bool, prefix: bytes) -> list[bytes]:
+    found: list[bytes] = []
+    cursor = txn.cursor()
+    if not cursor.set_range(start):
+        return found
+    for key in cursor.iternext(keys=True, values=False):
+        if not key.startswith(prefix):
+            break
+        if not inclusive and key == start:
+            continue
+        found.append(bytes(key))
+        if len(found) >= _KEYS_PER_READ_TXN:
+            break
+    return found
+
+
+def data_file(path: Path) -> Path:
+    """The file holding the records (tests flip bytes in it)."""
+    return path / "data.mdb"
+
+
+__all__ = ["LmdbStore", "data_file"]

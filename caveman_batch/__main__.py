@@ -1,0 +1,3 @@
+from caveman_batch.cli import main
+
+raise SystemExit(main())

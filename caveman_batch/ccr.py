@@ -1,0 +1,388 @@
+"""CCR ("context compression recovery"): verified originals in a content-addressed store.
+
+A record's key is the sha256 of the original bytes (64 lower-case hex digits, ASCII).
+Its value is a small versioned header followed by the zstd-compressed original:
+
+    magic "CCR" | version u8 | codec u8 | content-type length u8 | flags u16
+    | original length u64 | first stored (unix ms) u64 | last seen (unix ms) u64
+    | content type (ASCII) | payload
+
+Every read decompresses and re-hashes; a record that does not hash back to its key
+is refused as tampered, never returned, and the next commit of the same original
+heals it. Preparing a record is pure (a worker can do it); committing is the
+parent's job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import zstandard
+
+from .errors import (
+    AmbiguousHandleError,
+    IntegrityError,
+    InvalidHandleError,
+    UnknownHandleError,
+)
+from .store import DELETE, Store
+
+MAGIC: Final = b"CCR"
+FORMAT_VERSION: Final = 1
+CODEC_ZSTD: Final = 1
+ZSTD_LEVEL: Final = 3
+HANDLE_PREFIX: Final = "ccr_"
+MIN_PREFIX_HEX: Final = 8
+_HEADER = struct.Struct(">3sBBBHQQQ")
+_HEX_RE = re.compile(r"[0-9a-f]{8,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An original ready to commit: its digest and its encoded record value."""
+
+    digest: str
+    value: bytes
+    original_length: int
+
+    @property
+    def handle(self) -> str:
+        return HANDLE_PREFIX + self.digest
+
+    @property
+    def key(self) -> bytes:
+        return self.digest.encode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    version: int
+    codec: int
+    original_length: int
+    first_stored_ms: int
+    last_seen_ms: int
+    content_type: str
+    payload_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordInfo:
+    """What a verified record says about itself."""
+
+    handle: str
+    original_length: int
+    stored_length: int
+    content_type: str
+    first_stored: float
+    last_seen: float
+
+
+# -- handles ---------------------------------------------------------------
+
+
+def make_handle(digest: str) -> str:
+    return HANDLE_PREFIX + digest
+
+
+def parse_handle(text: str) -> str:
+    """`ccr_<hex>`, `ccr://<hex>` or bare hex -> the lower-case hex (8..64 digits).
+
+    Validation happens here, before any store is touched: a path such as `../etc`
+    never reaches a backend.
+    """
+    raw = text.strip()
+    for prefix in (HANDLE_PREFIX, "ccr://"):
+        if raw.lower().startswith(prefix):
+            raw = raw[len(prefix):]
+            break
+    hexpart = raw.lower()
+    if not _HEX_RE.fullmatch(hexpart):
+        raise InvalidHandleError(
+            f"invalid handle {text!r}: expected ccr_ followed by "
+            f"{MIN_PREFIX_HEX} to 64 hex digits",
+            text,
+        )
+    return hexpart
+
+
+def digest_of(original: bytes) -> str:
+    return hashlib.sha256(original).hexdigest()
+
+
+# -- records ---------------------------------------------------------------
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def prepare(
+    original: bytes,
+    content_type: str = "application/json",
+    *,
+    now_ms: int | None = None,
+    level: int = ZSTD_LEVEL,
+) -> Prepared:
+    """Hash and compress `original` into a record value (pure; safe in a worker)."""
+    stamp = _now_ms() if now_ms is None else now_ms
+    payload = zstandard.ZstdCompressor(level=level).compress(original)
+    return Prepared(
+        digest_of(original),
+        encode_record(len(original), content_type, stamp, stamp, payload),
+        len(original),
+    )
+
+
+def encode_record(
+    length: int, content_type: str, first_ms: int, last_ms: int, payload: bytes
+) -> bytes:
+    ctype = content_type.encode("ascii")[:255]
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, len(ctype), 0, length, first_ms, last_ms)
+    return head + ctype + payload
+
+
+def decode_header(value: bytes) -> Header:
+    """Parse a record header; raises ValueError with a reason if it is not one."""
+    if len(value) < _HEADER.size:
+        raise ValueError("truncated header")
+    magic, version, codec, clen, _flags, length, first, last = _HEADER.unpack_from(value)
+    if magic != MAGIC:
+        raise ValueError("bad magic")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported format version {version}")
+    if codec != CODEC_ZSTD:
+        raise ValueError(f"unknown codec {codec}")
+    offset = _HEADER.size + clen
+    if len(value) < offset:
+        raise ValueError("truncated header")
+    ctype = value[_HEADER.size:offset].decode("ascii", "replace")
+    return Header(version, codec, length, first, last, ctype, offset)
+
+
+def open_record(digest: str, value: bytes) -> tuple[Header, bytes]:
+    """Decode and verify a record; IntegrityError (with a reason) if it fails."""
+    handle = make_handle(digest)
+    try:
+        header = decode_header(value)
+        original = zstandard.ZstdDecompressor().decompress(
+            value[header.payload_offset:], max_output_size=max(header.original_length, 1)
+        )
+    except (ValueError, zstandard.ZstdError) as exc:
+        raise IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt") from exc
+    if len(original) != header.original_length or digest_of(original) != digest:
+        raise IntegrityError(
+            f"record {handle} does not hash to its key (tampered or truncated); refused",
+            handle,
+            "digest mismatch",
+        )
+    return header, original
+
+
+def _refreshed(old: bytes, new: bytes) -> bytes:
+    """`old` with the earliest first-stored and latest last-seen of old and new."""
+    oh, nh = decode_header(old), decode_header(new)
+    first, last = min(oh.first_stored_ms, nh.first_stored_ms), max(oh.last_seen_ms, nh.last_seen_ms)
+    if (first, last) == (oh.first_stored_ms, oh.last_seen_ms):
+        return old
+    payload = old[oh.payload_offset:]
+    return encode_record(oh.original_length, oh.content_type, first, last, payload)
+
+
+def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+    """Keep a good stored record (refreshing its times), heal a bad one."""
+    if old is None:
+        return new
+    if old == new:
+        return None
+    try:
+        oh, nh = decode_header(old), decode_header(new)
+        same_payload = old[oh.payload_offset:] == new[nh.payload_offset:]
+        if not same_payload:  # another level or zstd version: verify the hard way
+            open_record(key.decode("ascii"), old)
+    except (ValueError, IntegrityError):
+        return new  # heal
+    refreshed = _refreshed(old, new)
+    return None if refreshed is old else refreshed
+
+
+# -- operations on a store -------------------------------------------------
+
+
+def commit(store: Store, records: Sequence[Prepared]) -> list[str]:
+    """Commit prepared originals in one transaction; returns their handles.
+
+    When this returns, every original is durably stored (the backend's commit is
+    synchronous) and its handle may be published.
+    """
+    store.commit([(r.key, r.value) for r in records], merge=merge_record)
+    return [r.handle for r in records]
+
+
+def store_original(store: Store, original: bytes, content_type: str = "application/json") -> str:
+    return commit(store, [prepare(original, content_type)])[0]
+
+
+def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
+    """Refresh last-seen of existing records (incremental runs that skip work)."""
+    stamp = _now_ms() if now_ms is None else now_ms
+
+    def bump(key: bytes, old: bytes | None, _new: bytes) -> bytes | None:
+        if old is None:
+            return None
+        try:
+            h = decode_header(old)
+        except ValueError:
+            return None
+        if h.last_seen_ms >= stamp:
+            return None
+        return encode_record(h.original_length, h.content_type, h.first_stored_ms, stamp,
+                             old[h.payload_offset:])
+
+    store.commit([(d.encode("ascii"), b"") for d in digests], merge=bump)
+
+
+def resolve(store: Store, handle: str) -> str:
+    """The full digest a handle (or unique prefix of at least 8 hex digits) names."""
+    prefix = parse_handle(handle)
+    matches: list[str] = []
+    for key in store.keys(prefix.encode("ascii")):
+        matches.append(key.decode("ascii"))
+        if len(matches) > 5:
+            break
+    if not matches:
+        raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
+    if len(matches) > 1:
+        shown = ", ".join(make_handle(m)[:20] + "…" for m in matches[:5])
+        raise AmbiguousHandleError(
+            f"ambiguous handle {handle!r}: matches {shown}; give more hex digits", handle, matches
+        )
+    return matches[0]
+
+
+def recover(store: Store, handle: str) -> bytes:
+    """The original bytes behind `handle`, verified; never a guess."""
+    digest = resolve(store, handle)
+    value = store.get(digest.encode("ascii"))
+    if value is None:  # pruned between listing and reading
+        raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
+    return open_record(digest, value)[1]
+
+
+def info(store: Store, handle: str) -> RecordInfo:
+    digest = resolve(store, handle)
+    value = store.get(digest.encode("ascii"))
+    if value is None:
+        raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
+    header, _ = open_record(digest, value)
+    return _record_info(digest, header, len(value))
+
+
+def _record_info(digest: str, header: Header, stored: int) -> RecordInfo:
+    return RecordInfo(
+        make_handle(digest), header.original_length, stored, header.content_type,
+        header.first_stored_ms / 1000, header.last_seen_ms / 1000,
+    )
+
+
+@dataclass
+class Audit:
+    """Totals derived only from verified records; every other record under its reason."""
+
+    store: str
+    records: int = 0
+    verified: int = 0
+    original_bytes: int = 0
+    stored_bytes: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        ratio = self.stored_bytes / self.original_bytes if self.original_bytes else 0.0
+        return {
+            "store": self.store, "records": self.records, "verified": self.verified,
+            "original_bytes": self.original_bytes, "stored_bytes": self.stored_bytes,
+            "stored_ratio": round(ratio, 4), "excluded": dict(sorted(self.excluded.items())),
+            "failures": self.failures,
+        }
+
+
+def _is_digest_key(key: bytes) -> bool:
+    return len(key) == 64 and _HEX_RE.fullmatch(key.decode("ascii", "replace")) is not None
+
+
+def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[str, Header, bytes]]:
+    """(digest, header, stored value) for each record that verifies; failures go to `audit`."""
+    for key, value in store.items():
+        if audit is not None:
+            audit.records += 1
+        try:
+            if not _is_digest_key(key):
+                raise IntegrityError(f"key {key!r} is not a sha256 digest", repr(key), "foreign key")
+            digest = key.decode("ascii")
+            header, original = open_record(digest, value)
+        except IntegrityError as exc:
+            if audit is not None:
+                audit.excluded[exc.reason] = audit.excluded.get(exc.reason, 0) + 1
+                audit.failures.append({"handle": exc.handle, "reason": exc.reason})
+            continue
+        if audit is not None:
+            audit.verified += 1
+            audit.original_bytes += len(original)
+            audit.stored_bytes += len(value)
+        yield digest, header, value
+
+
+def audit(store: Store) -> Audit:
+    """Re-check every record (what `stats` and `verify` report)."""
+    report = Audit(store.url)
+    for _ in iter_verified(store, report):
+        pass
+    return report
+
+
+def prune(
+    store: Store, not_seen_for_s: float, *, dry_run: bool = False, now_ms: int | None = None
+) -> list[RecordInfo]:
+    """Drop records whose last-seen is older than `not_seen_for_s` seconds.
+
+    The age is re-checked inside the delete transaction, so a batch that touches a
+    record while prune runs keeps it.
+    """
+    cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
+    stale = [
+        _record_info(d, h, len(v)) for d, h, v in iter_verified(store) if h.last_seen_ms < cutoff
+    ]
+    if dry_run or not stale:
+        return stale
+
+    def drop_if_stale(_key: bytes, old: bytes | None, _new: bytes) -> object:
+        if old is None:
+            return None
+        try:
+            return DELETE if decode_header(old).last_seen_ms < cutoff else None
+        except ValueError:
+            return None
+
+    store.commit([(r.handle[len(HANDLE_PREFIX):].encode("ascii"), b"") for r in stale],
+                 merge=drop_if_stale)  # type: ignore[arg-type]
+    return stale
+
+
+def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
+    """Copy every verified record of `source` into `target` (times preserved)."""
+    report = Audit(source.url)
+    batch: list[tuple[bytes, bytes]] = []
+    for digest, _header, value in iter_verified(source, report):
+        batch.append((digest.encode("ascii"), value))
+        if len(batch) >= batch_size:
+            target.commit(batch, merge=merge_record)
+            batch = []
+    if batch:
+        target.commit(batch, merge=merge_record)
+    return report

@@ -1,0 +1,234 @@
+"""The command line: parse options, call one library function, render its report.
+
+Environment variables are read here and nowhere else. Errors are mapped to exit
+codes in one place, `main`: 0 ok, 1 user error, 2 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from . import __version__, ccr
+from .errors import CavemanError, UsageError, VerificationFailed
+from .fsio import atomic_write
+from .store import Store, open_store
+
+app = typer.Typer(
+    name="caveman-batch",
+    help="Compress LLM tool catalogs in bulk; keep every original, byte for byte, by handle.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", metavar="URL",
+                 help="Store URL: lmdb:///path (default), sqlite:///path/ccr.db, memory://. "
+                      "Default: $CAVEMAN_CCR_STORE, else lmdb://$CAVEMAN_HOME/ccr.lmdb."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+
+
+def default_store_url() -> str:
+    """$CAVEMAN_CCR_STORE, else lmdb://$CAVEMAN_HOME/ccr.lmdb (CAVEMAN_HOME: ~/.caveman)."""
+    url = os.environ.get("CAVEMAN_CCR_STORE", "").strip()
+    if url:
+        return url
+    home = os.environ.get("CAVEMAN_HOME", "").strip() or "~/.caveman"
+    return f"lmdb://{Path(os.path.expanduser(home)).absolute() / 'ccr.lmdb'}"
+
+
+def _open(url: str | None) -> Store:
+    return open_store(url or default_store_url())
+
+
+def _echo_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
+_UNIT_S = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str) -> float:
+    """'30d', '12h', '1d12h', '90m', '45s', '2w' -> seconds."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION_RE.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise UsageError(f"invalid duration {text!r}: use e.g. 30d, 12h, 1d12h, 90m, 45s, 2w")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+# -- store commands -----------------------------------------------------------
+
+
+@app.command()
+def recover(
+    handle: Annotated[str | None, typer.Argument(help="ccr_<hex>, ccr://<hex> or hex (8+ digits).")] = None,
+    handle_opt: Annotated[str | None, typer.Option("--handle", help="The handle (same as the argument).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically) instead of stdout.")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Print the original bytes behind a handle, verified against its sha256."""
+    chosen = handle_opt if handle_opt is not None else handle
+    if chosen is None:
+        raise UsageError("recover needs a handle: caveman-batch recover --handle ccr_…")
+    ccr.parse_handle(chosen)  # refuse a malformed handle before opening anything
+    with _open(store) as s:
+        original = ccr.recover(s, chosen)
+    if output is None:
+        sys.stdout.buffer.write(original)
+        sys.stdout.buffer.flush()
+    else:
+        atomic_write(output, original)
+
+
+@app.command()
+def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Records and bytes in the store, counted from verified records only."""
+    with _open(store) as s:
+        report = ccr.audit(s).as_dict()
+    report.pop("failures")
+    if as_json:
+        _echo_json(report)
+        return
+    typer.echo(f"store     {report['store']}")
+    typer.echo(f"records   {report['records']:,} ({report['verified']:,} verified)")
+    typer.echo(f"original  {_size(report['original_bytes'])}")  # type: ignore[arg-type]
+    typer.echo(f"stored    {_size(report['stored_bytes'])} "  # type: ignore[arg-type]
+               f"({float(report['stored_ratio']) * 100:.1f}% of original)")  # type: ignore[arg-type]
+    for reason, count in report["excluded"].items():  # type: ignore[attr-defined]
+        typer.echo(f"excluded  {count:,} {reason}")
+
+
+@app.command()
+def verify(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Re-check every record (decompress + sha256); exit 1 if any fails."""
+    with _open(store) as s:
+        report = ccr.audit(s)
+    if as_json:
+        _echo_json(report.as_dict())
+    else:
+        for failure in report.failures:
+            typer.echo(f"FAILED {failure['handle']}: {failure['reason']}")
+        typer.echo(f"verified {report.verified:,} of {report.records:,} records in {report.store}")
+    if report.verified != report.records:
+        raise VerificationFailed(f"{report.records - report.verified} record(s) failed verification")
+
+
+@app.command()
+def prune(
+    not_seen_for: Annotated[str, typer.Option("--not-seen-for", metavar="DURATION",
+                                              help="e.g. 30d, 12h, 1d12h, 90m.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would go; remove nothing.")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop originals that no batch has touched for DURATION."""
+    seconds = parse_duration(not_seen_for)
+    with _open(store) as s:
+        removed = ccr.prune(s, seconds, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    if as_json:
+        _echo_json({"dry_run": dry_run, "removed": [r.handle for r in removed],
+                    "bytes": sum(r.original_length for r in removed)})
+        return
+    for r in removed:
+        typer.echo(f"{verb} {r.handle} ({_size(r.original_length)}, last seen {_when(r.last_seen)})")
+    typer.echo(f"{verb} {len(removed):,} record(s), {_size(sum(r.original_length for r in removed))}")
+
+
+def _when(ts: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@app.command()
+def migrate(
+    to: Annotated[str, typer.Option("--to", metavar="URL", help="Target store URL.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy every verified record to another store (e.g. sqlite:// to lmdb://)."""
+    with _open(store) as source, open_store(to) as target:
+        if source.url == target.url:
+            raise UsageError(f"--to names the source store itself ({source.url})")
+        report = ccr.migrate(source, target)
+    data = report.as_dict()
+    data.pop("failures")
+    data["target"] = to
+    if as_json:
+        _echo_json(data)
+        return
+    typer.echo(f"copied {report.verified:,} of {report.records:,} records to {to}")
+    for reason, count in report.excluded.items():
+        typer.echo(f"skipped {count:,} {reason}")
+
+
+# -- entry point ----------------------------------------------------------------
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"caveman-batch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """caveman-batch: compress tool catalogs, keep every original by handle."""
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    sys.stderr.write(f"caveman-batch: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; map every error to its exit code here, once."""
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="caveman-batch")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return _CLICK_USAGE_TO_OURS.get(code, code)
+    except CavemanError as exc:
+        _fail(str(exc), exc.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head): nothing to report
+        return 0
+    except Exception:  # a bug: say so, with the traceback, exit 2
+        traceback.print_exc()
+        _fail("internal error (traceback above)", 2)
+    return 0
+
+
+# typer reports bad options and arguments as exit 2; ours are user errors (1),
+# and 2 stays reserved for internal errors (which reach `main` as exceptions).
+_CLICK_USAGE_TO_OURS = {2: 1}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

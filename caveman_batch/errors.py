@@ -1,0 +1,105 @@
+"""One error hierarchy for caveman-batch.
+
+Every error subclasses the matching builtin too, so callers that only know
+Python's own exceptions still catch the right thing (a missing handle is also a
+KeyError, a bad catalog also a ValueError). `exit_code` is what the CLI maps it to.
+"""
+
+from __future__ import annotations
+
+
+class CavemanError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class UsageError(CavemanError, ValueError):
+    """The caller asked for something that cannot be done as asked."""
+
+    exit_code = 1
+
+
+class HandleError(UsageError):
+    """A recovery handle is malformed, unknown or ambiguous."""
+
+    def __init__(self, message: str, handle: str) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+
+class InvalidHandleError(HandleError):
+    """The handle is not of the form ccr_<8..64 hex>; the store was not touched."""
+
+
+class UnknownHandleError(HandleError, KeyError):
+    """No record in the store matches the handle."""
+
+
+class AmbiguousHandleError(HandleError, LookupError):
+    """A handle prefix matches more than one record."""
+
+    def __init__(self, message: str, handle: str, matches: list[str]) -> None:
+        super().__init__(message, handle)
+        self.matches = matches
+
+
+class IntegrityError(CavemanError):
+    """A stored record does not hash back to its key: it is refused, never returned."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, handle: str, reason: str) -> None:
+        super().__init__(message)
+        self.handle = handle
+        self.reason = reason
+
+
+class VerificationFailed(CavemanError):
+    """`verify` found records that fail their checks."""
+
+    exit_code = 1
+
+
+class StoreError(CavemanError, OSError):
+    """The store could not be opened, read or written (driver errors end up here)."""
+
+    exit_code = 2
+
+
+class StoreURLError(UsageError):
+    """A store URL names an unknown scheme or is malformed."""
+
+
+class BackendUnavailableError(CavemanError, ImportError):
+    """A backend's driver is not installed; the message names the install command."""
+
+    exit_code = 1
+
+
+class InputTooLargeError(UsageError):
+    """An input exceeds the configured size cap; it was not read whole."""
+
+    def __init__(self, message: str, source: str, limit: int) -> None:
+        super().__init__(message)
+        self.source = source
+        self.limit = limit
+
+
+class CatalogError(UsageError):
+    """A catalog could not be read or parsed; knows its source and line."""
+
+    def __init__(self, message: str, source: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.line = line
+        self.lineno = line
+
+
+class OutputError(CavemanError, OSError):
+    """An output could not be published; nothing half-written was left behind."""
+
+    exit_code = 2

@@ -1,0 +1,60 @@
+"""`memory://`: an in-process store for tests and one-shot runs (nothing persists)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .errors import StoreError
+from .store import DELETE, Merge, Store
+
+
+class MemoryStore(Store):
+    scheme = "memory"
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes] | None = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, location: str) -> MemoryStore:
+        return cls()
+
+    @property
+    def url(self) -> str:
+        return "memory://"
+
+    def _live(self) -> dict[bytes, bytes]:
+        if self._data is None:
+            raise StoreError("memory:// store is closed")
+        return self._data
+
+    def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        with self._lock:
+            data = self._live()
+            staged = dict[bytes, Any]()
+            for key, value in items:
+                result: Any = value
+                if merge is not None:
+                    old = staged[key] if key in staged else data.get(key)
+                    result = merge(key, None if old is DELETE else old, value)
+                    if result is None:
+                        continue
+                staged[key] = result
+            for key, result in staged.items():  # all or nothing: merge may raise above
+                if result is DELETE:
+                    data.pop(key, None)
+                else:
+                    data[key] = result
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._live().get(key)
+
+    def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
+        with self._lock:
+            found = sorted(k for k in self._live() if k.startswith(prefix))
+        yield from found
+
+    def close(self) -> None:
+        self._data = None

@@ -1,0 +1,203 @@
+"""The abstract store interface and the backend registry.
+
+A store is a small transactional map from bytes keys to bytes values. Backends
+implement five things: `commit` (many records in one transaction, each through an
+optional merge function), `get`, `keys` by prefix, `close`, and `open`. Everything
+else (`put`, `delete`, `items`, `__contains__`, context management, pickling) is
+built on those here, once.
+
+A store is named by a URL and prints itself back as that URL:
+`lmdb:///var/lib/caveman/ccr`, `sqlite:///srv/ccr.db`, `memory://`. The same string
+is the CLI option, the environment value, the pickled state and the test id.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from .errors import BackendUnavailableError, StoreURLError
+
+
+class _Delete:
+    """Sentinel a merge function returns to delete the key inside the transaction."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Final = _Delete()
+
+#: merge(key, old value or None, proposed value) -> value to write, None to leave
+#: the key as it is, or DELETE. Runs inside the write transaction, so a
+#: read-modify-write is atomic even with other processes writing.
+Merge = Callable[[bytes, bytes | None, bytes], "bytes | None | _Delete"]
+
+ENTRY_POINT_GROUP: Final = "caveman_batch.stores"
+
+# scheme -> "module:attr"; built-in backends go through the same table an outside
+# one registered by entry point would, and are imported only when used.
+_BACKENDS: dict[str, str] = {
+    "lmdb": "backends.lmdb_store:LmdbStore",
+    "sqlite": "backends.sqlite_store:SqliteStore",
+    "memory": "caveman_batch.memory_store:MemoryStore",
+}
+_INSTALL_HINTS: dict[str, str] = {
+    "lmdb": "pip install 'lmdb>=1.4'",
+    "sqlite": "a Python built with the sqlite3 module",
+}
+
+
+class Store(ABC):
+    """A transactional bytes->bytes map named by a URL."""
+
+    scheme: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def open(cls, location: str) -> Store:
+        """Open (creating if needed) the store at `location` (the URL minus scheme://)."""
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The canonical URL that reopens this store."""
+
+    @abstractmethod
+    def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        """Write every item in ONE transaction: all land or none do.
+
+        Without `merge` each value overwrites; with it, merge(key, old, new) decides.
+        """
+
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value under `key`, or None."""
+
+    @abstractmethod
+    def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
+        """Keys starting with `prefix`, in ascending byte order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; further use is an error. Closing twice is harmless."""
+
+    # -- helpers built on the abstract methods --------------------------------
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.commit([(key, value)])
+
+    def delete(self, keys: Iterable[bytes]) -> None:
+        self.commit([(k, b"") for k in keys], merge=lambda _k, _old, _new: DELETE)
+
+    def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        for key in self.keys(prefix):
+            value = self.get(key)
+            if value is not None:  # deleted by another writer since we listed it
+                yield key, value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and self.get(key) is not None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open_store, (self.url,))
+
+
+def register_backend(scheme: str, target: str) -> None:
+    """Register `target` ("module:attr") as the backend for `scheme`."""
+    if ":" not in target:
+        raise ValueError(f"backend target must be 'module:attr', got {target!r}")
+    _BACKENDS[scheme] = target
+
+
+def backend_schemes() -> list[str]:
+    _load_entry_points()
+    return sorted(_BACKENDS)
+
+
+def _load_entry_points() -> None:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _BACKENDS.setdefault(ep.name, ep.value)
+
+
+def split_store_url(url: str) -> tuple[str, str]:
+    """`scheme://location` -> (scheme, location). A bare path means LMDB."""
+    if "://" not in url:
+        if not url:
+            raise StoreURLError("empty store URL")
+        return "lmdb", url
+    scheme, _, location = url.partition("://")
+    if not scheme.isidentifier():
+        raise StoreURLError(f"malformed store URL {url!r}")
+    return scheme.lower(), location
+
+
+def resolve_backend(scheme: str) -> type[Store]:
+    """Import the class registered for `scheme`, or say how to get it."""
+    if scheme not in _BACKENDS:
+        _load_entry_points()
+    target = _BACKENDS.get(scheme)
+    if target is None:
+        known = ", ".join(f"{s}://" for s in sorted(_BACKENDS))
+        raise StoreURLError(f"unknown store scheme {scheme!r}; known: {known}")
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = _INSTALL_HINTS.get(scheme, f"install the package providing {module_name}")
+        raise BackendUnavailableError(
+            f"the {scheme}:// store needs a driver that is not installed ({exc}); "
+            f"install it with: {hint}"
+        ) from exc
+    cls: type[Store] = getattr(module, attr)
+    return cls
+
+
+def open_store(url: str) -> Store:
+    """Open the store named by `url` (see the module docstring)."""
+    scheme, location = split_store_url(url)
+    return resolve_backend(scheme).open(location)
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (and missing parents) as 0700; an existing dir is left alone."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.is_dir():
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):  # makedirs would give parents umask bits
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # another process made it first
+        os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def local_path(location: str) -> Path:
+    """A store location as an absolute path (`~` expanded)."""
+    if not location:
+        raise StoreURLError("this store needs a path, e.g. lmdb:///var/lib/caveman/ccr")
+    return Path(os.path.expanduser(location)).absolute()
+
+
+def path_url(scheme: str, path: Path) -> str:
+    return f"{scheme}://{path.as_posix()}" if path.is_absolute() else f"{scheme}://{path}"

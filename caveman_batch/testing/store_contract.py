@@ -1,0 +1,276 @@
+"""The contract every store backend passes.
+
+Subclass `StoreContract` in a test module and provide a `store_url` fixture:
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store_url(self, tmp_path):
+            return f"mystore://{tmp_path}/db"
+
+`persistent = False` skips the checks that need data to survive a reopen.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from caveman_batch import ccr
+from caveman_batch.errors import (
+    AmbiguousHandleError,
+    IntegrityError,
+    InvalidHandleError,
+    StoreError,
+    UnknownHandleError,
+)
+from caveman_batch.store import DELETE, Store, open_store
+
+#: Originals that break naive text handling; each must come back byte for byte.
+ROUND_TRIP_FIXTURES: dict[str, bytes] = {
+    "empty": b"",
+    "crlf": b'{"a":1}\r\n{"b":2}\r\n',
+    "lone_cr": b"line one\rline two\r",
+    "no_trailing_newline": b'{"tools":[]}',
+    "nul": b"before\x00after\x00",
+    "bom": b'\xef\xbb\xbf{"tools":[]}\n',
+    "utf8_4byte": "emoji 😀 and 𝄞 clef\n".encode(),
+    "invalid_utf8": b"\xff\xfe\xc3\x28 broken \xa0\xa1",
+}
+
+
+class StoreContract:
+    persistent = True
+
+    @pytest.fixture
+    def store_url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, store_url: str) -> Iterator[Store]:
+        with open_store(store_url) as s:
+            yield s
+
+    # -- raw key/value layer -----------------------------------------------
+
+    def test_get_missing_is_none(self, store: Store) -> None:
+        assert store.get(b"nope") is None
+        assert b"nope" not in store
+
+    def test_put_get(self, store: Store) -> None:
+        store.put(b"k1", b"v1")
+        assert store.get(b"k1") == b"v1"
+        assert b"k1" in store
+
+    def test_overwrite(self, store: Store) -> None:
+        store.put(b"k", b"one")
+        store.put(b"k", b"two")
+        assert store.get(b"k") == b"two"
+
+    def test_commit_many_in_one_call(self, store: Store) -> None:
+        store.commit([(b"a%03d" % i, b"x" * i) for i in range(200)])
+        assert [store.get(b"a%03d" % i) for i in (0, 7, 199)] == [b"", b"x" * 7, b"x" * 199]
+
+    def test_keys_by_prefix_sorted(self, store: Store) -> None:
+        store.commit([(b"ab2", b""), (b"ab1", b""), (b"ac", b""), (b"b", b""), (b"a", b"")])
+        assert list(store.keys(b"ab")) == [b"ab1", b"ab2"]
+        assert list(store.keys()) == [b"a", b"ab1", b"ab2", b"ac", b"b"]
+        assert list(store.keys(b"zz")) == []
+
+    def test_keys_beyond_one_read_chunk(self, store: Store) -> None:
+        keys = [b"%05d" % i for i in range(2500)]
+        store.commit([(k, b"") for k in keys])
+        assert list(store.keys()) == keys
+
+    def test_delete(self, store: Store) -> None:
+        store.commit([(b"a", b"1"), (b"b", b"2")])
+        store.delete([b"a", b"missing"])
+        assert store.get(b"a") is None and store.get(b"b") == b"2"
+
+    def test_merge_sees_old_value_and_can_keep_or_delete(self, store: Store) -> None:
+        store.commit([(b"keep", b"old"), (b"drop", b"old")])
+        seen: dict[bytes, bytes | None] = {}
+
+        def merge(key: bytes, old: bytes | None, new: bytes) -> object:
+            seen[key] = old
+            return {b"keep": None, b"drop": DELETE}.get(key, new)
+
+        store.commit([(b"keep", b"new"), (b"drop", b"new"), (b"fresh", b"new")], merge=merge)  # type: ignore[arg-type]
+        assert seen == {b"keep": b"old", b"drop": b"old", b"fresh": None}
+        assert store.get(b"keep") == b"old"
+        assert store.get(b"drop") is None
+        assert store.get(b"fresh") == b"new"
+
+    def test_commit_is_all_or_nothing(self, store: Store) -> None:
+        def explode(key: bytes, old: bytes | None, new: bytes) -> bytes:
+            if key == b"k3":
+                raise RuntimeError("boom")
+            return new
+
+        with pytest.raises(RuntimeError):
+            store.commit([(b"k1", b"1"), (b"k2", b"2"), (b"k3", b"3")], merge=explode)
+        assert list(store.keys()) == []
+
+    def test_str_is_url_and_reopens(self, store: Store, store_url: str) -> None:
+        store.put(b"k", b"v")
+        assert str(store).split("://")[0] == store_url.split("://")[0]
+        if self.persistent:
+            with open_store(str(store)) as again:
+                assert again.get(b"k") == b"v"
+
+    def test_pickles_as_its_url(self, store: Store) -> None:
+        store.put(b"k", b"v")
+        clone = pickle.loads(pickle.dumps(store))
+        try:
+            assert str(clone) == str(store)
+            if self.persistent:
+                assert clone.get(b"k") == b"v"
+        finally:
+            clone.close()
+
+    def test_persists_across_close(self, store_url: str) -> None:
+        if not self.persistent:
+            pytest.skip("not a persistent backend")
+        with open_store(store_url) as s:
+            s.put(b"k", b"v")
+        with open_store(store_url) as s:
+            assert s.get(b"k") == b"v"
+
+    def test_closed_store_refuses_use(self, store_url: str) -> None:
+        s = open_store(store_url)
+        s.close()
+        s.close()  # twice is harmless
+        with pytest.raises(StoreError):
+            s.get(b"k")
+        with pytest.raises(StoreError):
+            s.put(b"k", b"v")
+
+    # -- CCR on top of the store -------------------------------------------
+
+    @pytest.mark.parametrize("name", sorted(ROUND_TRIP_FIXTURES))
+    def test_ccr_round_trip_fixtures(self, store: Store, name: str) -> None:
+        original = ROUND_TRIP_FIXTURES[name]
+        handle = ccr.store_original(store, original)
+        assert handle == "ccr_" + ccr.digest_of(original)
+        assert ccr.recover(store, handle) == original
+
+    def test_ccr_round_trip_32_mib(self, store: Store) -> None:
+        original = bytes(range(256)) * (32 * 1024 * 4)
+        assert len(original) == 32 << 20
+        handle = ccr.store_original(store, original)
+        assert ccr.recover(store, handle) == original
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(original=st.binary(max_size=4096))
+    def test_ccr_round_trip_any_bytes(self, store: Store, original: bytes) -> None:
+        assert ccr.recover(store, ccr.store_original(store, original)) == original
+
+    def test_handle_forms_and_unique_prefix(self, store: Store) -> None:
+        handle = ccr.store_original(store, b"hello")
+        digest = handle[4:]
+        for form in (handle, "ccr://" + digest, digest, "ccr_" + digest[:8], digest.upper()):
+            assert ccr.recover(store, form) == b"hello"
+
+    def test_ambiguous_prefix(self, store: Store) -> None:
+        # resolution looks at keys only: two keys sharing 10 hex digits suffice
+        store.commit([(b"abcdef0123" + b"0" * 54, b""), (b"abcdef0123" + b"1" * 54, b"")])
+        with pytest.raises(AmbiguousHandleError) as exc:
+            ccr.resolve(store, "ccr_abcdef0123")
+        assert "ambiguous" in str(exc.value) and len(exc.value.matches) == 2
+        assert ccr.resolve(store, "ccr_abcdef01230") == "abcdef0123" + "0" * 54
+
+    def test_unknown_handle_is_keyerror(self, store: Store) -> None:
+        with pytest.raises(UnknownHandleError) as exc:
+            ccr.recover(store, "ccr_" + "0" * 64)
+        assert isinstance(exc.value, KeyError)
+        assert "ccr_" + "0" * 64 in str(exc.value)
+
+    @pytest.mark.parametrize("bad", ["../etc", "0" * 65, "xyz12345", "0" * 7, "", "ccr_", "ccr_../../x"])
+    def test_malformed_handles_refused_before_store_access(self, bad: str) -> None:
+        class Untouchable(Store):
+            scheme = "untouchable"
+
+            @classmethod
+            def open(cls, location: str) -> Store:
+                return cls()
+
+            @property
+            def url(self) -> str:
+                return "untouchable://"
+
+            def commit(self, items, merge=None):  # type: ignore[no-untyped-def]
+                raise AssertionError("store touched")
+
+            def get(self, key):  # type: ignore[no-untyped-def]
+                raise AssertionError("store touched")
+
+            def keys(self, prefix=b""):  # type: ignore[no-untyped-def]
+                raise AssertionError("store touched")
+
+            def close(self) -> None:
+                pass
+
+        with pytest.raises(InvalidHandleError):
+            ccr.recover(Untouchable(), bad)
+
+    def test_tampered_record_refused_then_healed(self, store: Store) -> None:
+        original = b'{"tools":[{"name":"x","description":"y"}]}' * 20
+        handle = ccr.store_original(store, original)
+        key = handle[4:].encode()
+        value = bytearray(store.get(key) or b"")
+        value[-3] ^= 0xFF
+        store.put(key, bytes(value))
+        with pytest.raises(IntegrityError):
+            ccr.recover(store, handle)
+        report = ccr.audit(store)
+        assert report.verified == 0 and sum(report.excluded.values()) == 1
+        assert ccr.store_original(store, original) == handle  # commit again heals it
+        assert ccr.recover(store, handle) == original
+
+    def test_truncated_record_refused(self, store: Store) -> None:
+        handle = ccr.store_original(store, b"x" * 1000)
+        key = handle[4:].encode()
+        store.put(key, (store.get(key) or b"")[:20])
+        with pytest.raises(IntegrityError):
+            ccr.recover(store, handle)
+
+    def test_recommit_refreshes_last_seen_keeps_first_stored(self, store: Store) -> None:
+        ccr.commit(store, [ccr.prepare(b"abc", now_ms=1_000)])
+        ccr.commit(store, [ccr.prepare(b"abc", now_ms=5_000)])
+        info = ccr.info(store, "ccr_" + ccr.digest_of(b"abc"))
+        assert (info.first_stored, info.last_seen) == (1.0, 5.0)
+
+    def test_prune_and_touch(self, store: Store) -> None:
+        ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=90_000)])
+        ccr.commit(store, [ccr.prepare(b"kept", now_ms=1_000)])
+        ccr.touch(store, [ccr.digest_of(b"kept")], now_ms=95_000)
+        dry = ccr.prune(store, 60, dry_run=True, now_ms=100_000)
+        assert [r.handle for r in dry] == ["ccr_" + ccr.digest_of(b"old")]
+        assert ccr.recover(store, dry[0].handle) == b"old"
+        ccr.prune(store, 60, now_ms=100_000)
+        with pytest.raises(UnknownHandleError):
+            ccr.recover(store, dry[0].handle)
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(b"kept")) == b"kept"
+
+    def test_audit_totals_only_from_verified(self, store: Store) -> None:
+        good = ccr.store_original(store, b"a" * 500)
+        bad = ccr.store_original(store, b"b" * 500)
+        store.put(bad[4:].encode(), b"garbage")
+        store.put(b"not-a-digest", b"x")
+        report = ccr.audit(store)
+        assert report.records == 3 and report.verified == 1
+        assert report.original_bytes == 500
+        assert report.excluded == {"corrupt": 1, "foreign key": 1}
+        assert good and sum(report.excluded.values()) == len(report.failures)
+
+    def test_migrate_to_memory(self, store: Store) -> None:
+        handles = [ccr.store_original(store, b"%d" % i) for i in range(50)]
+        store.put(b"f" * 64, b"junk")
+        with open_store("memory://") as target:
+            report = ccr.migrate(store, target)
+            assert report.verified == 50 and report.excluded == {"corrupt": 1}
+            assert all(ccr.recover(target, h) == b"%d" % i for i, h in enumerate(handles))
+
