@@ -202,8 +202,12 @@ def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         return None
     try:
         oh, nh = decode_header(old), decode_header(new)
-        same_payload = old[oh.payload_offset:] == new[nh.payload_offset:]
-        if not same_payload:  # another level or zstd version: verify the hard way
+        # The new payload is known good; an identical old one is too, but only if
+        # the length the old header claims is also the same (a flipped length bit
+        # fails every read and would otherwise never heal).
+        same_payload = (oh.original_length == nh.original_length
+                        and old[oh.payload_offset:] == new[nh.payload_offset:])
+        if not same_payload:  # tampered, another level or zstd version: verify the hard way
             open_record(key.decode("ascii"), old)
     except (ValueError, IntegrityError):
         return new  # heal
