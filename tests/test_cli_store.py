@@ -1,0 +1,282 @@
+"""The store commands: end to end through the installed entry point, details in-process.
+
+The subprocess tests run the real `caveman-batch` console script (or `python -m
+caveman_batch` if it is not on PATH) with an explicit environment; each costs a
+fresh interpreter, so they cover what only a real process shows (binary stdout,
+exit statuses, environment handling) and the finer cases run through `cli.main`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from caveman_batch import ccr, cli
+from caveman_batch.store import open_store
+
+DAY_MS = 86_400_000
+#: CRLF, lone CR, NUL, invalid UTF-8, a BOM and a 4-byte character, no final newline
+AWKWARD = b'\xef\xbb\xbf{"a":"x\r\ny"}\r\nlone\rcr\x00nul\xff\xfe\xc3\x28 \xf0\x9f\x98\x80 end'
+
+
+def entry_point() -> list[str]:
+    """The console script installed beside this interpreter (not just any on PATH)."""
+    beside = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
+    return [beside] if beside else [sys.executable, "-m", "caveman_batch"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The installed CLI in a real process; `env` adds to the (CAVEMAN_*-free) environment."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([*entry_point(), *args], env=full_env, capture_output=True, timeout=60)
+
+
+def run_in_process(argv: list[str]) -> int:
+    """cli.main's exit status, whether it returns it or raises SystemExit."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+
+
+def commit(url: str, *originals: bytes, now_ms: int | None = None) -> list[str]:
+    with open_store(url) as store:
+        return ccr.commit(store, [ccr.prepare(o, now_ms=now_ms) for o in originals])
+
+
+def spoil(url: str, handle: str) -> None:
+    """Overwrite a record's stored value so it no longer verifies."""
+    with open_store(url) as store:
+        store.put(handle[4:].encode(), b"not a record")
+
+
+@functools.cache
+def colliding_pair() -> tuple[bytes, bytes]:
+    """Two originals whose sha256 digests share their first 8 hex digits."""
+    seen: dict[str, bytes] = {}
+    for i in range(10**7):
+        original = b"collide-%d" % i
+        prefix = ccr.digest_of(original)[:8]
+        if prefix in seen:
+            return seen[prefix], original
+        seen[prefix] = original
+    raise AssertionError("no 8-hex collision found")
+
+
+@pytest.fixture
+def lmdb_url(tmp_path: Path) -> str:
+    return f"lmdb://{tmp_path}/store.lmdb"
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path}/store.db"
+
+
+# -- through the installed entry point ------------------------------------------
+
+
+def test_recover_to_stdout_is_binary_safe_with_store_from_env(sqlite_url: str) -> None:
+    [handle] = commit(sqlite_url, AWKWARD)
+    done = run("recover", "--handle", handle, env={"CAVEMAN_CCR_STORE": sqlite_url})
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout == AWKWARD
+
+
+def test_store_option_overrides_env_and_output_file(lmdb_url: str, tmp_path: Path) -> None:
+    [handle] = commit(lmdb_url, AWKWARD)
+    decoy = f"sqlite://{tmp_path}/decoy.db"  # an empty store the env points at
+    out = tmp_path / "new-dir" / "original.bin"
+    done = run("recover", "ccr://" + handle[4:], "-o", str(out), "--store", lmdb_url,
+               env={"CAVEMAN_CCR_STORE": decoy})
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert out.read_bytes() == AWKWARD
+
+
+def test_default_store_is_under_caveman_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    commit(f"lmdb://{home}/ccr.lmdb", b"one", b"two")
+    done = run("stats", "--json", env={"CAVEMAN_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["store"] == f"lmdb://{home}/ccr.lmdb"
+    assert (report["records"], report["verified"], report["original_bytes"]) == (2, 2, 6)
+
+
+def test_malformed_handle_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    never = tmp_path / "never-created.lmdb"
+    done = run("recover", "--handle", "../etc", "--store", f"lmdb://{never}")
+    assert done.returncode == 1
+    assert b"'../etc'" in done.stderr and b"invalid handle" in done.stderr
+    assert done.stdout == b"" and not never.exists()
+
+
+def test_unknown_option_is_a_user_error() -> None:
+    done = run("stats", "--no-such-option")
+    assert done.returncode == 1
+    assert b"--no-such-option" in done.stderr
+
+
+def test_store_that_cannot_be_created_is_an_internal_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    done = run("verify", "--store", f"lmdb://{blocker}/store")
+    assert done.returncode == 2
+    assert str(blocker).encode() in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_verify_json_fails_on_a_bad_record(sqlite_url: str) -> None:
+    good, bad = commit(sqlite_url, b"good", b"bad")
+    spoil(sqlite_url, bad)
+    done = run("verify", "--json", "--store", sqlite_url)
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert (report["records"], report["verified"]) == (2, 1)
+    assert report["failures"] == [{"handle": bad, "reason": "corrupt"}]
+    assert b"1 record(s) failed verification" in done.stderr
+
+
+def test_prune_dry_run_then_prune(lmdb_url: str) -> None:
+    now = ccr._now_ms()
+    [old] = commit(lmdb_url, b"stale original", now_ms=now - 40 * DAY_MS)
+    [fresh] = commit(lmdb_url, b"fresh original", now_ms=now - 1 * DAY_MS)
+
+    dry = run("prune", "--not-seen-for", "30d", "--dry-run", "--store", lmdb_url)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove {old}".encode() in dry.stdout and fresh.encode() not in dry.stdout
+    with open_store(lmdb_url) as store:
+        assert ccr.recover(store, old) == b"stale original"
+
+    real = run("prune", "--not-seen-for", "30d", "--store", lmdb_url)
+    assert real.returncode == 0, real.stderr
+    assert f"removed {old}".encode() in real.stdout and b"removed 1 record(s)" in real.stdout
+    with open_store(lmdb_url) as store:
+        assert list(store.keys()) == [fresh[4:].encode()]
+
+
+def test_migrate_sqlite_to_lmdb(sqlite_url: str, lmdb_url: str) -> None:
+    originals = [AWKWARD, b"", b"x" * 100_000]
+    handles = commit(sqlite_url, *originals, now_ms=1_700_000_000_000)
+    [bad] = commit(sqlite_url, b"spoiled")
+    spoil(sqlite_url, bad)
+    done = run("migrate", "--store", sqlite_url, "--to", lmdb_url)
+    assert done.returncode == 0, done.stderr
+    assert b"copied 3 of 4 records" in done.stdout and b"skipped 1 corrupt" in done.stdout
+    with open_store(lmdb_url) as target:
+        assert [ccr.recover(target, h) for h in handles] == originals
+        assert ccr.info(target, handles[0]).first_stored == 1_700_000_000.0  # times kept
+        assert bad[4:].encode() not in target
+
+
+# -- in-process through cli.main -------------------------------------------------
+
+
+def test_recover_handle_forms(lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    [handle] = commit(lmdb_url, AWKWARD)
+    digest = handle[4:]
+    for form in (handle, "ccr://" + digest, digest, digest[:8], "ccr_" + digest[:12], digest.upper()):
+        assert run_in_process(["recover", form, "--store", lmdb_url]) == 0, form
+        assert capfdbinary.readouterr().out == AWKWARD, form
+
+
+@pytest.mark.parametrize("bad", ["0" * 65, "xyz12345", "0" * 7, "", "ccr_", "ccr_../../x"])
+def test_malformed_handles(bad: str, lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    assert run_in_process(["recover", "--handle", bad, "--store", lmdb_url]) == 1
+    assert f"invalid handle {bad!r}".encode() in capfdbinary.readouterr().err
+
+
+def test_unknown_handle(lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    commit(lmdb_url, b"something else")
+    missing = "ccr_" + "0" * 64
+    assert run_in_process(["recover", missing, "--store", lmdb_url]) == 1
+    captured = capfdbinary.readouterr()
+    assert captured.out == b"" and f"unknown handle '{missing}'".encode() in captured.err
+
+
+def test_ambiguous_prefix(sqlite_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    first, second = colliding_pair()
+    handles = commit(sqlite_url, first, second)
+    prefix = handles[0][4:12]
+    assert prefix == handles[1][4:12]
+    assert run_in_process(["recover", prefix, "--store", sqlite_url]) == 1
+    err = capfdbinary.readouterr().err
+    assert f"ambiguous handle '{prefix}'".encode() in err
+    assert run_in_process(["recover", handles[1][:20], "--store", sqlite_url]) == 0
+    assert capfdbinary.readouterr().out == second
+
+
+def test_recover_without_a_handle(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    assert run_in_process(["recover"]) == 1
+    assert b"recover needs a handle" in capfdbinary.readouterr().err
+
+
+@pytest.mark.parametrize("url_fixture", ["lmdb_url", "sqlite_url"])
+def test_stats_and_verify_text_and_json(
+    url_fixture: str, request: pytest.FixtureRequest, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    url = request.getfixturevalue(url_fixture)
+    good = b'{"tools":[]}\n' * 500
+    _, bad = commit(url, good, b"to be spoiled")
+    assert run_in_process(["stats", "--store", url]) == 0
+    assert run_in_process(["verify", "--store", url]) == 0
+    text = capfdbinary.readouterr().out.decode()
+    assert "records   2 (2 verified)" in text and "excluded" not in text
+    assert "verified 2 of 2 records" in text
+
+    spoil(url, bad)
+    assert run_in_process(["stats", "--store", url]) == 0
+    assert run_in_process(["verify", "--store", url]) == 1
+    text = capfdbinary.readouterr().out.decode()
+    assert "records   2 (1 verified)" in text and "excluded  1 corrupt" in text
+    assert f"FAILED {bad}: corrupt" in text and "verified 1 of 2 records" in text
+
+    assert run_in_process(["stats", "--json", "--store", url]) == 0
+    stats = json.loads(capfdbinary.readouterr().out)
+    assert stats["original_bytes"] == len(good) and stats["excluded"] == {"corrupt": 1}
+    assert "failures" not in stats
+    assert run_in_process(["verify", "--json", "--store", url]) == 1
+    verify = json.loads(capfdbinary.readouterr().out)
+    assert verify["failures"] == [{"handle": bad, "reason": "corrupt"}]
+
+
+def test_prune_json_and_bad_duration(lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    [old] = commit(lmdb_url, b"stale", now_ms=ccr._now_ms() - 3 * DAY_MS)
+    commit(lmdb_url, b"fresh")
+    assert run_in_process(["prune", "--not-seen-for", "soon", "--store", lmdb_url]) == 1
+    assert b"invalid duration 'soon'" in capfdbinary.readouterr().err
+    assert run_in_process(["prune", "--not-seen-for", "2d12h", "--json", "--store", lmdb_url]) == 0
+    report = json.loads(capfdbinary.readouterr().out)
+    assert report == {"dry_run": False, "removed": [old], "bytes": 5}
+
+
+def test_migrate_lmdb_to_sqlite_and_not_onto_itself(
+    lmdb_url: str, sqlite_url: str, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    originals = [b"a", AWKWARD, bytes(range(256)) * 40]
+    handles = commit(lmdb_url, *originals)
+    assert run_in_process(["migrate", "--store", lmdb_url, "--to", sqlite_url, "--json"]) == 0
+    report = json.loads(capfdbinary.readouterr().out)
+    assert (report["records"], report["verified"], report["target"]) == (3, 3, sqlite_url)
+    with open_store(sqlite_url) as target:
+        assert [ccr.recover(target, h) for h in handles] == originals
+    assert run_in_process(["migrate", "--store", lmdb_url, "--to", lmdb_url]) == 1
+    assert b"names the source store itself" in capfdbinary.readouterr().err
+
+
+def test_sqlite_store_that_cannot_be_created(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    assert run_in_process(["stats", "--store", f"sqlite://{blocker}/sub/ccr.db"]) == 2
+    assert str(blocker).encode() in capfdbinary.readouterr().err
+
+
+def test_unknown_scheme_is_a_user_error(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    assert run_in_process(["stats", "--store", "nosuch:///x"]) == 1
+    assert b"unknown store scheme 'nosuch'" in capfdbinary.readouterr().err
