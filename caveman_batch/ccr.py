@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -122,6 +123,24 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _Codecs(threading.local):
+    """zstd contexts reused per thread: allocating one costs as much as compressing
+    a small catalog, and a context may not be shared between threads."""
+
+    def __init__(self) -> None:
+        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
+        self.decompressor = zstandard.ZstdDecompressor()
+
+    def compressor(self, level: int) -> zstandard.ZstdCompressor:
+        found = self.compressors.get(level)
+        if found is None:
+            found = self.compressors[level] = zstandard.ZstdCompressor(level=level)
+        return found
+
+
+_codecs = _Codecs()
+
+
 def prepare(
     original: bytes,
     content_type: str = "application/json",
@@ -131,7 +150,7 @@ def prepare(
 ) -> Prepared:
     """Hash and compress `original` into a record value (pure; safe in a worker)."""
     stamp = _now_ms() if now_ms is None else now_ms
-    payload = zstandard.ZstdCompressor(level=level).compress(original)
+    payload = _codecs.compressor(level).compress(original)
     return Prepared(
         digest_of(original),
         encode_record(len(original), content_type, stamp, stamp, payload),
@@ -170,7 +189,7 @@ def open_record(digest: str, value: bytes) -> tuple[Header, bytes]:
     handle = make_handle(digest)
     try:
         header = decode_header(value)
-        original = zstandard.ZstdDecompressor().decompress(
+        original = _codecs.decompressor.decompress(
             value[header.payload_offset:], max_output_size=max(header.original_length, 1)
         )
     except (ValueError, zstandard.ZstdError) as exc:
