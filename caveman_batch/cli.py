@@ -17,9 +17,11 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from . import __version__, ccr
+from . import __version__, ccr, single
 from .errors import CavemanError, UsageError, VerificationFailed
 from .fsio import atomic_write
+from .profile import profile as selection_profile
+from .sources import DEFAULT_MAX_BYTES, read_source
 from .store import Store, open_store
 
 app = typer.Typer(
@@ -76,6 +78,83 @@ def _size(n: int) -> str:
             return f"{n:,} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+MaxBytesOpt = Annotated[
+    int, typer.Option("--max-bytes", metavar="N", min=1,
+                      help="Refuse a document larger than N bytes before reading it whole.")]
+
+
+# -- catalog commands -----------------------------------------------------------
+
+
+@app.command()
+def shrink(
+    source: Annotated[str, typer.Argument(metavar="[FILE|-]", help="A catalog file, or - for stdin.")] = "-",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically) instead of stdout.")] = None,
+    store: StoreOpt = None,
+    max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
+) -> None:
+    """Compress one catalog; commit its original to the store; report (JSON) on stderr."""
+    label, raw = read_source(source, max_bytes)
+    outcome = single.shrink(raw, label, store or default_store_url())
+    if output is None:
+        sys.stdout.buffer.write(outcome.output)
+        sys.stdout.buffer.flush()
+    else:
+        atomic_write(output, outcome.output)
+    sys.stderr.write(json.dumps(outcome.report, ensure_ascii=False) + "\n")
+
+
+@app.command()
+def lint(
+    source: Annotated[str, typer.Argument(metavar="FILE", help="A catalog file, or - for stdin.")],
+    as_json: JsonOpt = False,
+    max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
+) -> None:
+    """Per tool: tokens before/after and what would be dropped (commits nothing)."""
+    label, raw = read_source(source, max_bytes)
+    report = single.lint(raw, label)
+    if as_json:
+        _echo_json(report)
+        return
+    if report["status"] != "ok":
+        typer.echo(f"{label}: passes through unchanged: {report['reason']}")
+        return
+    typer.echo(f"{label}: {len(report['tools'])} tools, {_delta(report)} "
+               f"({report['encoding']}, {report['basis']})")
+    for tool in report["tools"]:
+        typer.echo(f"  {tool['name']}: {_delta(tool)}")
+        for change in tool["changes"]:
+            typer.echo(f"    {_describe_change(change)}")
+
+
+def _delta(d: dict[str, int]) -> str:
+    before, after = d["tokens_before"], d["tokens_after"]
+    saved = (1 - after / before) * 100 if before else 0.0
+    return f"{before:,} -> {after:,} tokens (-{max(saved, 0.0):.1f}%)"
+
+
+def _describe_change(change: dict[str, object]) -> str:
+    if change["kind"] == "annotation":
+        return f"{change['path']}: annotation dropped"
+    dropped = change.get("dropped") or []
+    parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else ["white space folded"]
+    if change.get("lead_cut"):
+        parts.append("lead cut")
+    lines = [f"{change['path']}: " + ", ".join(parts)]
+    lines += [f"      - {s}" for s in dropped]  # type: ignore[union-attr]
+    return "\n".join(lines)
+
+
+@app.command()
+def profile(
+    source: Annotated[str, typer.Argument(metavar="FILE", help="A catalog file, or - for stdin.")],
+    max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
+) -> None:
+    """The selection profile (names, types, enum, required, default, const) as JSON."""
+    _, raw = read_source(source, max_bytes)
+    _echo_json(selection_profile(raw))
 
 
 # -- store commands -----------------------------------------------------------

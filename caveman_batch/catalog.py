@@ -1,0 +1,298 @@
+"""The tool-schema compressor: one catalog in, a smaller catalog that selects the same.
+
+`compress(raw)` is pure (bytes in, bytes + CompressResult out), so the pipeline's
+workers call it directly. It changes only two things, in schema positions only:
+descriptions (through `describe.reduce`) and annotation keys (title, examples,
+example, $comment, $schema). Names, types, enum, required, default, const, $ref,
+every validation keyword, every envelope field, key order and number literals as
+written all survive. Anything it cannot handle passes through unchanged, byte for
+byte, with a reason (fail-open).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from . import describe
+from .tokens import BASIS, ENCODING, count_tokens
+
+CONTENT_TYPE: Final = "application/json"
+ANNOTATION_KEYS: Final = frozenset({"title", "examples", "example", "$comment", "$schema"})
+SCHEMA_KEYS: Final = ("inputSchema", "input_schema", "parameters", "outputSchema", "output_schema")
+# Keys whose value maps NAMES to schemas: the names are data, the values schemas.
+NAME_MAPS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                              "dependentSchemas", "dependencies"})
+# Keys whose value is one schema, or a list of schemas.
+SUBSCHEMA: Final = frozenset({"items", "additionalItems", "additionalProperties", "contains",
+                              "unevaluatedItems", "unevaluatedProperties", "propertyNames",
+                              "not", "if", "then", "else", "contentSchema", "anyOf", "oneOf",
+                              "allOf", "prefixItems"})
+MAX_DEPTH: Final = 200  # orjson refuses deeper documents anyway (255)
+
+
+class Passthrough(Exception):
+    """This catalog goes through unchanged; the message is the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the compressor may do; part of the incremental-refresh key."""
+
+    short_bytes: int = describe.SHORT_BYTES
+    lead_bytes: int = describe.LEAD_BYTES
+    drop_annotations: bool = True
+    count_tokens: bool = True
+
+    def key(self) -> str:
+        return f"s{self.short_bytes}-l{self.lead_bytes}-a{int(self.drop_annotations)}"
+
+
+DEFAULT_OPTIONS: Final = Options()
+
+
+@dataclass(slots=True)
+class CompressResult:
+    status: str  # "ok" or "passthrough"
+    reason: str | None
+    shape: str | None
+    tools: int
+    bytes_before: int
+    bytes_after: int
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    descriptions_reduced: int = 0
+    annotations_dropped: int = 0
+    content_type: str = CONTENT_TYPE
+    encoding: str = ENCODING
+    basis: str = BASIS
+
+    @property
+    def ratio(self) -> float:
+        """Share of tokens saved, in [0, 1]; 0 when unknown."""
+        if not self.tokens_before or self.tokens_after is None:
+            return 0.0
+        return max(0.0, 1.0 - self.tokens_after / self.tokens_before)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ratio"] = round(self.ratio, 4)
+        return data
+
+
+# -- parsing that keeps what we promised to keep -------------------------------
+
+
+def _raw_number(literal: str) -> orjson.Fragment:
+    return orjson.Fragment(literal)  # 1.10 stays 1.10, 1e3 stays 1e3
+
+
+def _int(literal: str) -> Any:
+    # -0 and integers orjson cannot hold (> 64 bits) stay as written
+    if literal == "-0" or len(literal) > 18:
+        return orjson.Fragment(literal)
+    return int(literal)
+
+
+def _no_constants(name: str) -> Any:
+    raise Passthrough(f"non-standard JSON constant {name}")
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        dup = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
+        raise Passthrough(f"duplicate key {dup!r}: dropping either value would change data")
+    return obj
+
+
+def parse(raw: bytes) -> Any:
+    """Parse one JSON document strictly; Passthrough with the reason if it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Passthrough(f"not UTF-8 (byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise Passthrough("empty document")
+    try:
+        return json.loads(text, parse_float=_raw_number, parse_int=_int,
+                          parse_constant=_no_constants, object_pairs_hook=_pairs)
+    except json.JSONDecodeError as exc:
+        what = "a second top-level value" if exc.msg == "Extra data" else exc.msg
+        raise Passthrough(f"invalid JSON at line {exc.lineno} column {exc.colno}: {what}") from None
+    except RecursionError:
+        raise Passthrough("nesting too deep to parse") from None
+
+
+def serialize(doc: Any) -> bytes:
+    try:
+        return orjson.dumps(doc)
+    except orjson.JSONEncodeError as exc:
+        raise Passthrough(f"cannot re-serialize: {exc}") from None
+
+
+# -- where the tools are --------------------------------------------------------
+
+
+def _is_tool(obj: Any) -> bool:
+    return (isinstance(obj, dict) and isinstance(obj.get("name"), str)
+            and any(k in obj for k in ("description", *SCHEMA_KEYS)))
+
+
+def _tool_of(item: Any) -> dict[str, Any] | None:
+    if isinstance(item, dict):
+        fn = item.get("function")
+        if item.get("type") == "function" and isinstance(fn, dict):
+            return fn
+        if _is_tool(item):
+            return item
+    return None
+
+
+def locate_tools(doc: Any) -> tuple[str, list[dict[str, Any]]]:
+    """(shape, tool objects) of a catalog; Passthrough if it is not one we know."""
+    if isinstance(doc, dict):
+        result = doc.get("result")
+        if isinstance(result, dict) and isinstance(result.get("tools"), list) and "jsonrpc" in doc:
+            return "jsonrpc-tools-list", _tools_in(result["tools"])
+        if isinstance(doc.get("tools"), list):
+            return "mcp-tools", _tools_in(doc["tools"])
+        if isinstance(doc.get("functions"), list):
+            return "openai-functions", _tools_in(doc["functions"])
+        tool = _tool_of(doc)
+        if tool is not None:
+            return "single-tool", [tool]
+    elif isinstance(doc, list) and doc:
+        tools = _tools_in(doc)
+        if tools:
+            kind = "openai-tools" if any(isinstance(i, dict) and i.get("type") == "function"
+                                         for i in doc) else "tool-array"
+            return kind, tools
+    raise Passthrough("unknown shape: not an MCP, JSON-RPC, OpenAI or Anthropic tool catalog")
+
+
+def _tools_in(items: list[Any]) -> list[dict[str, Any]]:
+    return [t for t in map(_tool_of, items) if t is not None]
+
+
+# -- the rewrite ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Walk:
+    options: Options
+    reducer: Callable[[str], str]
+    descriptions_reduced: int = 0
+    annotations_dropped: int = 0
+    trace: list[dict[str, Any]] | None = field(default=None)
+
+    def description(self, text: str, path: str) -> str:
+        out = self.reducer(text)
+        if out != text:
+            self.descriptions_reduced += 1
+            if self.trace is not None:
+                self.trace.append(_description_change(text, out, path, self.options))
+        return out
+
+    def tool(self, tool: dict[str, Any], path: str) -> None:
+        if isinstance(tool.get("description"), str):
+            tool["description"] = self.description(tool["description"], f"{path}/description")
+        for key in SCHEMA_KEYS:
+            if key in tool:
+                tool[key] = self.schema(tool[key], f"{path}/{key}", 0)
+
+    def schema(self, node: Any, path: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise Passthrough(f"schema nested deeper than {MAX_DEPTH} levels")
+        if not isinstance(node, dict):
+            return node
+        drop = self.options.drop_annotations
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if drop and key in ANNOTATION_KEYS:
+                self.annotations_dropped += 1
+                if self.trace is not None:
+                    self.trace.append({"path": f"{path}/{key}", "kind": "annotation"})
+                continue
+            if key == "description" and isinstance(value, str):
+                value = self.description(value, f"{path}/description")
+            elif key in NAME_MAPS and isinstance(value, dict):
+                value = {name: self.schema(sub, f"{path}/{key}/{_esc(name)}", depth + 1)
+                         for name, sub in value.items()}
+            elif key in SUBSCHEMA:
+                value = self._subschema(value, f"{path}/{key}", depth + 1)
+            out[key] = value  # enum, const, default, required, …: data, copied as is
+        return out
+
+    def _subschema(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, list):
+            return [self.schema(v, f"{path}/{i}", depth) for i, v in enumerate(value)]
+        return self.schema(value, path, depth)
+
+
+def _description_change(before: str, after: str, path: str, options: Options) -> dict[str, Any]:
+    why = describe.explain(before, short_bytes=options.short_bytes, lead_bytes=options.lead_bytes)
+    return {"path": path, "kind": "description", "before": before, "after": after,
+            "dropped": why.dropped, "lead_cut": bool(why.lead and why.lead.endswith(describe.ELLIPSIS)
+                                                    and why.lead not in before)}
+
+
+def _esc(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _reducer(options: Options) -> Callable[[str], str]:
+    if (options.short_bytes, options.lead_bytes) == (describe.SHORT_BYTES, describe.LEAD_BYTES):
+        return describe.reduce
+    return lambda text: describe.reduce(text, short_bytes=options.short_bytes,
+                                        lead_bytes=options.lead_bytes)
+
+
+def rewrite(doc: Any, options: Options = DEFAULT_OPTIONS,
+            trace: list[dict[str, Any]] | None = None) -> tuple[str, int, _Walk]:
+    """Rewrite `doc` in place; (shape, tool count, walk stats)."""
+    shape, tools = locate_tools(doc)
+    walk = _Walk(options, _reducer(options), trace=trace)
+    for i, tool in enumerate(tools):
+        walk.tool(tool, f"/tools/{i}")
+    return shape, len(tools), walk
+
+
+def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, CompressResult]:
+    """Compress one catalog. Never raises on bad input: it passes through with a reason."""
+    try:
+        doc = parse(raw)
+        shape, ntools, walk = rewrite(doc, options)
+        out = serialize(doc)
+    except Passthrough as exc:
+        return raw, _passthrough(raw, str(exc), None, 0, options)
+    except RecursionError:
+        return raw, _passthrough(raw, "nesting too deep", None, 0, options)
+    if len(out) >= len(raw):
+        return raw, _passthrough(raw, "not smaller", shape, ntools, options)
+    result = CompressResult("ok", None, shape, ntools, len(raw), len(out),
+                            descriptions_reduced=walk.descriptions_reduced,
+                            annotations_dropped=walk.annotations_dropped)
+    if options.count_tokens:
+        result.tokens_before = count_tokens(raw)
+        result.tokens_after = count_tokens(out)
+        if result.tokens_after > result.tokens_before:
+            return raw, _passthrough(raw, "not fewer tokens", shape, ntools, options)
+    return out, result
+
+
+def _passthrough(raw: bytes, reason: str, shape: str | None, ntools: int,
+                 options: Options) -> CompressResult:
+    result = CompressResult("passthrough", reason, shape, ntools, len(raw), len(raw))
+    if options.count_tokens:
+        try:
+            result.tokens_before = result.tokens_after = count_tokens(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass  # not text: no honest token count
+    return result

@@ -1,0 +1,227 @@
+"""The description reducer: fewer words, every rule sentence kept word for word.
+
+A description is first folded (runs of white space become one space; a blank line
+or a line break before a list item is kept, as the break that carries structure).
+Up to SHORT_BYTES of UTF-8 it then stays whole. A longer one is split into
+sentences and keeps, in their original order:
+
+* every sentence that states a rule (`rules.is_rule`), verbatim, never cut;
+* the lead: the first sentence that states no rule, cut on a word boundary to at
+  most LEAD_BYTES bytes, ending in "…" when cut.
+
+`reduce(reduce(x)) == reduce(x)`: every boundary decision looks only at the
+sentence before it and the character after it, and kept sentences are joined by the
+separator that preceded them, so the reduced text splits into exactly the kept
+sentences. Quoted and code spans are the one non-local thing (their pairing can
+shift when a sentence goes), so texts holding them are re-split and checked.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Final
+
+from .rules import is_rule
+
+SHORT_BYTES: Final = 160
+LEAD_BYTES: Final = 80
+ELLIPSIS: Final = "…"
+_MAX_PASSES: Final = 4
+
+# White space that folding changes: a run of two or more, or any one that is not " ".
+_FOLDABLE = re.compile(r"\s{2,}|[^\S ]")
+# A list item marker at the start of a line: -, *, +, •, 1. 2) a) (i)
+_LIST_MARKER = re.compile(r"(?:[-*+•▪‣◦]|\(?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)])[ \t]")
+# Abbreviations after which a period does not end a sentence (lower-cased, no final dot).
+_ABBREVIATIONS: Final = frozenset(
+    """e.g i.e etc vs v cf approx incl excl esp ca resp fig no nos vol pp p
+    mr mrs ms dr prof st jr sr inc ltd co corp dept est min max sec hr hrs
+    jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun
+    a.m p.m u.s u.k e.u n.b al""".split()
+)
+
+
+def _boundary_pattern() -> re.Pattern[str]:
+    """Terminal punctuation (+ closers) before " X", or a kept line break.
+
+    The period branch refuses, by fixed-width lookbehinds checked only after a
+    period, abbreviations, initials ("J. Smith") and small numbers ("1. First",
+    "at most 10. Use"): merging there only over-keeps. Starting with a character
+    class lets the engine skip to candidates at C speed.
+    """
+    word_start = r"(?<![^\s(\"'“‘\[])"
+    by_len: dict[int, list[str]] = {}
+    for abbr in sorted(_ABBREVIATIONS):
+        by_len.setdefault(len(abbr), []).append(re.escape(abbr))
+    abbr = "".join(f"(?<!{word_start}(?i:{'|'.join(v)})\\.)" for _, v in sorted(by_len.items()))
+    number = "".join(f"(?<!{word_start}\\d{{{n}}}\\.)" for n in (1, 2, 3))
+    initial = f"(?<!{word_start}[^\\W\\d_]\\.)"
+    period = r"\." + abbr + number + initial
+    return re.compile(r"(?:[!?…]|" + period + r")[\"'”’)\]]{0,2}(?= \S)|\n+")
+
+
+_BOUNDARY = _boundary_pattern()
+_SPAN_CHARS = re.compile(r"[`\"“]")
+_SPANS = re.compile(r"`[^`\n]{1,400}`|\"[^\"\n]{1,300}\"|“[^”\n]{1,300}”")
+
+
+def fold(text: str) -> str:
+    """Collapse white space; keep a blank line as "\\n\\n", a break before a list item as "\\n"."""
+    if _FOLDABLE.search(text) is None:
+        return text.strip(" ")
+    return _FOLDABLE.sub(lambda m: _fold_run(m, text), text).strip()
+
+
+def _fold_run(m: re.Match[str], text: str) -> str:
+    run = m.group()
+    if "\n" not in run or m.start() == 0 or m.end() == len(text):
+        return " "
+    if run.count("\n") >= 2:
+        return "\n\n"
+    return "\n" if _LIST_MARKER.match(text, m.end()) else " "
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    start: int
+    end: int  # exclusive; text[start:end] has no leading or trailing white space
+
+
+def _protected(text: str) -> list[tuple[int, int]]:
+    if _SPAN_CHARS.search(text) is None:
+        return []
+    return [m.span() for m in _SPANS.finditer(text)]
+
+
+def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
+    i = bisect_right(spans, (pos, 1 << 62)) - 1
+    return i >= 0 and spans[i][0] < pos < spans[i][1]
+
+
+def split_sentences(text: str) -> list[Sentence]:
+    """Sentences of folded `text`, in order; boundaries a careful reader agrees with."""
+    spans = _protected(text)
+    out: list[Sentence] = []
+    begin = 0
+    size = len(text)
+    for m in _BOUNDARY.finditer(text):
+        if m.group(0)[0] == "\n":
+            cut = m.start()  # fold() kept a break only where it carries structure
+        elif text[m.end() + 1].islower() or (spans and _inside(m.start(), spans)):
+            continue  # "approx. five", "fast. slow", or inside `code. Span` / "a. B"
+        else:
+            cut = m.end()
+        if cut > begin:
+            out.append(Sentence(begin, cut))
+        begin = cut
+        while begin < size and text[begin] in " \n":
+            begin += 1
+    if begin < size:
+        out.append(Sentence(begin, size))
+    return out
+
+
+def cut_lead(sentence: str, limit: int = LEAD_BYTES) -> str:
+    """`sentence` if it fits in `limit` bytes, else its longest word-boundary prefix + "…"."""
+    encoded = sentence.encode("utf-8")
+    if len(encoded) <= limit:
+        return sentence
+    head = encoded[:limit - len(ELLIPSIS.encode("utf-8"))].decode("utf-8", "ignore")
+    if not sentence[len(head)].isspace():
+        space = head.rfind(" ")
+        head = head[:space] if space > 0 else head  # never end on half a word
+    return head.rstrip(" ,;:–—-(") + ELLIPSIS
+
+
+@dataclass(frozen=True, slots=True)
+class Reduction:
+    """What one pass kept and dropped (lint shows it)."""
+
+    text: str
+    kept: list[str]
+    dropped: list[str]
+    lead: str | None  # the lead as kept (cut or whole), if there was one
+
+
+_TERMINAL: Final = tuple(".!?…")
+_CLOSERS: Final = "\"'”’)]"
+
+
+def units(text: str) -> list[Sentence]:
+    """Sentences glued into the units that are kept or dropped together.
+
+    A sentence that ends without terminal punctuation and is followed by a line
+    break runs on into the next one: "Valid values:" and the list items under it,
+    a heading and its paragraph. Deciding per unit means a rule is never separated
+    from the lines that complete it, whoever splits the sentences.
+    """
+    glued: list[Sentence] = []
+    for s in split_sentences(text):
+        if glued and text[s.start - 1] == "\n" and not \
+                text[glued[-1].start:glued[-1].end].rstrip(_CLOSERS).endswith(_TERMINAL):
+            glued[-1] = Sentence(glued[-1].start, s.end)
+        else:
+            glued.append(s)
+    return glued
+
+
+def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
+    parts: list[str] = []
+    kept: list[str] = []
+    dropped: list[str] = []
+    lead: str | None = None
+    pieces = units(folded)
+    for s in pieces:
+        body = folded[s.start:s.end]
+        if not _states_rule(body):
+            if lead is not None:
+                dropped.append(body)
+                continue
+            body = lead = cut_lead(body, lead_bytes)
+        if parts:
+            parts.append(_separator(folded, s.start))
+        parts.append(body)
+        kept.append(body)
+    text = "".join(parts)
+    return Reduction(text, kept, dropped if text != folded else [], lead)
+
+
+def _states_rule(unit: str) -> bool:
+    return is_rule(unit) or any(is_rule(line) for line in unit.split("\n")[1:])
+
+
+def _separator(folded: str, start: int) -> str:
+    if folded[start - 1] != "\n":
+        return " "
+    return "\n\n" if folded[start - 2:start] == "\n\n" else "\n"
+
+
+def _is_short(text: str, short_bytes: int) -> bool:
+    return len(text) <= short_bytes // 4 or len(text.encode("utf-8")) <= short_bytes
+
+
+def explain(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_BYTES) -> Reduction:
+    """The reduction of `text` with what was kept and dropped."""
+    current = fold(text)
+    if _is_short(current, short_bytes):
+        return Reduction(current, [current], [], None)
+    result = _reduce_once(current, lead_bytes)
+    dropped = list(result.dropped)
+    for _ in range(_MAX_PASSES):
+        if result.text == current or _SPAN_CHARS.search(result.text) is None:
+            break  # a fixed point by construction (see the module docstring)
+        current = result.text
+        if _is_short(current, short_bytes):
+            break
+        result = _reduce_once(current, lead_bytes)
+        dropped += result.dropped
+    return Reduction(result.text, result.kept, dropped, result.lead)
+
+
+def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_BYTES) -> str:
+    """The reduced description (see the module docstring)."""
+    if len(text) <= short_bytes // 4 and _FOLDABLE.search(text) is None:
+        return text.strip(" ")
+    return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text

@@ -1,0 +1,97 @@
+"""The selection profile: everything an agent uses to pick a tool and build its call.
+
+Per tool: its name and, per schema, every parameter (by path) with its type, enum,
+required flag, default and const, plus the schema's whole selection surface (the
+schema minus descriptions and annotation keys). The compressor's law is
+`profile(input) == profile(output)` for every catalog.
+
+This walker is written apart from the compressor's on purpose: the law is only a
+check if the two do not share their mistakes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .catalog import ANNOTATION_KEYS, SCHEMA_KEYS, Passthrough, locate_tools, parse
+
+_PROSE = ANNOTATION_KEYS | {"description"}
+_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_ONE = ("items", "additionalProperties", "additionalItems", "contains", "propertyNames", "not",
+        "if", "then", "else", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_FIELDS = ("type", "enum", "const", "default", "format", "$ref")
+
+
+def _canon(value: Any) -> Any:
+    """Values compared as their canonical JSON (raw number literals included)."""
+    return orjson.loads(orjson.dumps(value)) if not isinstance(value, str | bool | int) else value
+
+
+def surface(node: Any) -> Any:
+    """`node` without prose: descriptions and annotation keys, in schema positions only."""
+    if not isinstance(node, dict):
+        return _canon(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _PROSE and (key != "description" or isinstance(value, str)):
+            continue
+        if key in _MAPS and isinstance(value, dict):
+            out[key] = {name: surface(sub) for name, sub in value.items()}
+        elif key == "dependencies" and isinstance(value, dict):
+            out[key] = {n: surface(s) if isinstance(s, dict) else _canon(s) for n, s in value.items()}
+        elif key in _ONE and isinstance(value, dict):
+            out[key] = surface(value)
+        elif key in _MANY and isinstance(value, list):
+            out[key] = [surface(v) for v in value]
+        else:
+            out[key] = _canon(value)
+    return out
+
+
+def parameters(schema: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """Flat list of parameters under `schema` (nested objects and arrays by path)."""
+    found: list[dict[str, Any]] = []
+    if not isinstance(schema, dict):
+        return found
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    props = schema.get("properties")
+    for name, sub in (props.items() if isinstance(props, dict) else ()):
+        path = f"{prefix}{name}"
+        entry: dict[str, Any] = {"path": path, "required": name in required}
+        if isinstance(sub, dict):
+            entry.update({f: _canon(sub[f]) for f in _FIELDS if f in sub})
+        found.append(entry)
+        found += parameters(sub, path + ".")
+        items = sub.get("items") if isinstance(sub, dict) else None
+        if isinstance(items, dict):
+            found += parameters(items, path + "[].")
+    for key in ("anyOf", "oneOf", "allOf"):
+        for i, alt in enumerate(schema.get(key) or [] if isinstance(schema.get(key), list) else []):
+            found += parameters(alt, f"{prefix}{key}[{i}].")
+    return found
+
+
+def profile_doc(doc: Any) -> dict[str, Any]:
+    try:
+        shape, tools = locate_tools(doc)
+    except Passthrough:
+        return {"shape": None, "tools": []}
+    out = []
+    for tool in tools:
+        entry: dict[str, Any] = {"name": tool.get("name")}
+        for key in SCHEMA_KEYS:
+            if key in tool:
+                entry[key] = {"parameters": parameters(tool[key]), "surface": surface(tool[key])}
+        out.append(entry)
+    return {"shape": shape, "tools": out}
+
+
+def profile(raw: bytes) -> dict[str, Any]:
+    """The selection profile of a catalog's bytes (empty for what is not a catalog)."""
+    try:
+        return profile_doc(parse(raw))
+    except Passthrough:
+        return {"shape": None, "tools": []}

@@ -1,0 +1,86 @@
+"""One catalog at a time: what `shrink`, `lint` and `profile` do, as library calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ccr
+from .catalog import (
+    DEFAULT_OPTIONS,
+    Options,
+    Passthrough,
+    compress,
+    locate_tools,
+    parse,
+    rewrite,
+    serialize,
+)
+from .errors import StoreError
+from .store import open_store
+from .tokens import BASIS, ENCODING, count_tokens
+
+
+@dataclass
+class ShrinkOutcome:
+    output: bytes
+    report: dict[str, Any]
+
+
+def shrink(raw: bytes, source: str, store_url: str | None,
+           options: Options = DEFAULT_OPTIONS) -> ShrinkOutcome:
+    """Compress one catalog and commit its original BEFORE the output is handed back.
+
+    If the store cannot be opened or written, the original passes through unchanged
+    and no handle is given: an output never names an original that is not stored.
+    """
+    output, result = compress(raw, options)
+    report: dict[str, Any] = {"source": source, **result.as_dict(), "handle": None,
+                              "store": store_url}
+    if store_url is None:
+        return ShrinkOutcome(output, report)
+    try:
+        with open_store(store_url) as store:
+            report["handle"] = ccr.store_original(store, raw, result.content_type)
+    except StoreError as exc:
+        report.update(status="passthrough", reason=f"store unavailable: {exc}",
+                      bytes_after=len(raw), tokens_after=report["tokens_before"], ratio=0.0)
+        return ShrinkOutcome(raw, report)
+    return ShrinkOutcome(output, report)
+
+
+@dataclass
+class ToolLint:
+    name: str
+    tokens_before: int
+    tokens_after: int
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "tokens_before": self.tokens_before,
+                "tokens_after": self.tokens_after, "changes": self.changes}
+
+
+def lint(raw: bytes, source: str, options: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
+    """Per tool: tokens before/after (compact JSON of the tool) and every change made."""
+    try:
+        doc = parse(raw)
+        before_doc = parse(raw)
+        trace: list[dict[str, Any]] = []
+        shape, _, _ = rewrite(doc, options, trace)
+        _, tools_before = locate_tools(before_doc)
+        _, tools_after = locate_tools(doc)
+    except Passthrough as exc:
+        return {"source": source, "status": "passthrough", "reason": str(exc), "tools": []}
+    tools = []
+    for i, (old, new) in enumerate(zip(tools_before, tools_after)):
+        prefix = f"/tools/{i}/"
+        entry = ToolLint(str(old.get("name")), count_tokens(serialize(old)),
+                         count_tokens(serialize(new)),
+                         [c for c in trace if c["path"].startswith(prefix)])
+        tools.append(entry.as_dict())
+    total_before = count_tokens(raw)
+    total_after = count_tokens(serialize(doc))
+    return {"source": source, "status": "ok", "shape": shape, "encoding": ENCODING,
+            "basis": BASIS, "tokens_before": total_before, "tokens_after": total_after,
+            "tools": tools}

@@ -1,0 +1,35 @@
+"""Exact o200k_base token counts, computed offline.
+
+The vocabulary ships inside the quicktok-v1 wheel (byte-identical to OpenAI's
+o200k_base; tests check its sha256 against tiktoken's published hash and the counts
+against tiktoken itself), so nothing is ever downloaded. Counts are of ordinary
+text: special-token strings such as "<|endoftext|>" count as the text they are.
+Counts are "inferred": exact for the named encoding, not verified by a provider.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Final, Protocol
+
+ENCODING: Final = "o200k_base"
+BASIS: Final = "inferred"
+
+
+class _Counter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+@lru_cache(maxsize=1)
+def _encoder() -> _Counter:
+    import quicktok
+
+    enc: _Counter = quicktok.get_encoding(ENCODING)
+    return enc
+
+
+def count_tokens(text: str | bytes) -> int:
+    """Exact o200k_base token count of `text` (bytes are decoded as UTF-8, replacing errors)."""
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text).decode("utf-8", "replace")
+    return _encoder().count(text) if text else 0
