@@ -1,0 +1,136 @@
+"""CCR store throughput and latency, per backend.
+
+Timed for real with:
+
+    python -m pytest benchmarks/test_bench_store.py --benchmark-enable --benchmark-only
+
+In the normal test run (--benchmark-disable) each benchmark runs once on small data,
+as a smoke test. Throughput is reported in `extra_info` as MB/s of ORIGINAL bytes
+(1 MB = 10**6 bytes) at the median round. Targets from the issue: batched LMDB
+commit >= 150 MB/s with hashing and zstd included; single-handle recover < 1 ms
+median on LMDB with 100k records.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from caveman_batch import ccr
+from caveman_batch.store import Store, open_store
+
+BACKENDS = ["lmdb", "sqlite", "memory"]
+BATCH = 256  # 20 KB catalogs per transaction: ~5 MB
+BIG_STORE_RECORDS = 100_000
+BIG_STORE_RECORDS_SMOKE = 5_000  # when not timed: keep the normal test run quick
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    url = {"lmdb": f"lmdb://{tmp_path}/ccr.lmdb", "sqlite": f"sqlite://{tmp_path}/ccr.db",
+           "memory": "memory://"}[request.param]
+    with open_store(url) as s:
+        yield s
+
+
+def report_throughput(benchmark: BenchmarkFixture, nbytes: int, what: str = "original") -> None:
+    stats = getattr(benchmark, "stats", None)
+    if stats is None:  # --benchmark-disable: nothing was timed
+        return
+    benchmark.extra_info[f"{what}_MB_per_s"] = round(nbytes / stats.stats.median / 1e6, 1)
+    benchmark.extra_info["median_ms"] = round(stats.stats.median * 1e3, 2)
+
+
+def test_commit_batched(
+    benchmark: BenchmarkFixture, store: Store, catalogs: Any, benchmarks_enabled: bool
+) -> None:
+    """prepare (sha256 + zstd) and commit 256 new 20 KB catalogs in one transaction."""
+    rounds = 20 if benchmarks_enabled else 1
+    batches = iter([catalogs.many(r * BATCH, BATCH) for r in range(rounds)])
+
+    def next_batch() -> tuple[tuple[list[bytes]], dict[str, object]]:
+        return (next(batches),), {}
+
+    def prepare_and_commit(originals: list[bytes]) -> list[str]:
+        return ccr.commit(store, [ccr.prepare(o) for o in originals])
+
+    handles = benchmark.pedantic(prepare_and_commit, setup=next_batch, rounds=rounds, iterations=1)
+    assert ccr.recover(store, handles[-1]) == catalogs.one(rounds * BATCH - 1)
+    report_throughput(benchmark, sum(map(len, catalogs.many(0, BATCH))))
+
+
+def test_commit_prepared(
+    benchmark: BenchmarkFixture, store: Store, catalogs: Any, benchmarks_enabled: bool
+) -> None:
+    """The parent's share in the pipeline (workers prepare): commit 256 prepared catalogs."""
+    rounds = 20 if benchmarks_enabled else 1
+    batches = iter([[ccr.prepare(o) for o in catalogs.many(r * BATCH, BATCH)] for r in range(rounds)])
+
+    def next_batch() -> tuple[tuple[list[ccr.Prepared]], dict[str, object]]:
+        return (next(batches),), {}
+
+    handles = benchmark.pedantic(lambda prepared: ccr.commit(store, prepared), setup=next_batch,
+                                 rounds=rounds, iterations=1)
+    assert ccr.recover(store, handles[0]) == catalogs.one((rounds - 1) * BATCH)
+    report_throughput(benchmark, sum(map(len, catalogs.many(0, BATCH))))
+
+
+def test_recover_batch(benchmark: BenchmarkFixture, store: Store, catalogs: Any) -> None:
+    """recover (resolve + read + decompress + sha256 check) 256 catalogs by handle."""
+    originals = catalogs.many(0, BATCH)
+    handles = ccr.commit(store, [ccr.prepare(o) for o in originals])
+    recovered = benchmark(lambda: [ccr.recover(store, h) for h in handles])
+    assert recovered == originals
+    report_throughput(benchmark, sum(map(len, originals)))
+
+
+def test_get_raw(benchmark: BenchmarkFixture, store: Store, catalogs: Any) -> None:
+    """The backend's bare get of 256 stored records (no decompression, no check)."""
+    handles = ccr.commit(store, [ccr.prepare(o) for o in catalogs.many(0, BATCH)])
+    keys = [h[len(ccr.HANDLE_PREFIX):].encode() for h in handles]
+    values = benchmark(lambda: [store.get(k) for k in keys])
+    assert all(values)
+    report_throughput(benchmark, sum(map(len, values)), "stored")
+
+
+@pytest.fixture(scope="session")
+def big_lmdb(
+    tmp_path_factory: pytest.TempPathFactory, catalogs: Any, benchmarks_enabled: bool
+) -> tuple[str, dict[str, bytes]]:
+    """An LMDB store of 100k small records (one or two tools each, ~0.6-2 KB), built once
+    per session; 1000 of them, seeded, by handle."""
+    count = BIG_STORE_RECORDS if benchmarks_enabled else BIG_STORE_RECORDS_SMOKE
+    url = f"lmdb://{tmp_path_factory.mktemp('big-lmdb')}/ccr.lmdb"
+    with open_store(url) as s:
+        for start in range(0, count, 5000):
+            originals = [catalogs.one(n, 600) for n in range(start, min(start + 5000, count))]
+            ccr.commit(s, [ccr.prepare(o) for o in originals])
+    sample = [catalogs.one(n, 600) for n in random.Random(42).sample(range(count), 1000)]
+    return url, {ccr.make_handle(ccr.digest_of(o)): o for o in sample}
+
+
+@pytest.mark.parametrize("form", ["handle", "prefix8"])
+def test_recover_latency_in_100k_lmdb(
+    benchmark: BenchmarkFixture, big_lmdb: tuple[str, dict[str, bytes]], form: str
+) -> None:
+    """One recover call in a big store, cycling over 1000 different handles (no hot record)."""
+    url, sample = big_lmdb
+    cut = len(ccr.HANDLE_PREFIX) + (8 if form == "prefix8" else 64)
+    pairs = itertools.cycle([(handle[:cut], original) for handle, original in sample.items()])
+    with open_store(url) as s:
+
+        def recover_one() -> bool:
+            handle, original = next(pairs)
+            return ccr.recover(s, handle) == original
+
+        assert benchmark(recover_one)
+        benchmark.extra_info["records"] = sum(1 for _ in s.keys())
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["median_us"] = round(stats.stats.median * 1e6, 1)
