@@ -185,7 +185,7 @@ def _tool_name(spec: Spec, verb: str, res: tuple[str, str]) -> str:
     return base
 
 
-def _slots(rng: random.Random, spec: Spec, verb: str, res: tuple[str, str],
+def tool_slots(rng: random.Random, spec: Spec, verb: str, res: tuple[str, str],
            others: list[str]) -> dict[str, object]:
     domain = spec.domain
     res2 = rng.choice(domain.resources)
@@ -209,7 +209,7 @@ def _slots(rng: random.Random, spec: Spec, verb: str, res: tuple[str, str],
 
 def _tool(rng: random.Random, spec: Spec, prose: Prose, verb: str, res: tuple[str, str],
           name: str, names: list[str]) -> dict[str, Any]:
-    slots = _slots(rng, spec, verb, res, names)
+    slots = tool_slots(rng, spec, verb, res, names)
     ctx = SchemaCtx(rng=rng, prose=prose, flavour=spec.flavour, camel=spec.naming == "camel",
                     slots=slots, fields=tuple(snake(f) for f in spec.domain.fields),
                     annotate=spec.annotate)

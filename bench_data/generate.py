@@ -22,6 +22,7 @@ from typing import Any
 
 from bench_data.catalogs import SHAPES, Names, Template, build_template, fill_markers, relpath
 from bench_data.quirks import MALFORMED_NOTE, QUIRKS, malformed_line, oversize_catalog, quirk_files
+from bench_data.showcase import build_showcase
 from bench_data.sinks import QUIRK_DIR, ArraySink, JsonlSink, Server, Sink, TreeSink
 from bench_data.words import VARIANTS, VENDORS
 
@@ -31,7 +32,8 @@ MB = 1_000_000
 
 
 class Pool:
-    """The emission sequence: each template once, then (with a target) re-emissions of them."""
+    """The emission sequence: the showcase server, each template once, then (with a target)
+    re-emissions of the templates under new names."""
 
     def __init__(self, seed: int, servers: int, max_tools: int | None = None) -> None:
         flagship = servers >= FLAGSHIP_MIN_SERVERS and max_tools is None
@@ -39,11 +41,12 @@ class Pool:
         # Each template has its own stream, so server i never depends on how long the run is.
         self.templates = [build_template(random.Random(seed * 1_000_003 + i), i,
                                          flagship and i == 0, caps) for i in range(servers)]
+        self.showcase = build_showcase(seed)
         self.rng = random.Random(seed * 1_000_003 - 1)
         self.taken: dict[str, int] = {}
 
     def servers(self, endless: bool) -> Iterator[Server]:
-        for template in self.templates:
+        for template in [self.showcase, *self.templates]:
             yield self._emit(template, template.spec.vendor)
         while endless and self.templates:
             template = self.templates[self.rng.randrange(len(self.templates))]

@@ -19,7 +19,7 @@ QUIRKS: dict[str, str] = {
     "unknown_shape.json": "valid JSON that is no known catalog shape",
     "empty.json": "a zero-byte file",
     "not_json.json": "YAML-looking text, not JSON",
-    "oversize.json": "a valid MCP catalog far larger than the others (size set by oversize_bytes)",
+    "oversize.json": "a valid MCP catalog of a set size (oversize_bytes, default 3 MiB)",
 }
 
 # The one bad line of a JSONL output: a catalog cut off mid-line.
@@ -82,7 +82,11 @@ def oversize_catalog(seed: int, target: int, fmt: str = "indent2") -> bytes:
     """A valid MCP catalog of about target bytes (pretty-printed; fmt="compact" gives the same
     catalog on one line): one rich server's tools, repeated under numbered names."""
     _spec, base, _doc = build_document(*_fixture(seed, 40))
-    per_tool = len(render({"tools": base}, "indent2", False, "natural")) / len(base)
-    tools = [dict(base[i % len(base)], name=f"{base[i % len(base)]['name']}_{i}")
-             for i in range(max(1, round(target / per_tool)))]
+    sizes = [len(render({"tools": [tool]}, "indent2", False, "natural")) for tool in base]
+    tools: list[dict[str, object]] = []
+    total = 0
+    while total < target:
+        tool = base[len(tools) % len(base)]
+        total += sizes[len(tools) % len(base)]
+        tools.append(dict(tool, name=f"{tool['name']}_{len(tools)}"))
     return fill_markers(render({"tools": tools}, fmt, False, "natural"), _QUIRK_NAMES)

@@ -379,7 +379,12 @@ def _groups(verb: str) -> tuple[str, ...]:
 
 def build_input(c: SchemaCtx, verb: str, tool: str, n_extra: int) -> Schema:
     """The input schema of one tool, in the server's flavour."""
-    params = _dedupe(_core_params(c, verb) + _extra_params(c, verb, n_extra))
+    return assemble(c, _core_params(c, verb) + _extra_params(c, verb, n_extra), tool)
+
+
+def assemble(c: SchemaCtx, params: list[Param], tool: str) -> Schema:
+    """An object schema over params (first of each name wins), in the server's flavour."""
+    params = _dedupe(params)
     if c.flavour == "lossy":
         return _lossy(params)
     props = {_name(c, p.name): _decorate(c, p) for p in params}

@@ -338,7 +338,7 @@ RULES: dict[str, tuple[str, ...]] = {
         "Do not call this tool in a loop to page through results; pass the cursor instead.",
         "The {res} does not need to be open for this to work.",
         "Do not guess identifiers: look them up first.",
-        "Never retry a failed {verb_lower} call without checking whether it already succeeded.",
+        "Never retry a failed {verb} call without checking whether it already succeeded.",
     ),
     "limit": (
         "At most {n} {ress} are returned per call.",
