@@ -36,7 +36,15 @@ MAX_DEPTH: Final = 200  # orjson refuses deeper documents anyway (255)
 
 
 class Passthrough(Exception):
-    """This catalog goes through unchanged; the message is the reason."""
+    """This catalog goes through unchanged; the message is the reason.
+
+    `broken` says the document itself is bad (not UTF-8, not JSON, duplicate keys):
+    a batch reports it as an error. Otherwise it is sound JSON we leave alone.
+    """
+
+    def __init__(self, reason: str, *, broken: bool = False) -> None:
+        super().__init__(reason)
+        self.broken = broken
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,7 @@ class CompressResult:
     tokens_after: int | None = None
     descriptions_reduced: int = 0
     annotations_dropped: int = 0
+    broken: bool = False  # passed through because the input itself is bad
     content_type: str = CONTENT_TYPE
     encoding: str = ENCODING
     basis: str = BASIS
@@ -99,14 +108,15 @@ def _int(literal: str) -> Any:
 
 
 def _no_constants(name: str) -> Any:
-    raise Passthrough(f"non-standard JSON constant {name}")
+    raise Passthrough(f"non-standard JSON constant {name}", broken=True)
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         dup = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
-        raise Passthrough(f"duplicate key {dup!r}: dropping either value would change data")
+        raise Passthrough(f"duplicate key {dup!r}: dropping either value would change data",
+                          broken=True)
     return obj
 
 
@@ -115,17 +125,18 @@ def parse(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Passthrough(f"not UTF-8 (byte {exc.start})") from None
+        raise Passthrough(f"not UTF-8 (byte {exc.start})", broken=True) from None
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text.strip():
-        raise Passthrough("empty document")
+        raise Passthrough("empty document", broken=True)
     try:
         return json.loads(text, parse_float=_raw_number, parse_int=_int,
                           parse_constant=_no_constants, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         what = "a second top-level value" if exc.msg == "Extra data" else exc.msg
-        raise Passthrough(f"invalid JSON at line {exc.lineno} column {exc.colno}: {what}") from None
+        raise Passthrough(f"invalid JSON at line {exc.lineno} column {exc.colno}: {what}",
+                          broken=True) from None
     except RecursionError:
         raise Passthrough("nesting too deep to parse") from None
 
@@ -271,7 +282,9 @@ def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, Com
         shape, ntools, walk = rewrite(doc, options)
         out = serialize(doc)
     except Passthrough as exc:
-        return raw, _passthrough(raw, str(exc), None, 0, options)
+        result = _passthrough(raw, str(exc), None, 0, options)
+        result.broken = exc.broken
+        return raw, result
     except RecursionError:
         return raw, _passthrough(raw, "nesting too deep", None, 0, options)
     if len(out) >= len(raw):

@@ -17,7 +17,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from . import __version__, ccr, single
+from . import __version__, ccr, pipeline, single
+from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .fsio import atomic_write
 from .profile import profile as selection_profile
@@ -155,6 +156,55 @@ def profile(
     """The selection profile (names, types, enum, required, default, const) as JSON."""
     _, raw = read_source(source, max_bytes)
     _echo_json(selection_profile(raw))
+
+
+@app.command()
+def compress(
+    sources: Annotated[list[str], typer.Argument(metavar="SRC...", help="Directories, *.json / *.jsonl files, registry arrays, or - (JSONL on stdin).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder (mirrors directory sources).")],
+    store: StoreOpt = None,
+    manifest: Annotated[Path | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = 0,
+    max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
+    incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+) -> None:
+    """Compress catalogs in bulk: originals committed first, outputs published atomically."""
+    config = pipeline.Config(
+        sources=sources, out=out, store_url=store or default_store_url(), manifest=manifest,
+        workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
+        incremental=incremental, options=DEFAULT_OPTIONS,
+    )
+    show = not quiet and sys.stderr.isatty()
+    summary = pipeline.run(config, progress=_progress_line if show else None)
+    if show:
+        sys.stderr.write("\n")
+    report = summary.as_dict()
+    report.update(out=str(out), manifest=str(config.manifest_path), store=config.store_url)
+    if as_json:
+        _echo_json(report)
+    else:
+        typer.echo(_summary_text(report))
+    if strict and summary.error:
+        raise UsageError(f"{summary.error} document(s) in error (--strict); see {config.manifest_path}")
+
+
+def _progress_line(s: pipeline.Summary) -> None:
+    rate = s.bytes_before / 1e6 / s.seconds if s.seconds else 0.0
+    sys.stderr.write(f"\r{s.documents:,} docs | {s.bytes_before / 1e6:,.1f} MB | "
+                     f"saved {s.ratio * 100:.1f}% tokens | {rate:,.1f} MB/s | "
+                     f"{s.error:,} errors   ")
+    sys.stderr.flush()
+
+
+def _summary_text(r: dict[str, object]) -> str:
+    return (f"{r['documents']:,} documents ({r['ok']:,} compressed, {r['passthrough']:,} passed "
+            f"through, {r['error']:,} in error, {r['reused']:,} reused) in {r['seconds']}s\n"
+            f"tokens {r['tokens_before']:,} -> {r['tokens_after']:,} "
+            f"(-{float(r['ratio']) * 100:.1f}%, o200k_base, inferred)\n"  # type: ignore[arg-type]
+            f"out {r['out']}  manifest {r['manifest']}  store {r['store']}")
 
 
 # -- store commands -----------------------------------------------------------

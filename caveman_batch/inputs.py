@@ -1,0 +1,358 @@
+"""Where `compress` finds its documents, read incrementally under a size cap.
+
+`iter_stream(sources, …)` yields, in a stable order, `Document`s (one catalog each)
+and `SinkEnd` markers (an output that has seen its last document). Sources are
+directories (walked in sorted order for *.json and *.jsonl, hidden folders and the
+output folder skipped), single files, JSONL files, "-" (JSONL on stdin), and JSON
+registry files whose top level is an array of catalogs or a {"servers": [...]}-style
+wrapper, split item by item with their exact bytes and never held whole.
+
+A document over the cap is never buffered whole: a file is referenced in place, a
+JSONL line or array item is spilled to a temp file in chunks, and either way it is
+copied through unchanged.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from .catalog import _tool_of
+
+CHUNK: Final = 1 << 20
+_WRAPPER = re.compile(rb'\A\s*\{\s*"(servers|items|catalogs|registry)"\s*:\s*\[')
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(eq=False)
+class Sink:
+    """One output: a file per document ("file") or one file of many ("jsonl", "array")."""
+
+    rel: str
+    kind: str  # "file" | "jsonl" | "array"
+    prefix: bytes = b""
+    suffix: bytes = b""
+    count: int = 0
+
+
+@dataclass(slots=True)
+class Document:
+    source: dict[str, object]
+    sink: Sink
+    raw: bytes | None = None
+    spill: Path | None = None  # oversize: the bytes live here (copied through as is)
+    spill_owned: bool = False  # a temp file of ours, deleted once copied
+    size: int = 0
+    error: str | None = None  # unreadable: no bytes at all
+
+
+@dataclass(slots=True)
+class SinkEnd:
+    sink: Sink
+
+
+Item = Document | SinkEnd
+
+
+@dataclass
+class Discovery:
+    """What the sources hold, before anything is read."""
+
+    entries: list[tuple[Path | None, str, str]] = field(default_factory=list)  # (path, rel, kind)
+
+
+def discover(sources: list[str], out_dir: Path) -> Discovery:
+    """Resolve SRC arguments into (path, output rel path, kind) in a stable order."""
+    found = Discovery()
+    single = len(sources) == 1
+    for src in sources:
+        if src == "-":
+            found.entries.append((None, "stdin.jsonl", "jsonl"))
+            continue
+        path = Path(src)
+        if path.is_dir():
+            base = "" if single else path.resolve().name + "/"
+            for file in _walk(path, out_dir):
+                rel = base + file.relative_to(path).as_posix()
+                found.entries.append((file, rel, _kind(file)))
+        else:
+            found.entries.append((path, path.name, _kind(path)))
+    return found
+
+
+def _kind(path: Path) -> str:
+    return "jsonl" if path.suffix.lower() == ".jsonl" else "json"
+
+
+def _walk(root: Path, out_dir: Path) -> Iterator[Path]:
+    skip = out_dir.resolve()
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (here / d).resolve() != skip)
+        for name in sorted(files):
+            if not name.startswith(".") and name.lower().endswith((".json", ".jsonl")):
+                yield here / name
+
+
+def iter_stream(found: Discovery, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+    for path, rel, kind in found.entries:
+        if path is None:
+            yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
+        elif kind == "jsonl":
+            yield from _open_then(path, rel, lambda fh, p=path, r=rel: _jsonl(
+                fh, str(p), Sink(r, "jsonl"), max_bytes, spill_dir))
+        else:
+            yield from _open_then(path, rel, lambda fh, p=path, r=rel: _json_file(
+                fh, p, r, max_bytes, spill_dir))
+
+
+def _open_then(path: Path, rel: str, body: object) -> Iterator[Item]:
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        sink = Sink(rel, "file")
+        yield Document({"path": str(path)}, sink, error=f"cannot read: {exc.strerror or exc}")
+        yield SinkEnd(sink)
+        return
+    with fh:
+        yield from body(fh)  # type: ignore[operator]
+
+
+# -- JSONL ------------------------------------------------------------------------
+
+
+def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+    lineno = 0
+    while True:
+        line = fh.readline(max_bytes + 1)
+        if not line:
+            break
+        lineno += 1
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            spill, size = _spill_line(fh, line, spill_dir)
+            yield Document({"path": label, "line": lineno}, sink, spill=spill, spill_owned=True,
+                           size=size)
+            continue
+        body = line[:-1] if line.endswith(b"\n") else line
+        if not body.strip():
+            continue  # a blank line holds no document
+        yield Document({"path": label, "line": lineno}, sink, raw=body, size=len(body))
+    yield SinkEnd(sink)
+
+
+def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path) -> tuple[Path, int]:
+    fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
+    size = 0
+    with os.fdopen(fd, "wb") as out:
+        chunk = head
+        while chunk:
+            if chunk.endswith(b"\n"):
+                out.write(chunk[:-1])
+                size += len(chunk) - 1
+                break
+            out.write(chunk)
+            size += len(chunk)
+            chunk = fh.readline(CHUNK)
+    return Path(name), size
+
+
+# -- JSON files and registries ---------------------------------------------------------
+
+
+def _json_file(fh: BinaryIO, path: Path, rel: str, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+    size = os.fstat(fh.fileno()).st_size
+    head = fh.read(min(size, max_bytes) + 1) if size <= max_bytes else fh.read(CHUNK)
+    registry = _registry_prefix(head)
+    if registry is not None:
+        fh.seek(0)
+        yield from _registry(fh, path, rel, registry, max_bytes, spill_dir)
+        return
+    sink = Sink(rel, "file")
+    if size > max_bytes or len(head) > max_bytes:
+        yield Document({"path": str(path)}, sink, spill=path, size=size)
+    else:
+        yield Document({"path": str(path)}, sink, raw=head, size=len(head))
+    yield SinkEnd(sink)
+
+
+def _registry_prefix(head: bytes) -> int | None:
+    """Byte offset just past the "[" of a registry's catalog array, or None."""
+    m = _WRAPPER.match(head)
+    if m is not None:
+        return m.end()
+    stripped = head.lstrip()
+    if not stripped.startswith(b"["):
+        return None
+    start = len(head) - len(stripped) + 1
+    try:
+        text = head[start:].decode("utf-8", "ignore")
+        first, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
+    except ValueError:
+        return None  # first item incomplete or invalid: a plain document
+    is_catalog = isinstance(first, list) or (
+        isinstance(first, dict) and _tool_of(first) is None
+        and any(isinstance(first.get(k), list) for k in ("tools", "functions"))
+    )
+    return start if is_catalog else None
+
+
+def _registry(fh: BinaryIO, path: Path, rel: str, start: int, max_bytes: int,
+              spill_dir: Path) -> Iterator[Item]:
+    sink = Sink(rel, "array", prefix=fh.read(start))
+    reader = _TextReader(fh)
+    index = 0
+    while True:
+        if not reader.skip_ws():
+            break
+        if reader.peek() == "]":
+            reader.pos += 1
+            break
+        if index and reader.peek() == ",":
+            reader.pos += 1
+            reader.skip_ws()
+        doc = _next_item(reader, {"path": str(path), "item": index}, sink, max_bytes, spill_dir)
+        if doc is None:  # not JSON from here on: the rest goes through as written
+            sink.suffix = reader.rest()
+            yield SinkEnd(sink)
+            return
+        yield doc
+        index += 1
+    sink.suffix = b"]" + reader.rest()
+    yield SinkEnd(sink)
+
+
+def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_bytes: int,
+               spill_dir: Path) -> Document | None:
+    while True:
+        try:
+            end = _DECODER.raw_decode(reader.text, reader.pos)[1]
+        except ValueError:
+            if reader.consumed_bytes() > max_bytes:
+                spill, size = reader.spill_value(spill_dir)
+                return Document(source, sink, spill=spill, spill_owned=True, size=size)
+            if not reader.fill():
+                return None
+            continue
+        if end == len(reader.text) and reader.fill():
+            continue  # a number may go on in the next chunk
+        raw = reader.text[reader.pos:end].encode("utf-8")
+        reader.pos = end
+        reader.compact()
+        if len(raw) > max_bytes:
+            fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
+            with os.fdopen(fd, "wb") as out:
+                out.write(raw)
+            return Document(source, sink, spill=Path(name), spill_owned=True, size=len(raw))
+        return Document(source, sink, raw=raw, size=len(raw))
+
+
+class _TextReader:
+    """UTF-8 text over a binary file, decoded chunk by chunk, consumed from the front."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.text = ""
+        self.pos = 0
+        self.chunk = CHUNK
+
+    def fill(self) -> bool:
+        data = self.fh.read(self.chunk)
+        self.chunk = min(self.chunk * 2, 64 * CHUNK)  # an item that keeps growing: fewer retries
+        try:
+            self.text += self.decoder.decode(data, final=not data)
+        except UnicodeDecodeError:
+            return False
+        return bool(data)
+
+    def skip_ws(self) -> bool:
+        while True:
+            stripped = len(self.text) - len(self.text[self.pos:].lstrip())
+            self.pos = max(self.pos, stripped)
+            if self.pos < len(self.text):
+                return True
+            if not self.fill():
+                return False
+
+    def peek(self) -> str:
+        return self.text[self.pos]
+
+    def compact(self) -> None:
+        if self.pos > CHUNK:
+            self.text = self.text[self.pos:]
+            self.pos = 0
+        self.chunk = CHUNK
+
+    def consumed_bytes(self) -> int:
+        return len(self.text) - self.pos  # characters: a lower bound on bytes
+
+    def rest(self) -> bytes:
+        tail = self.text[self.pos:].encode("utf-8")
+        return tail + self.fh.read()
+
+    def spill_value(self, spill_dir: Path) -> tuple[Path, int]:
+        """Copy one JSON value (too big to hold) to a temp file, chunk by chunk."""
+        fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
+        scanner = _ValueScanner()
+        size = 0
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                piece = self.text[self.pos:]
+                end = scanner.feed(piece)
+                taken = piece if end is None else piece[:end]
+                data = taken.encode("utf-8")
+                out.write(data)
+                size += len(data)
+                if end is not None:
+                    self.pos += end
+                    self.compact()
+                    return Path(name), size
+                self.text, self.pos = "", 0
+                if not self.fill():
+                    return Path(name), size
+
+
+class _ValueScanner:
+    """Finds where one JSON value ends across chunks (strings and escapes respected)."""
+
+    _STRUCT = re.compile(r'["\\\[\]{}]')
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escape = False
+        self.started = False
+
+    def feed(self, text: str) -> int | None:
+        i = 0
+        while i < len(text):
+            if self.escape:
+                self.escape, i = False, i + 1
+                continue
+            m = self._STRUCT.search(text, i)
+            if m is None:
+                return None
+            c, i = m.group(), m.end()
+            if self.in_string:
+                if c == "\\":
+                    self.escape = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "[{":
+                self.depth += 1
+                self.started = True
+            elif c in "]}":
+                self.depth -= 1
+                if self.depth == 0 and self.started:
+                    return i
+        return None

@@ -1,0 +1,431 @@
+"""`compress`: the bulk pipeline, streaming, parallel, incremental, crash-safe.
+
+    sources --> batches of documents --> pool of pure workers --> parent (only writer):
+        commit originals (one transaction per batch) --> publish outputs --> manifest rows
+
+Results are consumed in input order from a bounded window of batches in flight,
+so memory does not grow with the input and OUT is byte-identical for any worker
+count. Every output is published by rename (a file per document, or a JSONL /
+array file renamed when its last document is in), always after the originals it
+names are durably committed. The manifest is renamed into place last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+import orjson
+
+from . import __version__, ccr
+from .catalog import DEFAULT_OPTIONS, Options, compress
+from .errors import OutputError, UsageError
+from .inputs import Document, Item, Sink, SinkEnd, discover, iter_stream
+from .store import Store, open_store
+
+TMP_DIR: Final = ".caveman-tmp"
+BATCH_DOCS: Final = 64
+BATCH_BYTES: Final = 4 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    sources: list[str]
+    out: Path
+    store_url: str
+    manifest: Path | None = None
+    workers: int = 1
+    max_bytes: int = 32 << 20
+    incremental: bool = False
+    options: Options = DEFAULT_OPTIONS
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.manifest if self.manifest is not None else self.out / "manifest.jsonl"
+
+    @property
+    def run_key(self) -> str:
+        return f"{__version__}/{self.options.key()}"
+
+
+@dataclass
+class Summary:
+    documents: int = 0
+    ok: int = 0
+    passthrough: int = 0
+    error: int = 0
+    reused: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    seconds: float = 0.0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, row: dict[str, Any], reused: bool) -> None:
+        self.documents += 1
+        setattr(self, row["status"], getattr(self, row["status"]) + 1)
+        self.reused += reused
+        self.bytes_before += row["bytes_before"] or 0
+        self.bytes_after += row["bytes_after"] or 0
+        self.tokens_before += row["tokens_before"] or 0
+        self.tokens_after += row["tokens_after"] or 0
+        if row["status"] == "error" and len(self.errors) < 100:
+            self.errors.append({"source": row["source"], "reason": row["reason"]})
+
+    @property
+    def ratio(self) -> float:
+        if not self.tokens_before:
+            return 0.0
+        return max(0.0, 1 - self.tokens_after / self.tokens_before)
+
+    def as_dict(self) -> dict[str, Any]:
+        mb = self.bytes_before / 1e6
+        return {
+            "documents": self.documents, "ok": self.ok, "passthrough": self.passthrough,
+            "error": self.error, "reused": self.reused, "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after, "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after, "ratio": round(self.ratio, 4),
+            "encoding": "o200k_base", "basis": "inferred", "seconds": round(self.seconds, 3),
+            "mb_per_s": round(mb / self.seconds, 2) if self.seconds else None,
+            "errors": self.errors,
+        }
+
+
+# -- the worker: pure, bytes in, bytes and numbers out ---------------------------------
+
+
+def work(options: Options, raws: list[bytes]) -> list[tuple[bytes, dict[str, Any], ccr.Prepared]]:
+    out = []
+    for raw in raws:
+        data, result = compress(raw, options)
+        out.append((data, result.as_dict(), ccr.prepare(raw, result.content_type)))
+    return out
+
+
+# -- the parent ----------------------------------------------------------------------------
+
+
+Progress = Callable[[Summary], None]
+
+
+def run(config: Config, progress: Progress | None = None) -> Summary:
+    """Run one batch job; raises StoreError/OutputError (nothing half-done published)."""
+    started = time.perf_counter()
+    out = _prepare_out(config.out)
+    tmp = out / TMP_DIR
+    found = discover(config.sources, out)
+    if not found.entries:
+        raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
+    previous = _load_previous(config) if config.incremental else {}
+    summary = Summary()
+    pool = ProcessPoolExecutor(config.workers) if config.workers > 1 else None
+    try:
+        with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
+            batches = _batches(iter_stream(found, config.max_bytes, tmp))
+            for batch, results in _dispatch(batches, config, previous, pool):
+                _commit(store, results)
+                for row, reused in pub.publish(batch, results):
+                    summary.add(row, reused)
+                if progress is not None:
+                    summary.seconds = time.perf_counter() - started
+                    progress(summary)
+            pub.finish()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _prepare_out(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / TMP_DIR
+        shutil.rmtree(tmp, ignore_errors=True)  # debris of a killed run
+        tmp.mkdir()
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
+    return out
+
+
+def _batches(items: Iterator[Item]) -> Iterator[list[Item]]:
+    batch: list[Item] = []
+    docs = size = 0
+    for item in items:
+        batch.append(item)
+        if isinstance(item, Document):
+            docs += 1
+            size += item.size
+            if docs >= BATCH_DOCS or size >= BATCH_BYTES:
+                yield batch
+                batch, docs, size = [], 0, 0
+    if batch:
+        yield batch
+
+
+@dataclass(slots=True)
+class Result:
+    """What the parent knows of one document once its worker (or the cache) is done."""
+
+    data: bytes | None  # output bytes; None: copy the spill / nothing to write
+    row: dict[str, Any]
+    record: ccr.Prepared | None = None
+    reused: bool = False
+    touch: str | None = None  # digest whose last-seen to refresh (reused documents)
+
+
+def _dispatch(batches: Iterable[list[Item]], config: Config, previous: dict[str, Any],
+              pool: ProcessPoolExecutor | None) -> Iterator[tuple[list[Item], list[Result | None]]]:
+    """(batch, results) in input order, at most 2 × workers batches in flight."""
+    window: deque[tuple[list[Item], list[Result | None], Future[Any] | list[Any], list[int]]] = deque()
+    limit = max(2, 2 * config.workers)
+    for batch in batches:
+        results, todo = _plan(batch, config, previous)
+        raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
+        if pool is None:
+            window.append((batch, results, work(config.options, raws), todo))  # type: ignore[arg-type]
+        else:
+            window.append((batch, results, pool.submit(work, config.options, raws), todo))  # type: ignore[arg-type]
+        while len(window) >= limit or (pool is None and window):
+            yield _settle(window.popleft(), config)
+    while window:
+        yield _settle(window.popleft(), config)
+
+
+def _settle(entry: Any, config: Config) -> tuple[list[Item], list[Result | None]]:
+    batch, results, pending, todo = entry
+    done = pending.result() if isinstance(pending, Future) else pending
+    for i, (data, result, record) in zip(todo, done):
+        results[i] = Result(data, _row(batch[i], result, record.digest, data, config), record)
+    return batch, results
+
+
+def _plan(batch: list[Item], config: Config,
+          previous: dict[str, Any]) -> tuple[list[Result | None], list[int]]:
+    """Results known without a worker (reused, oversize, unreadable); indexes to compute."""
+    results: list[Result | None] = [None] * len(batch)
+    todo: list[int] = []
+    for i, item in enumerate(batch):
+        if not isinstance(item, Document):
+            continue
+        if item.error is not None or item.raw is None:
+            results[i] = _unread(item, config)
+            continue
+        reused = _reuse(item, previous, config) if previous else None
+        if reused is not None:
+            results[i] = reused
+        else:
+            todo.append(i)
+    return results, todo
+
+
+def _row(doc: Document, result: dict[str, Any], digest: str | None, data: bytes | None,
+         config: Config) -> dict[str, Any]:
+    status = result["status"]
+    if result.get("broken"):
+        status = "error"
+    return {
+        "source": doc.source, "output": None, "status": status, "reason": result["reason"],
+        "handle": ccr.make_handle(digest) if digest else None, "sha256": digest,
+        "out_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+        "shape": result.get("shape"), "tools": result.get("tools", 0),
+        "bytes_before": result["bytes_before"], "bytes_after": result["bytes_after"],
+        "tokens_before": result.get("tokens_before"), "tokens_after": result.get("tokens_after"),
+        "run_key": config.run_key,
+    }
+
+
+def _unread(doc: Document, config: Config) -> Result:
+    if doc.error is not None:
+        result = {"status": "passthrough", "broken": True, "reason": doc.error,
+                  "bytes_before": 0, "bytes_after": 0}
+        return Result(None, _row(doc, result, None, None, config))
+    reason = f"larger than --max-bytes ({config.max_bytes:,} bytes): copied through unchanged"
+    result = {"status": "passthrough", "reason": reason, "bytes_before": doc.size,
+              "bytes_after": doc.size}
+    return Result(None, _row(doc, result, None, None, config))
+
+
+# -- incremental refresh --------------------------------------------------------------------
+
+
+def _load_previous(config: Config) -> dict[str, Any]:
+    """Previous manifest rows by (sha256, run key): what a rerun may reuse."""
+    found: dict[str, Any] = {}
+    try:
+        fh = open(config.manifest_path, "rb")
+    except FileNotFoundError:
+        return found
+    with fh:
+        for line in fh:
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a manifest we cannot read is only a lost shortcut
+            if row.get("sha256") and row.get("output") and row.get("run_key") == config.run_key:
+                found[row["sha256"]] = row
+    return found
+
+
+def _reuse(doc: Document, previous: dict[str, Any], config: Config) -> Result | None:
+    assert doc.raw is not None
+    digest = hashlib.sha256(doc.raw).hexdigest()
+    row = previous.get(digest)
+    if row is None:
+        return None
+    data = _read_output(config.out, row["output"], row["out_sha256"])
+    if data is None:
+        return None
+    fresh = dict(row, source=doc.source, output=None)
+    return Result(data, fresh, reused=True, touch=digest)
+
+
+def _read_output(out: Path, where: dict[str, Any], digest: str) -> bytes | None:
+    """The previous run's output bytes, if still in place and intact."""
+    path = out / where["path"]
+    try:
+        with open(path, "rb") as fh:
+            if "offset" in where:
+                fh.seek(where["offset"])
+                data = fh.read(where["length"])
+            else:
+                data = fh.read()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == digest else None
+
+
+# -- committing and publishing ---------------------------------------------------------------
+
+
+def _commit(store: Store, results: list[Result | None]) -> None:
+    """Originals first, durably, in one transaction; then last-seen of reused ones."""
+    records = [r.record for r in results if r is not None and r.record is not None]
+    if records:
+        ccr.commit(store, records)
+    touched = [r.touch for r in results if r is not None and r.touch]
+    if touched:
+        ccr.touch(store, touched)
+
+
+class _Publisher:
+    """The only writer of OUT: files by rename, streams renamed when complete."""
+
+    def __init__(self, out: Path, tmp: Path, config: Config) -> None:
+        self.out, self.tmp, self.config = out, tmp, config
+        self.streams: dict[int, tuple[BinaryIO, Path, int]] = {}  # id(sink) -> (fh, temp, bytes)
+        target = config.manifest_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.manifest_tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"  # same file system
+        self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
+        self.written: set[str] = set()
+
+    def __enter__(self) -> _Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fh, _, _ in self.streams.values():
+            fh.close()
+        self.manifest.close()
+        self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
+
+    def publish(self, batch: list[Item], results: list[Result | None]) -> Iterator[tuple[dict[str, Any], bool]]:
+        for item, result in zip(batch, results):
+            with _as_output_error(self.out):
+                if isinstance(item, SinkEnd):
+                    self._close(item.sink)
+                    continue
+                assert result is not None
+                result.row["output"] = self._write(item, result)
+                self.manifest.write(orjson.dumps(result.row) + b"\n")
+            yield result.row, result.reused
+
+    def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
+        sink = doc.sink
+        if result.data is None and doc.spill is None:
+            return None  # unreadable: nothing to copy
+        if sink.kind == "file":
+            return self._write_file(doc, result)
+        fh, temp, offset = self._stream(sink)
+        if sink.count:
+            fh.write(b"," if sink.kind == "array" else b"")
+        start = fh.tell()
+        self._emit(fh, doc, result)
+        length = fh.tell() - start
+        if sink.kind == "jsonl":
+            fh.write(b"\n")
+        sink.count += 1
+        return {"path": sink.rel, "offset": start, "length": length}
+
+    def _write_file(self, doc: Document, result: Result) -> dict[str, Any]:
+        target = self.out / doc.sink.rel
+        if result.reused and target.exists():
+            return {"path": doc.sink.rel}  # in place and intact: nothing to write
+        temp = self.tmp / f"file-{len(self.written)}"
+        with open(temp, "wb") as fh:
+            self._emit(fh, doc, result)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(temp, target)
+        self.written.add(doc.sink.rel)
+        return {"path": doc.sink.rel}
+
+    @staticmethod
+    def _emit(fh: BinaryIO, doc: Document, result: Result) -> None:
+        if result.data is not None:
+            fh.write(result.data)
+            return
+        assert doc.spill is not None
+        with open(doc.spill, "rb") as src:
+            shutil.copyfileobj(src, fh, 1 << 20)
+        if doc.spill_owned:
+            doc.spill.unlink(missing_ok=True)
+
+    def _stream(self, sink: Sink) -> tuple[BinaryIO, Path, int]:
+        key = id(sink)
+        if key not in self.streams:
+            temp = self.tmp / f"stream-{len(self.written)}-{len(self.streams)}"
+            fh = open(temp, "wb")
+            fh.write(sink.prefix)
+            self.streams[key] = (fh, temp, 0)
+        return self.streams[key]
+
+    def _close(self, sink: Sink) -> None:
+        if sink.kind == "file":
+            return
+        fh, temp, _ = self._stream(sink)
+        fh.write(sink.suffix)
+        fh.close()
+        del self.streams[id(sink)]
+        target = self.out / sink.rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(temp, target)
+        self.written.add(sink.rel)
+
+    def finish(self) -> None:
+        with _as_output_error(self.out):
+            self.manifest.flush()
+            os.fsync(self.manifest.fileno())
+            self.manifest.close()
+            os.replace(self.manifest_tmp, self.config.manifest_path)
+
+
+@contextlib.contextmanager
+def _as_output_error(out: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, OutputError):
+            raise
+        where = exc.filename or out
+        raise OutputError(f"{where}: cannot write output: {exc.strerror or exc}") from exc
