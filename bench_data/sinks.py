@@ -158,10 +158,11 @@ class ArraySink(_StreamSink):
     """{"servers": [item, ...]}, one compact item per line. An item is the server's catalog
     document; objects keyed "tools" or "functions" get a leading "name" (the server slug), the
     others (JSON-RPC responses, bare arrays, single tools) go in unchanged. One item is the
-    unknown shape {"foo": 1}, one the oversize catalog if any."""
+    unknown shape {"foo": 1}, one the oversize catalog (named "quirks-oversize") if any."""
 
     def __init__(self, path: Path, oversize: bytes | None) -> None:
-        super().__init__(path, {MALFORMED_AT: UNKNOWN_ITEM, OVERSIZE_AT: oversize})
+        big = _named(oversize, "quirks-oversize") if oversize else None
+        super().__init__(path, {MALFORMED_AT: UNKNOWN_ITEM, OVERSIZE_AT: big})
         self.out.write(_ARRAY_HEAD)
         self.size = len(_ARRAY_HEAD)
 
@@ -170,9 +171,7 @@ class ArraySink(_StreamSink):
 
     def _bytes(self, server: Server) -> bytes:
         slug = server.path.removesuffix("/tools.json").removesuffix(".json").replace("/", "-")
-        if server.line.startswith((b'{"tools":', b'{"functions":')):
-            return b'{"name":' + json.dumps(slug).encode() + b"," + server.line[1:]
-        return server.line
+        return _named(server.line, slug)
 
     def _entry(self, data: bytes, special: int | None = None) -> None:
         chunk = (b",\n" if self.count else b"") + data
@@ -186,3 +185,9 @@ class ArraySink(_StreamSink):
         self.out.close()
         self.size += len(_ARRAY_TAIL)
         return {"path": str(self.path), "items": self.count, "bytes": self.size}
+
+
+def _named(line: bytes, slug: str) -> bytes:
+    if line.startswith((b'{"tools":', b'{"functions":')):
+        return b'{"name":' + json.dumps(slug).encode() + b"," + line[1:]
+    return line
