@@ -35,7 +35,8 @@ def entry_point() -> list[str]:
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """The installed CLI in a real process; `env` adds to the (CAVEMAN_*-free) environment."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*entry_point(), *args], env=full_env, capture_output=True, timeout=60)
+    return subprocess.run([*entry_point(), *args], env=full_env, capture_output=True, timeout=60,
+                          check=False)
 
 
 def run_in_process(argv: list[str]) -> int:
@@ -133,7 +134,7 @@ def test_store_that_cannot_be_created_is_an_internal_error(tmp_path: Path) -> No
 
 
 def test_verify_json_fails_on_a_bad_record(sqlite_url: str) -> None:
-    good, bad = commit(sqlite_url, b"good", b"bad")
+    _good, bad = commit(sqlite_url, b"good", b"bad")
     spoil(sqlite_url, bad)
     done = run("verify", "--json", "--store", sqlite_url)
     assert done.returncode == 1
@@ -270,7 +271,9 @@ def test_migrate_lmdb_to_sqlite_and_not_onto_itself(
     assert b"names the source store itself" in capfdbinary.readouterr().err
 
 
-def test_sqlite_store_that_cannot_be_created(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_sqlite_store_that_cannot_be_created(
+    tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
     assert run_in_process(["stats", "--store", f"sqlite://{blocker}/sub/ccr.db"]) == 2

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-import backends.lmdb_store as lmdb_store
+from backends import lmdb_store
 from caveman_batch import ccr, cli
 from caveman_batch.errors import IntegrityError, UnknownHandleError
 from caveman_batch.store import Store, open_store
@@ -201,7 +201,7 @@ def test_two_writers_and_a_reader(
     go.touch()
 
     spans = []
-    for proc, lines in zip(writers, writer_lines):
+    for proc, lines in zip(writers, writer_lines, strict=True):
         spans.append(json.loads(next(lines.lines())))
         wait_ok(proc, lines)
     stop.touch()
@@ -252,7 +252,7 @@ def child_reader(url: str, stop: Path, map_size: int) -> None:
             if must_exist:
                 errors.append(f"{wi}: a batch-mate is visible but this record is not")
             return False
-        except Exception as exc:  # torn, corrupt, driver error: all count
+        except Exception as exc:  # noqa: BLE001 - torn, corrupt, driver error: all count
             errors.append(f"{wi}: {type(exc).__name__}: {exc}")
             return False
         if got != originals[wi]:
