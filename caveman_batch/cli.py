@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
@@ -164,7 +164,7 @@ def compress(
     out: Annotated[Path, typer.Option("-o", "--out", help="Output folder (mirrors directory sources).")],
     store: StoreOpt = None,
     manifest: Annotated[Path | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = 0,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
@@ -331,10 +331,10 @@ def _root(
     """caveman-batch: compress tool catalogs, keep every original by handle."""
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"caveman-batch: error: {message}\n")
     sys.stderr.flush()
-    raise SystemExit(code)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,13 +345,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return _CLICK_USAGE_TO_OURS.get(code, code)
     except CavemanError as exc:
-        _fail(str(exc), exc.exit_code)
+        return _fail(str(exc), exc.exit_code)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): nothing to report
         return 0
     except Exception:  # a bug: say so, with the traceback, exit 2
         traceback.print_exc()
-        _fail("internal error (traceback above)", 2)
+        return _fail("internal error (traceback above)", 2)
     return 0
 
 

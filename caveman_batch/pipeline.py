@@ -325,9 +325,7 @@ class _Publisher:
     def __init__(self, out: Path, tmp: Path, config: Config) -> None:
         self.out, self.tmp, self.config = out, tmp, config
         self.streams: dict[int, tuple[BinaryIO, Path, int]] = {}  # id(sink) -> (fh, temp, bytes)
-        target = config.manifest_path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self.manifest_tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"  # same file system
+        self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
         self.written: set[str] = set()
 
@@ -418,6 +416,16 @@ class _Publisher:
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
+
+
+def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:
+    """Where the manifest is written before its rename: on the target's file system."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.resolve().parent.is_relative_to(out.resolve()):
+        return tmp / "manifest.jsonl"  # cleared with the rest of a killed run's debris
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    return target.parent / f".{target.name}.{os.getpid()}.tmp"
 
 
 @contextlib.contextmanager

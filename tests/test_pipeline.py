@@ -1,0 +1,280 @@
+"""`compress` end to end: inputs of every kind, ordering, durability, incremental refresh."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench_data.generate import generate_registry
+from caveman_batch import ccr
+from caveman_batch.catalog import compress
+from caveman_batch.cli import main
+from caveman_batch.pipeline import TMP_DIR, Config, run
+from caveman_batch.store import open_store
+
+SAMPLES = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+SMALL_CAP = 12_000  # below the samples' oversize catalog (16 KB compact, 25 KB pretty)
+
+
+def _rows(manifest: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in manifest.read_bytes().splitlines()]
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _run(tmp: Path, *sources: str | Path, workers: int = 1, **kw: Any) -> tuple[Path, Any]:
+    out = tmp / kw.pop("out_name", "out")
+    config = Config([str(s) for s in sources], out, kw.pop("store", f"lmdb://{tmp}/ccr"),
+                    workers=workers, max_bytes=kw.pop("max_bytes", SMALL_CAP), **kw)
+    return out, run(config)
+
+
+def _recovers_all(rows: list[dict[str, Any]], store_url: str, originals: dict[str, bytes]) -> None:
+    with open_store(store_url) as store:
+        for row in rows:
+            if row["handle"]:
+                data = ccr.recover(store, row["handle"])
+                assert hashlib.sha256(data).hexdigest() == row["sha256"]
+                key = json.dumps(row["source"], sort_keys=True)
+                if key in originals:
+                    assert data == originals[key]
+
+
+def test_samples_every_kind_of_input(tmp_path: Path) -> None:
+    out, summary = _run(tmp_path, SAMPLES)
+    rows = _rows(out / "manifest.jsonl")
+    assert summary.documents == len(rows) > 30
+    by_reason = {r["reason"] for r in rows if r["status"] != "ok"}
+    assert any("larger than --max-bytes" in (x or "") for x in by_reason)
+    assert any("unknown shape" in (x or "") for x in by_reason)
+    assert any("not UTF-8" in (x or "") for x in by_reason)
+    errors = [r for r in rows if r["status"] == "error"]
+    assert {"line": 3} .items() <= next(r["source"] for r in errors if "line" in r["source"]).items()
+    # every output file a reader can see is complete: it parses, or it is the input copied as is
+    for row in rows:
+        if row["output"] and "offset" not in row["output"]:
+            written = (out / row["output"]["path"]).read_bytes()
+            original = Path(row["source"]["path"]).read_bytes()
+            assert written == original or written == compress(original)[0]
+    _recovers_all(rows, f"lmdb://{tmp_path}/ccr", {})
+    assert not (out / TMP_DIR).exists()
+
+
+def test_directory_tree_is_mirrored(tmp_path: Path) -> None:
+    out, _ = _run(tmp_path, SAMPLES / "registry")
+    src = sorted(p.relative_to(SAMPLES / "registry").as_posix()
+                 for p in (SAMPLES / "registry").rglob("*.json"))
+    got = sorted(p for p in _tree(out) if p != "manifest.jsonl")
+    assert got == src
+
+
+def test_jsonl_in_order_with_offsets(tmp_path: Path) -> None:
+    src = SAMPLES / "registry.jsonl"
+    out, _ = _run(tmp_path, src)
+    rows = _rows(out / "manifest.jsonl")
+    lines = src.read_bytes().splitlines()
+    assert [r["source"]["line"] for r in rows] == list(range(1, len(lines) + 1))
+    produced = (out / "registry.jsonl").read_bytes()
+    assert produced.count(b"\n") == len(lines)
+    for row, line in zip(rows, lines):
+        where = row["output"]
+        piece = produced[where["offset"]:where["offset"] + where["length"]]
+        assert piece == compress(line)[0] or (row["status"] != "ok" and piece == line)
+        assert hashlib.sha256(piece).hexdigest() == row["out_sha256"] or row["out_sha256"] is None
+
+
+def test_oversize_jsonl_line_is_copied_not_buffered(tmp_path: Path) -> None:
+    big = json.dumps({"tools": [{"name": "x", "description": "word " * 5000}]}).encode()
+    small = b'{"tools":[{"name":"y","description":"ok","inputSchema":{"type":"object","title":"T"}}]}'
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(small + b"\n" + big + b"\n" + b"{bad json\n" + small)
+    out, summary = _run(tmp_path, src, max_bytes=4096)
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["status"] for r in rows] == ["ok", "passthrough", "error", "ok"]
+    assert "larger than --max-bytes" in rows[1]["reason"] and rows[1]["handle"] is None
+    assert "line 1 column 2" in rows[2]["reason"] and rows[2]["source"]["line"] == 3
+    produced = (out / "in.jsonl").read_bytes().split(b"\n")
+    assert produced[1] == big and produced[2] == b"{bad json"
+    assert summary.documents == 4
+
+
+def test_array_registry_streamed_item_by_item(tmp_path: Path) -> None:
+    items = [{"name": f"s{i}", "tools": [{"name": f"t{i}", "description": "Reads things. " * 30,
+                                          "inputSchema": {"type": "object", "title": "X",
+                                                          "properties": {"n": {"type": "number",
+                                                                               "default": 1.10}}}}]}
+             for i in range(40)]
+    raw = b'{"servers": [' + b",\n ".join(json.dumps(i, indent=1).encode() for i in items) \
+        + b'], "version": 3}\n'
+    raw = raw.replace(b'"default": 1.1', b'"default": 1.10')  # a literal json.dumps would not write
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, summary = _run(tmp_path, src)
+    assert summary.documents == 40 and summary.ok == 40
+    produced = json.loads((out / "registry.json").read_bytes())
+    assert produced["version"] == 3 and len(produced["servers"]) == 40
+    assert b"1.10" in (out / "registry.json").read_bytes()
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["source"]["item"] for r in rows] == list(range(40))
+    expected = json.dumps(items[7], indent=1).encode().replace(b'"default": 1.1', b'"default": 1.10')
+    assert rows[7]["sha256"] == hashlib.sha256(expected).hexdigest()  # the exact item bytes
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.recover(store, rows[7]["handle"]) == expected
+
+
+def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
+    tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
+    src = tmp_path / "tools.json"
+    src.write_text(json.dumps(tools, indent=2))
+    out, summary = _run(tmp_path, src)
+    assert summary.documents == 1 and summary.ok == 1
+    assert json.loads((out / "tools.json").read_text()) == [
+        {"name": "a", "description": "x", "inputSchema": {"type": "object"}}]
+
+
+def test_same_output_for_any_worker_count(tmp_path: Path) -> None:
+    reg = tmp_path / "reg"
+    generate_registry(reg, seed=3, servers=30, oversize_bytes=0)
+    one, _ = _run(tmp_path, reg, workers=1, out_name="one", store=f"lmdb://{tmp_path}/s1")
+    two, _ = _run(tmp_path, reg, workers=2, out_name="two", store=f"lmdb://{tmp_path}/s2")
+    assert _tree(one) == _tree(two)
+
+
+def test_incremental_rerun_reuses_and_repairs(tmp_path: Path) -> None:
+    reg = tmp_path / "reg"
+    shutil.copytree(SAMPLES, reg)
+    out, first = _run(tmp_path, reg)
+    before = _tree(out)
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert _tree(out) == before
+    compressible = first.ok + first.passthrough + first.error - 2  # the oversize copies are not cached
+    assert again.reused >= compressible - 2 and again.documents == first.documents
+    # change one catalog, damage one output, delete another: only those are redone
+    changed = reg / "registry" / "fjord" / "chartmaker.json"
+    changed.write_bytes(changed.read_bytes().replace(b"  ", b"   ", 1))
+    (out / "registry" / "hollow" / "agenda.json").write_bytes(b"garbage")
+    (out / "registry" / "flint" / "crawler.json").unlink()
+    _, third = _run(tmp_path, reg, incremental=True)
+    assert third.reused == again.reused - 3
+    fresh_out, _ = _run(tmp_path, reg, out_name="fresh", store=f"lmdb://{tmp_path}/s3")
+    assert {k: v for k, v in _tree(out).items() if k != "manifest.jsonl"} == \
+        {k: v for k, v in _tree(fresh_out).items() if k != "manifest.jsonl"}
+    assert (out / "manifest.jsonl").read_bytes().replace(str(out).encode(), b"") == \
+        (fresh_out / "manifest.jsonl").read_bytes().replace(str(fresh_out).encode(), b"")
+
+
+def test_incremental_refreshes_last_seen(tmp_path: Path) -> None:
+    src = tmp_path / "one.json"
+    src.write_text(json.dumps({"tools": [{"name": "a", "description": "d", "inputSchema": {"title": "t"}}]}, indent=2))
+    out, _ = _run(tmp_path, src)
+    handle = _rows(out / "manifest.jsonl")[0]["handle"]
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        ccr.commit(store, [ccr.prepare(src.read_bytes(), now_ms=0)])  # an old last-seen …
+        store.put(handle[4:].encode(), ccr.encode_record(  # … forced back to 0
+            len(src.read_bytes()), "application/json", 0, 0,
+            ccr.prepare(src.read_bytes()).value[ccr.decode_header(ccr.prepare(src.read_bytes()).value).payload_offset:]))
+        assert ccr.info(store, handle).last_seen == 0
+    _, summary = _run(tmp_path, src, incremental=True)
+    assert summary.reused == 1
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.info(store, handle).last_seen > time.time() - 60
+
+
+def test_unwritable_out_is_exit_2_and_publishes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["compress", str(SAMPLES / "registry.jsonl"), "-o", str(blocker / "out"),
+                 "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1"])
+    assert code == 2
+    assert "cannot create output folder" in capsys.readouterr().err
+
+
+def test_store_failure_is_exit_2_and_publishes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = tmp_path / "out"
+    code = main(["compress", str(SAMPLES / "registry"), "-o", str(out), "--workers", "1",
+                 "--store", f"lmdb://{blocker}/ccr"])
+    assert code == 2
+    assert str(blocker) in capsys.readouterr().err
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_strict_exit_1_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["compress", str(SAMPLES / "registry.jsonl"), "-o", str(tmp_path / "o"),
+            "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1", "--json"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["error"] == 1 and summary["documents"] == 10
+    assert main([*args, "--strict"]) == 1
+
+
+def test_no_documents_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["compress", str(tmp_path / "empty"), "-o", str(tmp_path / "o"),
+                 "--store", "memory://"]) == 1
+    assert "no *.json or *.jsonl" in capsys.readouterr().err
+
+
+def _cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
+         **kw: Any) -> subprocess.CompletedProcess[bytes]:
+    exe = shutil.which("caveman-batch")
+    cmd = [exe] if exe else [sys.executable, "-m", "caveman_batch"]
+    return subprocess.run([*cmd, *args], input=stdin, capture_output=True,
+                          env={**os.environ, **(env or {})}, timeout=120, **kw)
+
+
+def test_stdin_jsonl_end_to_end(tmp_path: Path) -> None:
+    data = (SAMPLES / "registry.jsonl").read_bytes()
+    proc = _cli("compress", "-", "-o", str(tmp_path / "o"), "--store", f"lmdb://{tmp_path}/ccr",
+                "--json", "--quiet", stdin=data)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["documents"] == 10
+    rows = _rows(tmp_path / "o" / "manifest.jsonl")
+    assert rows[0]["source"] == {"path": "<stdin>", "line": 1}
+    handle = rows[0]["handle"]
+    got = _cli("recover", handle, "--store", f"lmdb://{tmp_path}/ccr")
+    assert got.stdout == data.splitlines()[0]
+
+
+def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
+    src = tmp_path / "big.jsonl"
+    generate_registry(None, seed=11, servers=40, jsonl=src, target_bytes=12_000_000, oversize_bytes=0)
+    out, store_url = tmp_path / "o", f"lmdb://{tmp_path}/ccr"
+    args = ("compress", str(src), str(SAMPLES / "registry"), "-o", str(out), "--store", store_url,
+            "--workers", "2", "--quiet")
+    proc = subprocess.Popen([shutil.which("caveman-batch") or sys.executable, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
+        time.sleep(0.02)
+    time.sleep(0.3)  # well inside the run: originals being committed, the stream half-written
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "big.jsonl").exists() and not (out / "manifest.jsonl").exists()
+    for path in out.rglob("*"):  # whatever was published is whole
+        if path.is_file() and TMP_DIR not in path.parts:
+            original = SAMPLES / path.relative_to(out)
+            assert path.read_bytes() in (original.read_bytes(), compress(original.read_bytes())[0])
+    done = _cli(*args[:-1], "--json")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(out / "manifest.jsonl")
+    assert len(rows) == json.loads(done.stdout)["documents"]
+    assert not (out / TMP_DIR).exists()
+    sample = rows[:: max(1, len(rows) // 50)]
+    _recovers_all(sample, store_url, {})
