@@ -33,6 +33,7 @@ SUBSCHEMA: Final = frozenset({"items", "additionalItems", "additionalProperties"
                               "not", "if", "then", "else", "contentSchema", "anyOf", "oneOf",
                               "allOf", "prefixItems"})
 MAX_DEPTH: Final = 200  # orjson refuses deeper documents anyway (255)
+_ACTIVE_KEYS: Final = ANNOTATION_KEYS | NAME_MAPS | SUBSCHEMA | {"description"}
 
 
 class Passthrough(Exception):
@@ -212,38 +213,56 @@ class _Walk:
         return out
 
     def tool(self, tool: dict[str, Any], path: str) -> None:
+        tracing = self.trace is not None
         if isinstance(tool.get("description"), str):
-            tool["description"] = self.description(tool["description"], f"{path}/description")
+            tool["description"] = self.description(tool["description"],
+                                                   f"{path}/description" if tracing else "")
         for key in SCHEMA_KEYS:
             if key in tool:
-                tool[key] = self.schema(tool[key], f"{path}/{key}", 0)
+                tool[key] = self.schema(tool[key], f"{path}/{key}" if tracing else "", 0)
 
     def schema(self, node: Any, path: str, depth: int) -> Any:
+        """The schema with annotations dropped and descriptions reduced (in place)."""
         if depth > MAX_DEPTH:
             raise Passthrough(f"schema nested deeper than {MAX_DEPTH} levels")
         if not isinstance(node, dict):
             return node
-        drop = self.options.drop_annotations
-        out: dict[str, Any] = {}
+        hits = node.keys() & _ACTIVE_KEYS  # most nodes: type/enum/default only, done in C
+        if not hits:
+            return node
+        tracing = self.trace is not None
+        if self.options.drop_annotations and not hits.isdisjoint(ANNOTATION_KEYS):
+            node = self._drop_annotations(node, path)
+            hits -= ANNOTATION_KEYS
+        for key in [k for k in node if k in hits] if tracing else hits:  # traces in key order
+            value = node[key]
+            where = f"{path}/{key}" if tracing else ""
+            if key == "description":
+                if isinstance(value, str):
+                    node[key] = self.description(value, where)
+            elif key in NAME_MAPS:
+                if isinstance(value, dict):
+                    for name, sub in value.items():
+                        value[name] = self.schema(sub, f"{where}/{_esc(name)}" if tracing else "",
+                                                  depth + 1)
+            else:
+                node[key] = self._subschema(value, where, depth + 1)
+        return node
+
+    def _drop_annotations(self, node: dict[str, Any], path: str) -> dict[str, Any]:
+        kept: dict[str, Any] = {}
         for key, value in node.items():
-            if drop and key in ANNOTATION_KEYS:
+            if key in ANNOTATION_KEYS:
                 self.annotations_dropped += 1
                 if self.trace is not None:
                     self.trace.append({"path": f"{path}/{key}", "kind": "annotation"})
-                continue
-            if key == "description" and isinstance(value, str):
-                value = self.description(value, f"{path}/description")
-            elif key in NAME_MAPS and isinstance(value, dict):
-                value = {name: self.schema(sub, f"{path}/{key}/{_esc(name)}", depth + 1)
-                         for name, sub in value.items()}
-            elif key in SUBSCHEMA:
-                value = self._subschema(value, f"{path}/{key}", depth + 1)
-            out[key] = value  # enum, const, default, required, …: data, copied as is
-        return out
+            else:
+                kept[key] = value
+        return kept
 
     def _subschema(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, list):
-            return [self.schema(v, f"{path}/{i}", depth) for i, v in enumerate(value)]
+            return [self.schema(v, f"{path}/{i}" if path else "", depth) for i, v in enumerate(value)]
         return self.schema(value, path, depth)
 
 

@@ -5,7 +5,7 @@ or a line break before a list item is kept, as the break that carries structure)
 Up to SHORT_BYTES of UTF-8 it then stays whole. A longer one is split into
 sentences and keeps, in their original order:
 
-* every sentence that states a rule (`rules.is_rule`), verbatim, never cut;
+* every sentence that states a rule (see `rules`), verbatim, never cut;
 * the lead: the first sentence that states no rule, cut on a word boundary to at
   most LEAD_BYTES bytes, ending in "…" when cut.
 
@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
-from .rules import is_rule
+from .rules import opens_with_instruction, rule_starts
 
 SHORT_BYTES: Final = 160
 LEAD_BYTES: Final = 80
@@ -172,10 +173,10 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
     kept: list[str] = []
     dropped: list[str] = []
     lead: str | None = None
-    pieces = units(folded)
-    for s in pieces:
+    starts = rule_starts(folded)
+    for s in units(folded):
         body = folded[s.start:s.end]
-        if not _states_rule(body):
+        if not (_any_between(starts, s.start, s.end) or opens_with_instruction(body)):
             if lead is not None:
                 dropped.append(body)
                 continue
@@ -188,8 +189,9 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
     return Reduction(text, kept, dropped if text != folded else [], lead)
 
 
-def _states_rule(unit: str) -> bool:
-    return is_rule(unit) or any(is_rule(line) for line in unit.split("\n")[1:])
+def _any_between(starts: list[int], begin: int, end: int) -> bool:
+    i = bisect_right(starts, begin - 1)
+    return i < len(starts) and starts[i] < end
 
 
 def _separator(folded: str, start: int) -> str:
@@ -222,6 +224,15 @@ def explain(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD
 
 def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_BYTES) -> str:
     """The reduced description (see the module docstring)."""
-    if len(text) <= short_bytes // 4 and _FOLDABLE.search(text) is None:
-        return text.strip(" ")
+    if len(text) <= short_bytes and _FOLDABLE.search(text) is None and (
+            text.isascii() or len(text.encode("utf-8")) <= short_bytes):
+        return text.strip(" ")  # short and already folded: the common case, decided in C
+    if (short_bytes, lead_bytes) == (SHORT_BYTES, LEAD_BYTES):
+        return _reduce_cached(text)
     return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text
+
+
+@lru_cache(maxsize=32768)
+def _reduce_cached(text: str) -> str:
+    # Registries repeat themselves (shared parameters, servers in several versions).
+    return explain(text).text

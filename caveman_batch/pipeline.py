@@ -16,6 +16,8 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -104,6 +106,26 @@ class Summary:
 # -- the worker: pure, bytes in, bytes and numbers out ---------------------------------
 
 
+def _worker_init(parent: int) -> None:
+    """Die with the parent: a SIGKILLed run must not leave workers behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took hold
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a backstop), poll for the parent
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def work(options: Options, raws: list[bytes]) -> list[tuple[bytes, dict[str, Any], ccr.Prepared]]:
     out = []
     for raw in raws:
@@ -128,7 +150,8 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
     previous = _load_previous(config) if config.incremental else {}
     summary = Summary()
-    pool = ProcessPoolExecutor(config.workers) if config.workers > 1 else None
+    pool = (ProcessPoolExecutor(config.workers, initializer=_worker_init, initargs=(os.getpid(),))
+            if config.workers > 1 else None)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             batches = _batches(iter_stream(found, config.max_bytes, tmp))

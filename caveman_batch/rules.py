@@ -105,10 +105,33 @@ _SIGNAL: Final = re.compile(r"[⚠❗‼🚨⛔🛑]|\w\*(?=[\s,;)]|$)|[<>≤≥
 _BY_CATEGORY: Final = {name: re2.compile(_pattern(group)) for name, group in CATEGORIES.items()}
 
 
+def rule_starts(text: str) -> list[int]:
+    """Sorted offsets into `text` where a rule word or signal starts.
+
+    One automaton pass over a whole description: a unit states a rule if one of
+    these falls inside it (or it opens with an instruction). No pattern can match
+    across a sentence boundary, so this equals asking each unit on its own.
+    """
+    lowered = text.lower()
+    if len(lowered) != len(text):  # lower() changed lengths (e.g. "İ"): keep offsets aligned
+        lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    starts = [m.start() for m in _RULE.finditer(lowered)]
+    if _SIGNAL.search(text) is not None:
+        starts = sorted(starts + [m.start() for m in _SIGNAL.finditer(text)])
+    return starts
+
+
+def opens_with_instruction(unit: str) -> bool:
+    """Does the unit, or a line of it, open with an imperative ("Provide the ID …")?"""
+    if _IMPERATIVE.match(unit) is not None:
+        return True
+    return "\n" in unit and any(_IMPERATIVE.match(line) for line in unit.split("\n")[1:])
+
+
 def is_rule(sentence: str) -> bool:
-    """Does `sentence` state a rule?"""
-    return (_RULE.search(sentence.lower()) is not None or _IMPERATIVE.match(sentence) is not None
-            or _SIGNAL.search(sentence) is not None)
+    """Does `sentence` (or unit) state a rule?"""
+    return (_RULE.search(sentence.lower()) is not None or _SIGNAL.search(sentence) is not None
+            or opens_with_instruction(sentence))
 
 
 def rule_category(sentence: str) -> str | None:
@@ -117,6 +140,6 @@ def rule_category(sentence: str) -> str | None:
     for name, pattern in _BY_CATEGORY.items():
         if pattern.search(lowered):
             return name
-    if _IMPERATIVE.match(sentence):
+    if opens_with_instruction(sentence):
         return "instruction"
     return "warning" if _SIGNAL.search(sentence) else None
