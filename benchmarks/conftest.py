@@ -143,7 +143,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     timed = [b for b in getattr(session, "benchmarks", []) if getattr(b, "extra_info", None)]
     if not timed:
         return
-    terminalreporter.section("store benchmark figures (median round)")
+    terminalreporter.section("benchmark figures (median round)")
     for bench in timed:
         figures = ", ".join(f"{k}={v}" for k, v in bench.extra_info.items())
         terminalreporter.write_line(f"{bench.name}: {figures}")

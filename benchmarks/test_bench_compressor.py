@@ -1,0 +1,102 @@
+"""The compressor's speed, stage by stage, on the seeded bench corpus.
+
+    python -m pytest benchmarks/test_bench_compressor.py --benchmark-enable --benchmark-only
+
+The bench corpus is bench_data's default registry (seed 1234, 60 servers + the showcase,
+about 4 MB, every server distinct). Reductions are cached per process, so the
+whole-catalog benchmarks clear the cache before every round: the figures are cold.
+Throughput is MB/s of catalog bytes (1 MB = 10**6 B) at the median round, one core.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from bench_data.generate import generate_registry
+from caveman_batch import describe, rules
+from caveman_batch.catalog import Options, compress, parse
+
+NO_TOKENS = Options(count_tokens=False)
+
+
+@pytest.fixture(scope="session")
+def bench_corpus(tmp_path_factory: pytest.TempPathFactory, benchmarks_enabled: bool) -> list[bytes]:
+    root = tmp_path_factory.mktemp("bench-corpus")
+    generate_registry(root, seed=1234, servers=60 if benchmarks_enabled else 8, oversize_bytes=0)
+    docs = [p.read_bytes() for p in sorted(root.rglob("*.json")) if "_quirks" not in p.parts]
+    return docs
+
+
+@pytest.fixture(scope="session")
+def long_descriptions(bench_corpus: list[bytes]) -> list[str]:
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "description" and isinstance(value, str):
+                    folded = describe.fold(value)
+                    if len(folded.encode()) > describe.SHORT_BYTES:
+                        found.append(folded)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for raw in bench_corpus:
+        walk(parse(raw))
+    return found
+
+
+def _report(benchmark: BenchmarkFixture, nbytes: int) -> None:
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["MB_per_s"] = round(nbytes / stats.stats.median / 1e6, 1)
+        benchmark.extra_info["MB"] = round(nbytes / 1e6, 2)
+
+
+def test_sentence_split(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
+    result = benchmark(lambda: [describe.split_sentences(t) for t in long_descriptions])
+    assert sum(map(len, result)) > len(long_descriptions)
+    _report(benchmark, sum(len(t.encode()) for t in long_descriptions))
+
+
+def test_rule_detection(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
+    result = benchmark(lambda: [rules.rule_starts(t) for t in long_descriptions])
+    assert any(result)
+    _report(benchmark, sum(len(t.encode()) for t in long_descriptions))
+
+
+def test_reduce_cold(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
+    def run() -> list[str]:
+        describe._reduce_cached.cache_clear()
+        return [describe.reduce(t) for t in long_descriptions]
+
+    result = benchmark(run)
+    assert sum(map(len, result)) < sum(map(len, long_descriptions))
+    _report(benchmark, sum(len(t.encode()) for t in long_descriptions))
+
+
+def test_compress_catalogs_cold(benchmark: BenchmarkFixture, bench_corpus: list[bytes]) -> None:
+    def run() -> int:
+        describe._reduce_cached.cache_clear()
+        return sum(len(compress(raw, NO_TOKENS)[0]) for raw in bench_corpus)
+
+    out = benchmark(run)
+    total = sum(map(len, bench_corpus))
+    assert out < total
+    _report(benchmark, total)
+
+
+def test_compress_catalogs_with_token_counts(benchmark: BenchmarkFixture,
+                                             bench_corpus: list[bytes]) -> None:
+    def run() -> int:
+        describe._reduce_cached.cache_clear()
+        return sum(compress(raw)[1].tokens_after or 0 for raw in bench_corpus)
+
+    assert benchmark(run) > 0
+    _report(benchmark, sum(map(len, bench_corpus)))

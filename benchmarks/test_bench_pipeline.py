@@ -1,0 +1,109 @@
+"""`compress` end to end: throughput per worker count, the incremental rerun, peak memory.
+
+    python -m pytest benchmarks/test_bench_pipeline.py --benchmark-enable --benchmark-only
+
+Input: bench_data JSONL (seed 1234) of 50 MB (2 MB when benchmarks are disabled, as a
+smoke test). Everything a real run does is included: reading, parsing, compressing,
+exact o200k token counts before and after, sha256, zstd, LMDB commits (fsync'd) and
+atomic publication. MB/s is of input bytes (1 MB = 10**6 B) at the median round.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from bench_data.generate import generate_registry
+from caveman_batch.pipeline import Config, Summary, run
+
+MB = 1_000_000
+
+
+def _jsonl(root: Path, megabytes: float) -> Path:
+    path = root / f"bench-{megabytes:g}.jsonl"
+    if not path.exists():
+        generate_registry(None, seed=1234, jsonl=path, target_bytes=int(megabytes * MB),
+                          oversize_bytes=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pipeline-bench")
+
+
+@pytest.fixture(scope="session")
+def registry(data_dir: Path, benchmarks_enabled: bool) -> Path:
+    return _jsonl(data_dir, 50 if benchmarks_enabled else 2)
+
+
+def _fresh_run(src: Path, work: Path, workers: int, incremental: bool = False) -> Summary:
+    out, store = work / "out", work / "ccr"
+    if not incremental:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+    return run(Config([str(src)], out, f"lmdb://{store}", workers=workers, incremental=incremental))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compress_end_to_end(benchmark: BenchmarkFixture, registry: Path, tmp_path: Path,
+                             workers: int, benchmarks_enabled: bool) -> None:
+    rounds = 3 if benchmarks_enabled else 1
+    summary = benchmark.pedantic(_fresh_run, args=(registry, tmp_path / "w", workers),
+                                 rounds=rounds, iterations=1)
+    assert summary.documents > 0 and summary.tokens_after < summary.tokens_before
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["MB_per_s"] = round(registry.stat().st_size / stats.stats.median / MB, 2)
+
+
+def test_incremental_rerun(benchmark: BenchmarkFixture, registry: Path, tmp_path: Path,
+                           benchmarks_enabled: bool) -> None:
+    work = tmp_path / "w"
+    started = time.perf_counter()
+    first = _fresh_run(registry, work, 1)
+    first_s = time.perf_counter() - started
+    rounds = 3 if benchmarks_enabled else 1
+    again = benchmark.pedantic(_fresh_run, args=(registry, work, 1, True), rounds=rounds,
+                               iterations=1)
+    assert again.reused == first.documents  # every document read and published before
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None:
+        benchmark.extra_info["first_run_s"] = round(first_s, 2)
+        benchmark.extra_info["speedup"] = round(first_s / stats.stats.median, 1)
+
+
+_RSS_PROBE = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _peak_rss_kib(src: Path, work: Path) -> int:
+    exe = shutil.which("caveman-batch")
+    cmd = [exe] if exe else [sys.executable, "-m", "caveman_batch"]
+    probe = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, *cmd, "compress", str(src), "-o", str(work / "out"),
+         "--store", f"lmdb://{work}/ccr", "--workers", "2", "--quiet"],
+        capture_output=True, check=True, text=True, timeout=3600)
+    return int(probe.stdout.strip())
+
+
+def test_peak_rss_flat(data_dir: Path, tmp_path: Path, benchmarks_enabled: bool,
+                       record_property: object) -> None:
+    """Peak RSS of the largest process: 500 MB of input within 20% of 50 MB."""
+    small_mb, big_mb = (50, 500) if benchmarks_enabled else (1, 10)
+    small = _peak_rss_kib(_jsonl(data_dir, small_mb), tmp_path / "small")
+    big = _peak_rss_kib(_jsonl(data_dir, big_mb), tmp_path / "big")
+    figures = {"small_MB": small_mb, "big_MB": big_mb, "small_peak_MiB": round(small / 1024, 1),
+               "big_peak_MiB": round(big / 1024, 1), "ratio": round(big / small, 3)}
+    print(json.dumps(figures))
+    assert big <= small * 1.2, figures
