@@ -31,8 +31,9 @@ LEAD_BYTES: Final = 80
 ELLIPSIS: Final = "…"
 _MAX_PASSES: Final = 4
 
-# White space that folding changes: a run of two or more, or any one that is not " ".
-_FOLDABLE = re.compile(r"\s{2,}|[^\S ]")
+# White space that folding changes: a run of two or more, or any one that is not " "
+# (both open with a character class: the engine skips ahead at C speed).
+_FOLDABLE = re.compile(r"[^\S ]\s*| \s+")
 # A list item marker at the start of a line: -, *, +, •, 1. 2) a) (i)
 _LIST_MARKER = re.compile(r"(?:[-*+•▪‣◦]|\(?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)])[ \t]")
 # Abbreviations after which a period does not end a sentence (lower-cased, no final dot).
