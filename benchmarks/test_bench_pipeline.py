@@ -88,7 +88,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def _peak_rss_kib(src: Path, work: Path) -> int:
-    exe = shutil.which("caveman-batch")
+    exe = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "caveman_batch"]
     probe = subprocess.run(
         [sys.executable, "-c", _RSS_PROBE, *cmd, "compress", str(src), "-o", str(work / "out"),

@@ -229,11 +229,15 @@ def test_no_documents_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no *.json or *.jsonl" in capsys.readouterr().err
 
 
+def _entry_point() -> list[str]:
+    """The console script installed beside this interpreter (not just any on PATH)."""
+    beside = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
+    return [beside] if beside else [sys.executable, "-m", "caveman_batch"]
+
+
 def _cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
          **kw: Any) -> subprocess.CompletedProcess[bytes]:
-    exe = shutil.which("caveman-batch")
-    cmd = [exe] if exe else [sys.executable, "-m", "caveman_batch"]
-    return subprocess.run([*cmd, *args], input=stdin, capture_output=True,
+    return subprocess.run([*_entry_point(), *args], input=stdin, capture_output=True,
                           env={**os.environ, **(env or {})}, timeout=120, **kw)
 
 
@@ -257,7 +261,7 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     out, store_url = tmp_path / "o", f"lmdb://{tmp_path}/ccr"
     args = ("compress", str(src), str(SAMPLES / "registry"), "-o", str(out), "--store", store_url,
             "--workers", "2", "--quiet")
-    proc = subprocess.Popen([shutil.which("caveman-batch") or sys.executable, *args],
+    proc = subprocess.Popen([*_entry_point(), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
