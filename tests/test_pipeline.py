@@ -282,3 +282,23 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     assert not (out / TMP_DIR).exists()
     sample = rows[:: max(1, len(rows) // 50)]
     _recovers_all(sample, store_url, {})
+
+
+def test_whole_corpora_as_a_registry(corpora: Path, tmp_path: Path) -> None:
+    """Every real catalog: an output and a row each, originals recoverable, same OUT for 1 and 2 workers."""
+    one, first = _run(tmp_path, corpora, workers=1, out_name="one", store=f"lmdb://{tmp_path}/s1",
+                      max_bytes=32 << 20)
+    two, _ = _run(tmp_path, corpora, workers=2, out_name="two", store=f"lmdb://{tmp_path}/s2",
+                  max_bytes=32 << 20)
+    assert _tree(one) == _tree(two)
+    rows = _rows(one / "manifest.jsonl")
+    files = sorted(p for p in corpora.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl")
+                   and not any(part.startswith(".") for part in p.relative_to(corpora).parts))
+    assert len(rows) == first.documents == len(files)
+    assert all(r["output"] for r in rows)
+    malformed = [r for r in rows if "raw_malformed" in r["source"]["path"]]
+    assert malformed and all(r["status"] in ("ok", "passthrough", "error") for r in malformed)
+    assert first.ratio > 0.23
+    with open_store(f"lmdb://{tmp_path}/s1") as store:
+        for row in rows:
+            assert ccr.recover(store, row["handle"]) == Path(row["source"]["path"]).read_bytes()
