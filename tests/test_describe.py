@@ -1,0 +1,426 @@
+"""The description reducer, golden: folding, sentence splitting, units, the lead cut, rule keeping.
+
+F1 and F2 are filler sentences that state no rule: a long description made of a lead,
+F1, F2 and rule sentences must come out as the lead plus the rules, in order. The
+regex probes at the end check that every pattern in describe.py and rules.py runs in
+linear time on inputs built to make a backtracking engine stall.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from collections.abc import Callable
+
+import pytest
+
+from caveman_batch import describe, rules
+from caveman_batch.describe import ELLIPSIS, cut_lead, explain, fold, reduce, split_sentences, units
+from caveman_batch.rules import is_rule
+
+F1 = "The output is shown as a friendly table in the terminal window."
+F2 = "This is a friendly helper for people who like gardens and flowers."
+
+
+def sentences(text: str) -> list[str]:
+    folded = fold(text)
+    return [folded[s.start:s.end] for s in split_sentences(folded)]
+
+
+def unit_texts(text: str) -> list[str]:
+    folded = fold(text)
+    return [folded[u.start:u.end] for u in units(folded)]
+
+
+def test_fillers_state_no_rule() -> None:
+    assert not is_rule(F1) and not is_rule(F2)
+    assert len(f"Lists files. {F1} {F2}".encode()) < 160 < len(f"Lists files. {F1} {F2} {F1}".encode())
+
+
+# -- folding -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "folded"), [
+    ("  a \t b  ", "a b"),
+    ("a\nb", "a b"),
+    ("a\r\nb", "a b"),
+    ("a\n\tb", "a b"),
+    ("a\u00a0b\u2028c", "a b c"),
+    ("a\n\n\nb", "a\n\nb"),
+    ("a\r\n\r\nb", "a\n\nb"),
+    ("a\n  \n b", "a\n\nb"),
+    ("a\n- b", "a\n- b"),
+    ("a\n 1. b", "a\n1. b"),
+    ("a\n* b\n+ c\n• d\n2) e\n(iv) f\na) g", "a\n* b\n+ c\n• d\n2) e\n(iv) f\na) g"),
+    ("a\n-b", "a -b"),
+    ("\n- a\n- b\n", "- a\n- b"),
+    ("x", "x"),
+    ("", ""),
+])
+def test_fold(text: str, folded: str) -> None:
+    assert fold(text) == folded
+    assert fold(folded) == folded
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: fold is not idempotent when a list marker ends the text or "
+                                       "its line ('a\\n- ' -> 'a\\n-' -> 'a -')")
+@pytest.mark.parametrize("text", ["Options:\n- ", "a\n- \n- b", "Steps\n1. "])
+def test_fold_idempotent_on_an_empty_list_item(text: str) -> None:
+    assert fold(fold(text)) == fold(text)
+    assert reduce(reduce(text)) == reduce(text)
+
+
+# -- sentence splitting --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Stop! Go? Yes. Done", ["Stop!", "Go?", "Yes.", "Done"]),
+    ("One.\n\nTwo\n\nThree", ["One.", "Two", "Three"]),
+    ("Intro:\n- a\n- b", ["Intro:", "- a", "- b"]),
+    ("Intro\n1. a\n2. b", ["Intro", "1. a", "2. b"]),
+    ("Use e.g. Apples here. Next one.", ["Use e.g. Apples here.", "Next one."]),
+    ("Fruits, i.e. Apples. Next one.", ["Fruits, i.e. Apples.", "Next one."]),
+    ("Pears etc. Apples are here. Next one.", ["Pears etc. Apples are here.", "Next one."]),
+    ("Apples vs. Oranges is here. Next one.", ["Apples vs. Oranges is here.", "Next one."]),
+    ("E.g. this one. Next one.", ["E.g. this one.", "Next one."]),
+    ("Written by J. Smith and J. R. R. Tolkien. Next one.", ["Written by J. Smith and J. R. R. Tolkien.", "Next one."]),
+    ("Value 1.5 or 3.14 is fine. Next one.", ["Value 1.5 or 3.14 is fine.", "Next one."]),
+    ("Version v1.2.3 is out. Next one.", ["Version v1.2.3 is out.", "Next one."]),
+    ("Read config.json or Config.Json first. Next one.", ["Read config.json or Config.Json first.", "Next one."]),
+    ("See https://example.com/A.B/c?x=1. Next one.", ["See https://example.com/A.B/c?x=1.", "Next one."]),
+    ("Path /srv/Data.Old/x here. Next one.", ["Path /srv/Data.Old/x here.", "Next one."]),
+    ("Path C:\\Users\\Me.Txt here. Next one.", ["Path C:\\Users\\Me.Txt here.", "Next one."]),
+    ("Paths are absolute, e.g. /srv/data. Next one.", ["Paths are absolute, e.g. /srv/data.", "Next one."]),
+    ("Run `a.B() Now. Then` first. Next one.", ["Run `a.B() Now. Then` first.", "Next one."]),
+    ('He said "Stop. Now? Go!" loudly. Next one.', ['He said "Stop. Now? Go!" loudly.', "Next one."]),
+    ("He said “Stop. Now” loudly. Next one.", ["He said “Stop. Now” loudly.", "Next one."]),
+    ('It ends here." Next one.', ['It ends here."', "Next one."]),
+    ("It ends (here.) Next one.", ["It ends (here.)", "Next one."]),
+    ("Wait… Next one.", ["Wait…", "Next one."]),
+    ("Lower case. after a period stays.", ["Lower case. after a period stays."]),
+    ("At most 10. Use less.", ["At most 10. Use less."]),
+])
+def test_split_sentences(text: str, expected: list[str]) -> None:
+    assert sentences(text) == expected
+
+
+def test_sentence_offsets_index_the_folded_text() -> None:
+    folded = fold("  One.   Two!\n\nThree?  ")
+    spans = [(s.start, s.end) for s in split_sentences(folded)]
+    assert folded == "One. Two!\n\nThree?"
+    assert spans == [(0, 4), (5, 9), (11, 17)]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Must be one of:\n- a/b\n- c (d).\n\nDone.", ["Must be one of:\n- a/b\n- c (d).", "Done."]),
+    ("Must be one of:\n- a/b\n- c (d)\n\nDone.", ["Must be one of:\n- a/b\n- c (d)\n\nDone."]),
+    ("Heading\n\nParagraph one. Two.", ["Heading\n\nParagraph one.", "Two."]),
+    ("Ends.\n- a\n- b", ["Ends.", "- a\n- b"]),
+    ("Steps:\n1. Open it.\n2. Close it.", ["Steps:\n1. Open it.", "2. Close it."]),
+])
+def test_units_glue_an_unterminated_line_to_what_follows(text: str, expected: list[str]) -> None:
+    assert unit_texts(text) == expected
+
+
+# -- short and long descriptions -------------------------------------------------------
+
+
+def test_short_stays_whole_long_is_reduced() -> None:
+    base = f"Lists files. {F1} {F2}"
+    pad = "x" * (160 - len(base.encode()) - 1)
+    at_limit = f"{base} {pad}"
+    assert len(at_limit.encode()) == 160
+    assert reduce(at_limit) == at_limit
+    assert reduce("  " + at_limit.replace(" ", "   ") + "\n") == at_limit  # folded, still whole
+    over = at_limit + "y"
+    assert reduce(over) == "Lists files."
+
+
+def test_short_is_measured_in_utf8_bytes() -> None:
+    text = f"Zählt Dateien. {F1} Größe: {'ü' * 70}"
+    assert len(text) <= 160 < len(text.encode())
+    assert reduce(text) == "Zählt Dateien."
+
+
+def test_lead_and_rules_kept_in_order() -> None:
+    lead = "Returns the current weather report for a city, including wind, rain and sun hours for the week."
+    text = f"Paths must be absolute. {lead} {F1} {F2} Paths cannot contain spaces."
+    assert reduce(text) == ("Paths must be absolute. Returns the current weather report for a city, "
+                            "including wind, rain and sun… Paths cannot contain spaces.")
+    why = explain(text)
+    assert why.dropped == [F1, F2]
+    assert why.lead == "Returns the current weather report for a city, including wind, rain and sun…"
+    assert why.kept == ["Paths must be absolute.", why.lead, "Paths cannot contain spaces."]
+
+
+def test_all_rules_nothing_dropped() -> None:
+    text = " ".join(["Must be set.", "Never empty.", "At most 5 items.", "Defaults to 10.",
+                     "Only one of a or b.", "Do not use for files.", "Use this tool when asked."] * 2)
+    assert len(text.encode()) > 160
+    assert reduce(text) == text
+    assert explain(text).dropped == []
+
+
+def test_long_rule_sentence_never_cut() -> None:
+    rule = ("The date must be given in ISO 8601 format with a time zone offset, for example "
+            "2024-01-31T12:00:00+01:00, and never in local time.")
+    assert len(rule.encode()) > 80
+    assert reduce(f"Books a room. {F1} {F2} {rule}") == f"Books a room. {rule}"
+    assert reduce(f"{rule} {F1} {F2}") == f"{rule} {F1}"  # the first non-rule sentence is the lead
+
+
+@pytest.mark.parametrize("rule", [
+    "Each path is absolute, e.g. /srv/data.",
+    "Do not use this tool for pull requests.",
+    "Do not use this for local files.",
+    "Use this tool when you need fresh results.",
+    "Use this tool to look up a user by email.",
+    "(Optional, default true)",
+    "This field should be omitted on the first call.",
+    "Prefer search_code for code.",
+    "Deprecated: use list_runs instead.",
+    "Dates follow RFC 3339.",
+    "Returns at most 100 results per page.",
+    "Names are case-sensitive.",
+    "Exactly one of id or name.",
+    "Provide the run ID from list_runs.",
+    "IMPORTANT: use the full path.",
+    "Pass a value > 0.",
+    "Warning: this deletes the branch.",
+    "Avoid calling this in a loop.",
+    "Page size between 1 and 100.",
+])
+def test_rule_sentences_kept_verbatim(rule: str) -> None:
+    assert is_rule(rule)
+    assert reduce(f"Lists files. {F1} {F2} {rule}") == f"Lists files. {rule}"
+    assert reduce(f"{rule} {F1} {F2}") in (f"{rule} {F1}", f"{rule} {F1} {F2}")  # merged when unterminated
+
+
+def test_valid_values_glued_rule_keeps_its_items() -> None:
+    text = f"Lists files. {F1} {F2}\nMust be one of:\n- a/b\n- c (d)"
+    assert reduce(text) == "Lists files. Must be one of:\n- a/b\n- c (d)"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a 'Valid values:' list (an exclusive choice) is not "
+                                       "detected as a rule and is dropped")
+@pytest.mark.parametrize("values", ["\nValid values:\n- RECRUITING\n- COMPLETED (final)",
+                                    " Valid values: RECRUITING, COMPLETED, WITHDRAWN."])
+def test_valid_values_list_is_kept(values: str) -> None:
+    text = f"Filters trials by status. {F1} {F2}{values}"
+    assert reduce(text) == f"Filters trials by status.{values}"
+
+
+def test_paragraph_breaks_kept_between_kept_sentences() -> None:
+    text = f"Lists files.\n\n{F1}\n\n{F2}\n\nMust be one of the values."
+    assert reduce(text) == "Lists files.\n\nMust be one of the values."
+
+
+def test_rule_inside_quotes_and_code_is_part_of_its_sentence() -> None:
+    assert reduce(f'Lists files. {F1} {F2} He said "Stop. This must end" loudly.') == \
+        'Lists files. He said "Stop. This must end" loudly.'
+    assert reduce(f"Lists files. {F1} {F2} Run `a.B() must` first.") == "Lists files. Run `a.B() must` first."
+
+
+# -- the lead cut ----------------------------------------------------------------------
+
+
+def test_cut_lead_on_a_word_boundary_with_ellipsis() -> None:
+    sentence = "abc " * 20 + "d"
+    cut = cut_lead(sentence)
+    assert cut == "abc " * 18 + "abc…"
+    assert len(cut.encode()) <= 80
+
+
+def test_cut_lead_keeps_what_fits_and_drops_trailing_punctuation() -> None:
+    assert cut_lead("a" * 80) == "a" * 80
+    assert cut_lead("word, " * 20) == "word, " * 12 + "word…"
+    assert cut_lead("a (b" + " c" * 50).endswith("c…")
+    assert cut_lead("x" * 90) == "x" * 77 + ELLIPSIS  # one long word: cut inside it
+
+
+@pytest.mark.parametrize("char", ["é", "€", "日", "😀"])
+@pytest.mark.parametrize("offset", range(4))
+def test_lead_cut_mid_utf8_breaks_no_character(char: str, offset: int) -> None:
+    sentence = "a" * offset + char * 60
+    cut = cut_lead(sentence)
+    encoded = cut.encode("utf-8")  # would raise on a broken surrogate
+    assert 80 - 4 < len(encoded) <= 80
+    assert cut.endswith(ELLIPSIS) and sentence.startswith(cut[:-1])
+    assert "\ufffd" not in cut
+    reduced = reduce(f"{sentence} {F1} {F2}")
+    assert reduced == cut and reduce(reduced) == reduced
+
+
+def test_lead_cut_mid_utf8_with_words() -> None:
+    text = "Returns data " + "é" * 40 + f" and more text here. {F1} {F2}"
+    assert reduce(text) == "Returns data…"
+    text = "Gibt die Wetterdaten für Köln zurück, mit Wind, Regen und Sonnenstunden für die Woche. " + F1 + F2
+    cut = reduce(text)
+    assert cut == "Gibt die Wetterdaten für Köln zurück, mit Wind, Regen und Sonnenstunden…"
+    assert len(cut.encode()) <= 80
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a lead cut inside a multi-line unit keeps the line break "
+                                       "before the ellipsis; the next fold turns it into a space")
+@pytest.mark.parametrize("text", [
+    "Returns the weather report for the city that is named in the request\n- " + "x" * 100,
+    "Returns the weather report for the city that is named in the request\n1. Berlin is first. "
+    + "Returns the weather report for the city that is named." * 2,
+])
+def test_lead_cut_in_a_multi_line_unit_is_idempotent(text: str) -> None:
+    once = reduce(text)
+    assert "\n" + ELLIPSIS not in once and not once.endswith("\n1." + ELLIPSIS)
+    assert reduce(once) == once
+
+
+# -- idempotence and explain ---------------------------------------------------------------
+
+GOLDEN_TEXTS = [
+    f"Paths must be absolute. Returns data. {F1} {F2} Paths cannot contain spaces.",
+    f"Lists files.\n\n{F1}\n\n{F2}\n\nMust be one of:\n- a\n- b",
+    f'He said "Stop. Now" loudly. {F1} `code. Span` {F2} Must be "quoted. Yes".',
+    "日本語のテキスト。" * 30,
+    "a" * 500,
+    f"Wow! Really? {F1} {F2} Never do that!",
+]
+
+
+@pytest.mark.parametrize("text", GOLDEN_TEXTS)
+def test_reduce_idempotent(text: str) -> None:
+    once = reduce(text)
+    assert reduce(once) == once
+    assert len(once.encode()) <= len(fold(text).encode())
+
+
+def test_explain_matches_reduce_and_reports_short_text() -> None:
+    for text in GOLDEN_TEXTS:
+        assert explain(text).text == reduce(text)
+    short = explain("  Lists   files. ")
+    assert (short.text, short.kept, short.dropped, short.lead) == ("Lists files.", ["Lists files."], [], None)
+
+
+def test_custom_thresholds() -> None:
+    text = f"Lists the files of the given folder. {F1} Must be absolute."
+    assert reduce(text, short_bytes=1000) == text
+    assert reduce(text, short_bytes=20, lead_bytes=15) == "Lists the… Must be absolute."
+
+
+# -- the rule detector -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sentence", [
+    "It must be set.", "You cannot undo it.", "It shall pass.", "A token is required.",
+    "It requires a token.", "Rejects empty names.", "Never retries.", "Do not retry.",
+    "It does not retry.", "At least one tag.", "At most ten tags.", "The maximum is 10.",
+    "The minimum is 1.", "Between 1 and 10.", "Up to ten tags.", "If it exceeds the cap.",
+    "The limit is 10.", "Uses the format YYYY.", "Dates in ISO 8601.", "Per RFC 3339.",
+    "An absolute path.", "Matches the pattern.", "The default is 10.",
+    "Optional, defaults to 10.", "Exactly one tag.", "One of a, b.", "Only admins.",
+    "They are mutually exclusive.", "Names are unique.", "It is case-sensitive.",
+    "Warning: slow.", "This is deprecated.", "Use this tool when asked.", "Use this tool for repos.",
+    "Use this tool to search.", "Prefer the other one.", "Use x instead.", "Avoid loops.",
+    "You should page.", "You should not page.", "Greater than 1.", "Less than 10.",
+    "More than 3.", "Fewer than 3.", "Over 100.", "Above 100.", "Below 100.", "Under 100.",
+    "A range of ids.", "Invalid ids fail.",
+])
+def test_is_rule_positive(sentence: str) -> None:
+    assert is_rule(sentence)
+    assert rules.rule_category(sentence) is not None
+
+
+@pytest.mark.parametrize("sentence", [F1, F2, "Returns the weather report for a city.", "Lists files.",
+                                      "Gets the current user.", "Creates a new issue in a repository."])
+def test_is_rule_negative(sentence: str) -> None:
+    assert not is_rule(sentence)
+    assert rules.rule_category(sentence) is None
+
+
+# -- linear time: probes against every regex ---------------------------------------------------
+
+PROBES = {
+    "period-space": ". ", "a-period": "a.", "backtick": "`", "quote": '"', "curly-quote": "“",
+    "eg": "e.g. ", "list-item": "\n- ", "ab-star": "ab", "no-spaces": "x", "initial": "A. ",
+    "abbrev": "Ab. ", "digits": "1. ", "caps": "ABC ", "star": "a* ", "blank-line": "x\n\n",
+    "bang": "! ", "closer": ".) ", "newline": "\n", "spaces": "  ", "tab": "\t", "lt": "< 1 ",
+    "backtick-word": "`a", "quote-word": '"a', "unterminated": "word\n", "dots": ".",
+    "mixed": "e.g. `a. B` \"c. D\" 1.5 v1.2. J. K. ", "rule-words": "must not at least ",
+    "uppercase-run": "A", "word-star": "x*", "ellipsis": "… ",
+}
+SMALL_CHARS = 20_000  # the probe at n and at 4n; linear code takes ~4x, we allow 8x
+
+
+def cpu_seconds(fn: Callable[[str], object], text: str, repeat: int) -> float:
+    """Best CPU time of `repeat` runs (CPU time: other processes on the machine count less).
+
+    Each run gets a different text of the same length, so no cache answers for it.
+    """
+    best = float("inf")
+    gc.disable()
+    try:
+        for i in range(repeat):
+            fresh = f"Run {i}. {text}"
+            started = time.process_time()
+            fn(fresh)
+            best = min(best, time.process_time() - started)
+    finally:
+        gc.enable()
+    return best
+
+
+def assert_linear(fn: Callable[[str], object], unit: str, small_chars: int = SMALL_CHARS) -> None:
+    small = unit * (small_chars // len(unit))
+    large = small * 4
+    t_small = cpu_seconds(fn, small, 3)
+    t_large = cpu_seconds(fn, large, 2)
+    assert t_large < 8 * t_small + 0.02, f"{unit!r}: {t_small:.4f}s at n, {t_large:.4f}s at 4n"
+    assert t_large < 5.0, f"{unit!r}: {t_large:.2f}s for {len(large):,} chars"
+
+
+def regexes() -> list[tuple[str, object]]:
+    found = []
+    for module in (describe, rules):
+        for name, value in sorted(vars(module).items()):
+            if isinstance(value, re.Pattern) or type(value).__name__ == "_Regexp":
+                found.append((f"{module.__name__}.{name}", value))
+            elif name == "_BY_CATEGORY":
+                found += [(f"{module.__name__}.{name}[{k}]", v) for k, v in value.items()]
+    return found
+
+
+def test_every_regex_is_probed() -> None:
+    names = {name for name, _ in regexes()}
+    assert {"caveman_batch.describe._BOUNDARY", "caveman_batch.describe._SPANS",
+            "caveman_batch.describe._FOLDABLE", "caveman_batch.rules._RULE",
+            "caveman_batch.rules._SIGNAL", "caveman_batch.rules._IMPERATIVE"} <= names
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_regexes_linear(probe: str) -> None:
+    unit = PROBES[probe]
+    for name, pattern in regexes():
+        lowered = unit.lower() if "rules" in name else unit
+
+        def scan(text: str, pattern: object = pattern) -> int:
+            return sum(1 for _ in pattern.finditer(text))  # type: ignore[attr-defined]
+
+        try:
+            assert_linear(scan, lowered)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_reduce_and_is_rule_linear(probe: str) -> None:
+    unit = PROBES[probe]
+    assert_linear(lambda text: reduce("Lead sentence. " + text), unit)
+    assert_linear(is_rule, unit)
+    assert_linear(rules.rule_starts, unit)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: describe.units is quadratic in the number of lines glued "
+                                       "into one unit (it re-slices the growing unit for every line)")
+def test_units_linear_in_glued_lines() -> None:
+    line = "- " + "abcdefghi " * 20 + "\n"  # list items without terminal punctuation glue into one unit
+    assert fold("Intro:\n" + line * 3) == "Intro:\n" + (line * 3).strip()  # already folded
+    assert_linear(units, line, small_chars=len(line) * 2_500)
