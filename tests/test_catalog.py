@@ -1,0 +1,527 @@
+"""The tool-schema compressor, golden: every shape, every rule, fail-open, adversarial inputs.
+
+Inputs are small literal documents and outputs exact bytes, so a change in any byte
+(key order, escaping, spacing, a number literal) fails a test. Two descriptions recur:
+LONG (a tool description) and OWNER (a parameter description); both are longer than
+160 bytes and hold filler that goes, a lead that stays and a rule that stays.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from caveman_batch import catalog
+from caveman_batch.catalog import CompressResult, Options, compress
+from caveman_batch.profile import profile
+
+LONG = ("Searches the issues of a repository and returns them as a list. "
+        "The output is shown as a friendly table in the terminal window. "
+        "This is a friendly helper for people who like gardens and flowers. "
+        "Do not use this tool for pull requests.")
+LONG_OUT = "Searches the issues of a repository and returns them as a list. Do not use this tool for pull requests."
+OWNER = ("The login of the account that owns the repository, a user or an organization on the site. "
+         "This is a friendly helper for people who like gardens and flowers. Must be lowercase.")
+OWNER_OUT = "The login of the account that owns the repository, a user or an organization… Must be lowercase."
+
+
+def doc(template: str) -> bytes:
+    """A literal document with LONG/OWNER spliced in (templates use @LONG@ and @OWNER@)."""
+    return template.replace("@LONG@", LONG).replace("@OWNER@", OWNER).encode()
+
+
+def expect(template: str) -> bytes:
+    return template.replace("@LONG@", LONG_OUT).replace("@OWNER@", OWNER_OUT).encode()
+
+
+def ok(raw: bytes, options: Options = catalog.DEFAULT_OPTIONS) -> tuple[bytes, CompressResult]:
+    out, result = compress(raw, options)
+    assert (result.status, result.reason) == ("ok", None), result
+    return out, result
+
+
+def test_descriptions_used_here_do_reduce() -> None:
+    assert len(LONG.encode()) > 160 and len(OWNER.encode()) > 160
+    from caveman_batch.describe import reduce
+
+    assert (reduce(LONG), reduce(OWNER)) == (LONG_OUT, OWNER_OUT)
+
+
+# -- every shape -------------------------------------------------------------------
+
+SCHEMA_IN = """{
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "title": "SearchArgs",
+        "properties": {
+          "owner": {"type": "string", "description": "@OWNER@", "examples": ["octocat"]},
+          "state": {"type": "string", "enum": ["open", "closed"], "default": "open"}
+        },
+        "required": ["owner"],
+        "additionalProperties": false
+      }"""
+SCHEMA_OUT = ('{"type":"object","properties":{"owner":{"type":"string","description":"@OWNER@"},'
+              '"state":{"type":"string","enum":["open","closed"],"default":"open"}},'
+              '"required":["owner"],"additionalProperties":false}')
+
+SHAPES = {
+    "mcp-tools": (
+        """{
+  "tools": [
+    {
+      "name": "search_issues",
+      "title": "Search issues",
+      "description": "@LONG@",
+      "inputSchema": %s,
+      "annotations": {"title": "Search", "readOnlyHint": true},
+      "_meta": {"z": 1, "title": "kept", "description": "@LONG@"}
+    },
+    {"name": "ping", "description": "Checks   that the server\\nis up."}
+  ],
+  "nextCursor": "abc"
+}
+""" % SCHEMA_IN,
+        '{"tools":[{"name":"search_issues","title":"Search issues","description":"@LONG@",'
+        '"inputSchema":%s,"annotations":{"title":"Search","readOnlyHint":true},'
+        '"_meta":{"z":1,"title":"kept","description":"%s"}},'
+        '{"name":"ping","description":"Checks that the server is up."}],"nextCursor":"abc"}'
+        % (SCHEMA_OUT, LONG),
+        2,
+    ),
+    "jsonrpc-tools-list": (
+        """{"jsonrpc": "2.0", "id": 7, "result": {"tools": [
+  {"name": "search_issues", "description": "@LONG@", "inputSchema": %s}
+], "nextCursor": null, "_meta": {"title": "t"}}}""" % SCHEMA_IN,
+        '{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"search_issues","description":"@LONG@",'
+        '"inputSchema":%s}],"nextCursor":null,"_meta":{"title":"t"}}}' % SCHEMA_OUT,
+        1,
+    ),
+    "openai-functions": (
+        """{"functions": [
+  {"name": "search_issues", "description": "@LONG@", "parameters": %s}
+]}""" % SCHEMA_IN,
+        '{"functions":[{"name":"search_issues","description":"@LONG@","parameters":%s}]}' % SCHEMA_OUT,
+        1,
+    ),
+    "openai-tools": (
+        """[
+  {"type": "function", "function": {"name": "search_issues", "description": "@LONG@",
+   "parameters": %s, "strict": true}}
+]""" % SCHEMA_IN,
+        '[{"type":"function","function":{"name":"search_issues","description":"@LONG@",'
+        '"parameters":%s,"strict":true}}]' % SCHEMA_OUT,
+        1,
+    ),
+    "tool-array": (
+        """[
+  {"name": "search_issues", "description": "@LONG@", "input_schema": %s},
+  {"name": "ping", "input_schema": {"type": "object", "title": "PingArgs"}}
+]""" % SCHEMA_IN,
+        '[{"name":"search_issues","description":"@LONG@","input_schema":%s},'
+        '{"name":"ping","input_schema":{"type":"object"}}]' % SCHEMA_OUT,
+        2,
+    ),
+    "single-tool": (
+        """{
+  "name": "search_issues",
+  "description": "@LONG@",
+  "inputSchema": %s,
+  "outputSchema": {"type": "object", "title": "Out", "$comment": "x",
+                   "properties": {"title": {"type": "string", "title": "T", "description": "@OWNER@"}}}
+}""" % SCHEMA_IN,
+        '{"name":"search_issues","description":"@LONG@","inputSchema":%s,'
+        '"outputSchema":{"type":"object","properties":{"title":{"type":"string","description":"@OWNER@"}}}}'
+        % SCHEMA_OUT,
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_shape_golden(shape: str) -> None:
+    template, expected, ntools = SHAPES[shape]
+    out, result = ok(doc(template))
+    assert out == expect(expected)
+    assert (result.shape, result.tools) == (shape, ntools)
+    assert result.bytes_after == len(out) < result.bytes_before == len(doc(template))
+
+
+def test_result_counts_what_changed() -> None:
+    _, result = ok(doc(SHAPES["mcp-tools"][0]))
+    # LONG, OWNER and "Checks   that…" (folded) changed; $schema, title, examples dropped
+    assert (result.descriptions_reduced, result.annotations_dropped) == (3, 3)
+    assert result.content_type == "application/json"
+    assert (result.encoding, result.basis) == ("o200k_base", "inferred")
+    assert 0 < result.tokens_after < result.tokens_before
+    assert result.ratio == pytest.approx(1 - result.tokens_after / result.tokens_before)
+    data = result.as_dict()
+    assert data["ratio"] == round(result.ratio, 4) and data["status"] == "ok"
+    json.dumps(data)  # a report is plain JSON
+
+
+def test_output_schema_snake_case_is_a_schema_position() -> None:
+    raw = b'{"name": "t", "output_schema": {"title": "X", "type": "string", "description": "@OWNER@"}}'
+    out, _ = ok(raw.replace(b"@OWNER@", OWNER.encode()))
+    assert out == expect('{"name":"t","output_schema":{"type":"string","description":"@OWNER@"}}')
+
+
+def test_openai_tools_mixed_with_a_non_function_entry() -> None:
+    raw = doc('[{"type": "function", "function": {"name": "a", "description": "@LONG@"}}, '
+              '{"type": "code_interpreter"}]')
+    out, result = ok(raw)
+    assert out == expect('[{"type":"function","function":{"name":"a","description":"@LONG@"}},'
+                         '{"type":"code_interpreter"}]')
+    assert (result.shape, result.tools) == ("openai-tools", 1)
+
+
+# -- what changes, and where --------------------------------------------------------
+
+
+def test_parameters_named_title_and_description_survive() -> None:
+    raw = doc("""{"tools": [{"name": "create_issue", "inputSchema": {
+      "type": "object",
+      "properties": {
+        "title": {"type": "string", "title": "Title", "description": "Issue title"},
+        "description": {"type": "string", "title": "Body", "description": "@OWNER@"},
+        "examples": {"type": "array", "items": {"type": "string", "title": "E"}},
+        "$comment": {"type": "string"}
+      },
+      "required": ["title", "description"]
+    }}]}""")
+    out, _ = ok(raw)
+    assert out == expect(
+        '{"tools":[{"name":"create_issue","inputSchema":{"type":"object","properties":{'
+        '"title":{"type":"string","description":"Issue title"},'
+        '"description":{"type":"string","description":"@OWNER@"},'
+        '"examples":{"type":"array","items":{"type":"string"}},'
+        '"$comment":{"type":"string"}},"required":["title","description"]}}]}')
+
+
+def test_ref_into_defs_with_titles() -> None:
+    raw = doc("""{"tools": [{"name": "ship", "inputSchema": {
+      "type": "object",
+      "properties": {"home": {"$ref": "#/$defs/Address", "title": "Home"},
+                     "work": {"$ref": "#/definitions/title"}},
+      "$defs": {"Address": {"title": "Address", "type": "object",
+                            "properties": {"city": {"title": "City", "type": "string"}}}},
+      "definitions": {"title": {"title": "A def called title", "type": "string",
+                                "description": "@OWNER@"}}
+    }}]}""")
+    out, result = ok(raw)
+    assert out == expect(
+        '{"tools":[{"name":"ship","inputSchema":{"type":"object","properties":{'
+        '"home":{"$ref":"#/$defs/Address"},"work":{"$ref":"#/definitions/title"}},'
+        '"$defs":{"Address":{"type":"object","properties":{"city":{"type":"string"}}}},'
+        '"definitions":{"title":{"type":"string","description":"@OWNER@"}}}}]}')
+    assert result.annotations_dropped == 4
+
+
+def test_enum_values_with_slashes_and_parentheses_untouched() -> None:
+    raw = doc("""{"tools": [{"name": "t", "description": "@LONG@", "inputSchema": {"type": "object",
+      "properties": {"model": {"type": "string",
+        "enum": ["gpt-4o (2024-08-06)", "a/b/c", "https://x.example/y?z=1", "  two  spaces ",
+                 "Must be. Not a sentence.", {"title": "t", "description": "  d  "}, null, 1.50]}}}}]}""")
+    out, _ = ok(raw)
+    assert out == expect(
+        '{"tools":[{"name":"t","description":"@LONG@","inputSchema":{"type":"object",'
+        '"properties":{"model":{"type":"string","enum":["gpt-4o (2024-08-06)","a/b/c",'
+        '"https://x.example/y?z=1","  two  spaces ","Must be. Not a sentence.",'
+        '{"title":"t","description":"  d  "},null,1.50]}}}}]}')
+
+
+@pytest.mark.parametrize("keyword", ["default", "const", "enum", "required", "dependentRequired"])
+def test_data_positions_are_not_walked(keyword: str) -> None:
+    value = ('{"description": "%s", "title": "T", "examples": [1], "properties": {"a": {"title": "x"}}}'
+             % LONG)
+    if keyword in ("enum", "required"):
+        value = f"[{value}]"
+    raw = doc('{"tools": [{"name": "t", "inputSchema": {"type": "object", "title": "drop me", '
+              '"%s": %s}}]}' % (keyword, value))
+    out, _ = ok(raw)
+    kept = json.dumps(json.loads(value), separators=(",", ":"), ensure_ascii=False)
+    assert out == ('{"tools":[{"name":"t","inputSchema":{"type":"object","%s":%s}}]}'
+                   % (keyword, kept)).encode()
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: with drop_annotations=False the values of examples/example "
+                                       "(and title) are walked as schemas, so descriptions inside them change")
+def test_examples_are_data_when_annotations_are_kept() -> None:
+    raw = doc('{"tools": [{"name": "t", "description": "@LONG@", "inputSchema": {"title": "T", '
+              '"examples": [{"description": "  spaced  ", "title": "x"}], "example": {"title": "y"}}}]}')
+    out, result = ok(raw, Options(drop_annotations=False))
+    assert out == expect('{"tools":[{"name":"t","description":"@LONG@","inputSchema":{"title":"T",'
+                         '"examples":[{"description":"  spaced  ","title":"x"}],"example":{"title":"y"}}}]}')
+    assert result.annotations_dropped == 0
+
+
+def test_annotation_keys_dropped_in_every_subschema_position() -> None:
+    sub = '{"title": "t", "$comment": "c", "example": 1, "examples": [1], "$schema": "s", "type": "string"}'
+    keys = ["items", "additionalItems", "additionalProperties", "contains", "unevaluatedItems",
+            "unevaluatedProperties", "propertyNames", "not", "if", "then", "else", "contentSchema"]
+    lists = ["anyOf", "oneOf", "allOf", "prefixItems", "items"]
+    maps = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"]
+    parts = [f'"{k}": {sub}' for k in keys[1:]]
+    parts += [f'"{k}": [{sub}, {sub}]' for k in lists]
+    parts += [f'"{k}": {{"title": {sub}}}' for k in maps]
+    raw = ('{"tools": [{"name": "t", "description": "%s", "inputSchema": {%s}}]}'
+           % (LONG, ", ".join(parts))).encode()
+    out, result = ok(raw)
+    sub_out = '{"type":"string"}'
+    parts_out = [f'"{k}":{sub_out}' for k in keys[1:]]
+    parts_out += [f'"{k}":[{sub_out},{sub_out}]' for k in lists]
+    parts_out += [f'"{k}":{{"title":{sub_out}}}' for k in maps]
+    assert out == ('{"tools":[{"name":"t","description":"%s","inputSchema":{%s}}]}'
+                   % (LONG_OUT, ",".join(parts_out))).encode()
+    assert result.annotations_dropped == 5 * (len(keys) - 1 + 2 * len(lists) + len(maps))
+
+
+def test_unknown_keywords_and_extensions_are_left_alone() -> None:
+    raw = doc('{"tools": [{"name": "t", "description": "@LONG@", "inputSchema": {'
+              '"x-ui": {"title": "t", "description": "  a  b  "}, "dependencies": {"a": ["b", "title"]},'
+              '"description": {"not": "a string"}}}]}')
+    out, _ = ok(raw)
+    assert out == expect('{"tools":[{"name":"t","description":"@LONG@","inputSchema":{'
+                         '"x-ui":{"title":"t","description":"  a  b  "},"dependencies":{"a":["b","title"]},'
+                         '"description":{"not":"a string"}}}]}')
+
+
+def test_tool_level_fields_untouched() -> None:
+    raw = doc("""{"tools": [{"title": "Search", "name": "s", "description": "@LONG@",
+      "annotations": {"title": "A", "examples": [1], "description": "  spaced  "},
+      "_meta": {"$schema": "m", "title": "M"}, "icons": [{"src": "a.png", "title": "i"}],
+      "examples": ["tool-level examples are not a schema"]}]}""")
+    out, _ = ok(raw)
+    assert out == expect('{"tools":[{"title":"Search","name":"s","description":"@LONG@",'
+                         '"annotations":{"title":"A","examples":[1],"description":"  spaced  "},'
+                         '"_meta":{"$schema":"m","title":"M"},"icons":[{"src":"a.png","title":"i"}],'
+                         '"examples":["tool-level examples are not a schema"]}]}')
+
+
+def test_key_order_preserved() -> None:
+    raw = doc("""{"tools": [{"inputSchema": {"required": ["zeta"], "properties": {
+        "zeta": {"type": "string", "minLength": 1, "description": "z"},
+        "alpha": {"maxLength": 3, "type": "string"}}, "type": "object"},
+      "description": "@LONG@", "name": "zz"}], "_z": 0, "_a": 1}""")
+    out, _ = ok(raw)
+    assert out == expect('{"tools":[{"inputSchema":{"required":["zeta"],"properties":{'
+                         '"zeta":{"type":"string","minLength":1,"description":"z"},'
+                         '"alpha":{"maxLength":3,"type":"string"}},"type":"object"},'
+                         '"description":"@LONG@","name":"zz"}],"_z":0,"_a":1}')
+
+
+NUMBERS = ["1.10", "1e3", "1E+2", "-0", "-0.0", "12345678901234567890123", "-98765432109876543210",
+           "0.1e-5", "1e400", "9007199254740993", "18446744073709551616", "123456789012345678", "0"]
+
+
+def test_number_literals_kept_as_written() -> None:
+    listed = ", ".join(NUMBERS)
+    raw = doc('{"tools": [{"name": "n", "description": "@LONG@", "inputSchema": {"type": "number", '
+              '"minimum": 1.10, "maximum": 1e3, "multipleOf": 1E+2, "default": -0, '
+              '"enum": [%s], "const": {"x": [%s]}}}], "version": 2.50}' % (listed, listed))
+    out, _ = ok(raw)
+    compact = ",".join(NUMBERS)
+    assert out == expect('{"tools":[{"name":"n","description":"@LONG@","inputSchema":{"type":"number",'
+                         '"minimum":1.10,"maximum":1e3,"multipleOf":1E+2,"default":-0,'
+                         '"enum":[%s],"const":{"x":[%s]}}}],"version":2.50}' % (compact, compact))
+
+
+def test_non_ascii_unescaped_and_no_html_escaping() -> None:
+    raw = doc(r'''{"tools": [{"name": "caf\u00e9", "description": "@LONG@",
+      "inputSchema": {"properties": {"q": {"description": "a < b && c > d \u65e5\u672c \ud83d\ude00 \/x",
+      "enum": ["<script>&amp;</script>", "\u2028", "tab\there", "nul\u0000", "quote\"back\\slash"]}}}}]}''')
+    out, _ = ok(raw)
+    assert out == expect('{"tools":[{"name":"café","description":"@LONG@",'
+                         '"inputSchema":{"properties":{"q":{"description":"a < b && c > d 日本 😀 /x",'
+                         '"enum":["<script>&amp;</script>","\u2028","tab\\there","nul\\u0000",'
+                         '"quote\\"back\\\\slash"]}}}}]}')
+    out.decode("utf-8")  # strictly valid UTF-8
+
+
+def test_short_descriptions_only_folded_and_kept_whole() -> None:
+    short = "Must be   set.\n\nThe output\tis shown as a friendly table."
+    raw = json.dumps({"tools": [{"name": "t", "description": short}]}, indent=2).encode()
+    out, _ = ok(raw)
+    assert out == b'{"tools":[{"name":"t","description":"Must be set.\\n\\nThe output is shown as a friendly table."}]}'
+
+
+def test_options_change_thresholds() -> None:
+    raw = doc('{"tools": [{"name": "t", "description": "@LONG@"}]}')
+    out, _ = ok(raw, Options(short_bytes=1000))
+    assert json.loads(out)["tools"][0]["description"] == LONG
+    out, _ = ok(raw, Options(lead_bytes=20))
+    assert json.loads(out)["tools"][0]["description"] == "Searches the… Do not use this tool for pull requests."
+    assert Options().key() != Options(lead_bytes=20).key() != Options(drop_annotations=False).key()
+
+
+def test_count_tokens_off_leaves_counts_unknown() -> None:
+    _, result = ok(doc(SHAPES["mcp-tools"][0]), Options(count_tokens=False))
+    assert (result.tokens_before, result.tokens_after, result.ratio) == (None, None, 0.0)
+
+
+def test_bom_is_accepted() -> None:
+    raw = b"\xef\xbb\xbf" + doc('{"tools": [{"name": "t", "description": "@LONG@"}]}')
+    out, _ = ok(raw)
+    assert out == expect('{"tools":[{"name":"t","description":"@LONG@"}]}')
+
+
+def test_input_is_not_mutated_and_compress_is_deterministic() -> None:
+    raw = bytearray(doc(SHAPES["single-tool"][0]))
+    first, _ = compress(bytes(raw))
+    assert compress(bytes(raw))[0] == first and bytes(raw) == doc(SHAPES["single-tool"][0])
+
+
+# -- fail-open ----------------------------------------------------------------------
+
+TOOL = '{"name": "t", "description": "%s"}' % LONG
+PASSTHROUGH = {
+    "malformed": (('{"tools": [%s' % TOOL).encode(), "invalid JSON"),
+    "trailing comma": (('{"tools": [%s,]}' % TOOL).encode(), "invalid JSON"),
+    "second value": (('{"tools": [%s]} {}' % TOOL).encode(), "second top-level value"),
+    "second value after newline": (('{"tools": [%s]}\n[]' % TOOL).encode(), "second top-level value"),
+    "not utf-8": (('{"tools": [%s]}' % TOOL).encode().replace(b"issues", b"issu\xe9s"), "not UTF-8"),
+    "utf-16": (('{"tools": [%s]}' % TOOL).encode("utf-16"), "not UTF-8"),
+    "empty": (b"", "empty"),
+    "blank": (b" \n\t ", "empty"),
+    "unknown shape": (b'{"foo": 1,   "bar": [1, 2]}', "unknown shape"),
+    "a bare string": (b'  "just a string"  ', "unknown shape"),
+    "empty array": (b"[  ]", "unknown shape"),
+    "array without tools": (b'[{"foo": 1}, 2, "x"]', "unknown shape"),
+    "result without jsonrpc": (('{"result": {"tools": [%s]}}' % TOOL).encode(), "unknown shape"),
+    "duplicate keys": (('{"tools": [%s], "tools": []}' % TOOL).encode(), "duplicate key 'tools'"),
+    "nested duplicate keys": (('{"tools": [{"name": "a", "name": "b", "description": "%s"}]}' % LONG).encode(),
+                              "duplicate key 'name'"),
+    "NaN": (('{"tools": [%s], "x": NaN}' % TOOL).encode(), "NaN"),
+    "Infinity": (('{"tools": [%s], "x": Infinity}' % TOOL).encode(), "Infinity"),
+    "-Infinity": (('{"tools": [%s], "x": -Infinity}' % TOOL).encode(), "Infinity"),
+    "lone surrogate": (('{"tools": [{"name": "t", "description": "%s \\ud800"}]}' % LONG).encode(),
+                       "surrogate"),
+    "lone surrogate in a short description": (b'{"tools": [{"name": "t", "description": "a\\ud800"}]}',
+                                              "surrogate"),
+    "lone low surrogate in a name": (('{"tools": [{"name": "\\udc00", "description": "%s"}]}' % LONG).encode(),
+                                     "surrogate"),
+    "not smaller": (b'{"tools":[{"name":"t","description":"Lists files.","inputSchema":{"type":"object"}}]}',
+                    "not smaller"),
+    "control character": (('{"tools": [{"name": "t\x01", "description": "%s"}]}' % LONG).encode(),
+                          "invalid JSON"),
+}
+
+
+SURROGATE_BUG = pytest.mark.xfail(strict=True, raises=UnicodeEncodeError,
+                                  reason="BUG: compress raises UnicodeEncodeError on a lone surrogate "
+                                         "escape in a description (describe encodes it to UTF-8)")
+
+
+@pytest.mark.parametrize("case", [pytest.param(k, marks=SURROGATE_BUG) if k.startswith("lone surrogate")
+                                  else k for k in PASSTHROUGH])
+def test_fail_open_byte_for_byte(case: str) -> None:
+    raw, reason = PASSTHROUGH[case]
+    out, result = compress(raw)
+    assert out == raw
+    assert out is raw or bytes(out) == raw
+    assert result.status == "passthrough"
+    assert result.reason is not None and reason in result.reason, result.reason
+    assert result.bytes_before == result.bytes_after == len(raw)
+    assert result.ratio == 0.0
+
+
+def test_passthrough_reasons_say_where() -> None:
+    _, result = compress(b'{"tools": [\n  {"name": "t",\n   "description": }]}')
+    assert result.reason == "invalid JSON at line 3 column 19: Expecting value"
+    _, result = compress(b'{"tools":[]}  x')
+    assert result.reason is not None and "line 1 column 15" in result.reason
+    _, result = compress(b'\xff{}')
+    assert result.reason == "not UTF-8 (byte 0)"
+
+
+def test_passthrough_counts_tokens_when_it_is_text() -> None:
+    _, result = compress(b'{"foo": "bar baz"}')
+    assert result.tokens_before == result.tokens_after and result.tokens_before > 0
+    _, result = compress(b'{"foo": "\xff"}')
+    assert (result.tokens_before, result.tokens_after) == (None, None)
+
+
+def test_already_compressed_passes_through_with_its_shape() -> None:
+    out, _ = ok(doc(SHAPES["mcp-tools"][0]))
+    again, result = compress(out)
+    assert again == out
+    assert (result.status, result.reason, result.shape, result.tools) == ("passthrough", "not smaller",
+                                                                          "mcp-tools", 2)
+
+
+# -- adversarial --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    b'{"tools":[{"name":"t","description":"d","inputSchema":' + b'{"items":' * 100_000 + b"{}"
+    + b"}" * 100_000 + b"}]}",
+    b'{"tools":[{"name":"t","description":"d","inputSchema":{"default":' + b"[" * 100_000
+    + b"]" * 100_000 + b"}}]}",
+], ids=["array", "object", "schema", "default"])
+def test_100k_deep_nesting_passes_through(raw: bytes) -> None:
+    out, result = compress(raw)
+    assert out == raw
+    assert result.status == "passthrough" and "deep" in (result.reason or "")
+    assert profile(raw) == {"shape": None, "tools": []}
+
+
+@pytest.mark.parametrize("depth", [201, 260, 600])
+def test_deep_schema_below_parser_limit_passes_through(depth: int) -> None:
+    schema = b'{"title":"x","items":' * depth + b"{}" + b"}" * depth
+    raw = b'{"tools": [{"name": "t", "description": "d", "inputSchema": ' + schema + b"}]}"
+    out, result = compress(raw)
+    assert out == raw and result.status == "passthrough"
+    assert result.reason is not None and ("deep" in result.reason or "ecursion" in result.reason)
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+def test_deep_data_passes_through(depth: int) -> None:
+    out, result = compress(deep_default(depth))
+    assert out == deep_default(depth) and result.status == "passthrough"
+    assert result.reason is not None and "re-serialize" in result.reason
+
+
+def deep_default(depth: int) -> bytes:
+    return (b'{"tools": [{"name": "t", "description": "d", "inputSchema": {"type": "object", '
+            b'"properties": {"p": {"type": "array", "default": ' + b"[" * depth + b"]" * depth + b"}}}}]}")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: profile() raises TypeError (orjson recursion limit) on a "
+                                       "default value nested deeper than 255 levels")
+@pytest.mark.parametrize("depth", [300, 900])
+def test_profile_of_deep_data_does_not_raise(depth: int) -> None:
+    """A default value nested deeper than orjson's 255 levels is still a catalog to profile."""
+    got = profile(deep_default(depth))
+    assert got["shape"] == "mcp-tools" and got["tools"][0]["name"] == "t"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: profile() raises JSONDecodeError on a number literal "
+                                       "that overflows a double (1e400)")
+def test_profile_of_a_huge_number_literal() -> None:
+    raw = b'{"tools": [{"name": "t", "inputSchema": {"type": "number", "maximum": 1e400, "default": -1e999}}]}'
+    out, result = compress(raw)
+    assert result.status == "ok" and b'"maximum":1e400,"default":-1e999' in out
+    assert profile(raw) == profile(out)
+    assert profile(raw)["tools"][0]["inputSchema"]["surface"]["maximum"] is not None
+
+
+def test_30mb_single_description_completes() -> None:
+    paragraph = ("Returns the weather report for a city in a friendly table with wind, rain and sun hours "
+                 "for each day of the week ahead, plus a short summary written for people who like "
+                 "gardens. ") * 3 + "Cities must be named in full. "
+    text = paragraph * (30_000_000 // len(paragraph))
+    raw = json.dumps({"tools": [{"name": "weather", "description": text}]}).encode()
+    assert len(raw) > 29_000_000
+    started = time.perf_counter()
+    out, result = compress(raw)
+    elapsed = time.perf_counter() - started
+    assert result.status == "ok" and elapsed < 30, (result.status, elapsed)
+    kept = json.loads(out)["tools"][0]["description"]
+    lead = "Returns the weather report for a city in a friendly table with wind, rain and…"
+    rules_kept = kept.count("Cities must be named in full.")
+    assert kept.startswith(lead + " Cities must be named in full.")
+    assert rules_kept == text.count("Cities must be named in full.")
+    assert kept == lead + " " + " ".join(["Cities must be named in full."] * rules_kept)
