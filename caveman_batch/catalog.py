@@ -231,9 +231,10 @@ class _Walk:
         if not hits:
             return node
         tracing = self.trace is not None
-        if self.options.drop_annotations and not hits.isdisjoint(ANNOTATION_KEYS):
-            node = self._drop_annotations(node, path)
-            hits -= ANNOTATION_KEYS
+        if not hits.isdisjoint(ANNOTATION_KEYS):
+            if self.options.drop_annotations:
+                node = self._drop_annotations(node, path)
+            hits -= ANNOTATION_KEYS  # kept or not, their values are data: never walked
         for key in [k for k in node if k in hits] if tracing else hits:  # traces in key order
             value = node[key]
             where = f"{path}/{key}" if tracing else ""
@@ -306,6 +307,8 @@ def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, Com
         return raw, result
     except RecursionError:
         return raw, _passthrough(raw, "nesting too deep", None, 0, options)
+    except UnicodeEncodeError:
+        return raw, _passthrough(raw, "a lone surrogate escape (not valid Unicode)", None, 0, options)
     if len(out) >= len(raw):
         return raw, _passthrough(raw, "not smaller", shape, ntools, options)
     result = CompressResult("ok", None, shape, ntools, len(raw), len(out),

@@ -35,7 +35,7 @@ _MAX_PASSES: Final = 4
 # (both open with a character class: the engine skips ahead at C speed).
 _FOLDABLE = re.compile(r"[^\S ]\s*| \s+")
 # A list item marker at the start of a line: -, *, +, •, 1. 2) a) (i)
-_LIST_MARKER = re.compile(r"(?:[-*+•▪‣◦]|\(?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)])[ \t]")
+_LIST_MARKER = re.compile(r"(?:[-*+•▪‣◦]|\(?(?:\d{1,3}|[a-z]|[ivx]{1,4})[.)])(?=\s|\Z)")
 # Abbreviations after which a period does not end a sentence (lower-cased, no final dot).
 _ABBREVIATIONS: Final = frozenset(
     """e.g i.e etc vs v cf approx incl excl esp ca resp fig no nos vol pp p
@@ -130,8 +130,9 @@ def cut_lead(sentence: str, limit: int = LEAD_BYTES) -> str:
     encoded = sentence.encode("utf-8")
     if len(encoded) <= limit:
         return sentence
-    head = encoded[:limit - len(ELLIPSIS.encode("utf-8"))].decode("utf-8", "ignore")
-    if not sentence[len(head)].isspace():
+    sentence = sentence.split("\n", 1)[0]  # a lead is one line: a cut never ends on a break
+    head = sentence.encode("utf-8")[:limit - len(ELLIPSIS.encode("utf-8"))].decode("utf-8", "ignore")
+    if len(head) < len(sentence) and not sentence[len(head)].isspace():
         space = head.rfind(" ")
         head = head[:space] if space > 0 else head  # never end on half a word
     return head.rstrip(" ,;:–—-(") + ELLIPSIS
@@ -151,6 +152,12 @@ _TERMINAL: Final = tuple(".!?…")
 _CLOSERS: Final = "\"'”’)]"
 
 
+def _ends_sentence(text: str, unit: Sentence) -> bool:
+    # only the last few characters: closers are short, and a glued unit may be huge
+    tail = text[max(unit.start, unit.end - 16):unit.end]
+    return tail.rstrip(_CLOSERS).endswith(_TERMINAL)
+
+
 def units(text: str) -> list[Sentence]:
     """Sentences glued into the units that are kept or dropped together.
 
@@ -162,7 +169,7 @@ def units(text: str) -> list[Sentence]:
     glued: list[Sentence] = []
     for s in split_sentences(text):
         if glued and text[s.start - 1] == "\n" and not \
-                text[glued[-1].start:glued[-1].end].rstrip(_CLOSERS).endswith(_TERMINAL):
+                _ends_sentence(text, glued[-1]):
             glued[-1] = Sentence(glued[-1].start, s.end)
         else:
             glued.append(s)

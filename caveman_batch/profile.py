@@ -26,8 +26,44 @@ _FIELDS = ("type", "enum", "const", "default", "format", "$ref")
 
 
 def _canon(value: Any) -> Any:
-    """Values compared as their canonical JSON (raw number literals included)."""
-    return orjson.loads(orjson.dumps(value)) if not isinstance(value, str | bool | int) else value
+    """Values compared as their canonical JSON (raw number literals included).
+
+    What orjson cannot round-trip (nesting past 255 levels, 1e400) is kept as its
+    canonical JSON text instead, so a profile never fails on odd data.
+    """
+    if isinstance(value, str | bool | int) or value is None:
+        return value
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        return {"$json": _text(value)}
+
+
+def _text(value: Any) -> str:
+    """Canonical compact JSON of `value`, without recursion (any depth)."""
+    out: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Raw):
+            out.append(item)
+        elif isinstance(item, dict):
+            parts: list[Any] = [_Raw("{")]
+            for i, (k, v) in enumerate(item.items()):
+                parts += [_Raw(("," if i else "") + orjson.dumps(k).decode() + ":"), v]
+            stack.extend(reversed([*parts, _Raw("}")]))
+        elif isinstance(item, list):
+            parts = [_Raw("[")]
+            for i, v in enumerate(item):
+                parts += [_Raw(","), v] if i else [v]
+            stack.extend(reversed([*parts, _Raw("]")]))
+        else:
+            out.append(orjson.dumps(item).decode())
+    return "".join(out)
+
+
+class _Raw(str):
+    """Already-serialized JSON text on the `_text` stack."""
 
 
 def surface(node: Any) -> Any:

@@ -27,6 +27,7 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
         "may not", "not allowed", "not permitted", "not supported", "unsupported",
         "forbidden", "prohibited", "disallowed", "rejects?", "rejected", "invalid", "only",
         "should", "shouldn'?t", "ought to", "accepts?", "accepted", "allowed", "permitted",
+        "(?:valid|allowed|accepted|possible|supported|permitted) (?:values?|options?|inputs?|formats?)",
     ),
     "negation": ("not", "no", "never", "nothing", "without", "neither", "nor"),
     "limit": (
