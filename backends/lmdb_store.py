@@ -9,6 +9,7 @@ the transaction is retried; another process's growth is adopted transparently.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import threading
 from collections.abc import Iterator, Sequence
@@ -18,7 +19,15 @@ from typing import Any
 import lmdb
 
 from caveman_batch.errors import StoreError
-from caveman_batch.store import DELETE, Merge, Store, ensure_private_dir, local_path, path_url
+from caveman_batch.store import (
+    DELETE,
+    Merge,
+    Store,
+    ensure_private_dir,
+    local_path,
+    missing_store,
+    path_url,
+)
 
 INITIAL_MAP_SIZE = 1 << 30  # sparse on Linux: the file grows only as pages are used
 MAX_MAP_SIZE = 1 << 44
@@ -28,6 +37,8 @@ _KEYS_PER_READ_TXN = 1024
 # would drop the first's locks): share it, counted.
 _OPEN: dict[Path, tuple[lmdb.Environment, int]] = {}
 _OPEN_LOCK = threading.Lock()
+# A forked child must never use its parent's environment: it opens its own.
+os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 @contextlib.contextmanager
@@ -47,8 +58,10 @@ class LmdbStore(Store):
         self._env: lmdb.Environment | None = env
 
     @classmethod
-    def open(cls, location: str) -> LmdbStore:
+    def open(cls, location: str, create: bool = True) -> LmdbStore:
         path = local_path(location)
+        if not create and not (path / "data.mdb").is_file():
+            raise missing_store(path_url(cls.scheme, path))
         with _OPEN_LOCK:
             if path in _OPEN:
                 env, count = _OPEN[path]

@@ -15,10 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from caveman_batch.errors import StoreError
-from caveman_batch.store import DELETE, Merge, Store, ensure_private_dir, local_path, path_url
+from caveman_batch.store import (
+    DELETE,
+    Merge,
+    Store,
+    ensure_private_dir,
+    local_path,
+    missing_store,
+    path_url,
+)
 
 BUSY_TIMEOUT_S = 60.0
-_SCHEMA = "CREATE TABLE IF NOT EXISTS ccr (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+# A rowid table: values are kilobytes, and WITHOUT ROWID suits rows far smaller than a page.
+_SCHEMA = "CREATE TABLE IF NOT EXISTS ccr (key BLOB PRIMARY KEY, value BLOB NOT NULL)"
 
 
 @contextlib.contextmanager
@@ -46,8 +55,10 @@ class SqliteStore(Store):
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, location: str) -> SqliteStore:
+    def open(cls, location: str, create: bool = True) -> SqliteStore:
         path = local_path(location)
+        if not create and not path.is_file():
+            raise missing_store(path_url(cls.scheme, path))
         try:
             ensure_private_dir(path.parent)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # WAL/shm inherit these bits

@@ -53,7 +53,8 @@ def default_store_url() -> str:
 
 
 def _open(url: str | None) -> Store:
-    return open_store(url or default_store_url())
+    """The store, for commands that only read it: a missing one is an error, not created."""
+    return open_store(url or default_store_url(), create=False)
 
 
 def _echo_json(data: object) -> None:

@@ -70,6 +70,10 @@ class StoreError(CavemanError, OSError):
     exit_code = 2
 
 
+class StoreNotFoundError(UsageError, FileNotFoundError):
+    """A command that only reads was pointed at a store that does not exist."""
+
+
 class StoreURLError(UsageError):
     """A store URL names an unknown scheme or is malformed."""
 

@@ -18,7 +18,7 @@ class MemoryStore(Store):
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, location: str) -> MemoryStore:
+    def open(cls, location: str, create: bool = True) -> MemoryStore:
         return cls()
 
     @property

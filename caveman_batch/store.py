@@ -21,7 +21,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from .errors import BackendUnavailableError, StoreURLError
+from .errors import BackendUnavailableError, StoreNotFoundError, StoreURLError
 
 
 class _Delete:
@@ -60,8 +60,13 @@ class Store(ABC):
 
     @classmethod
     @abstractmethod
-    def open(cls, location: str) -> Store:
-        """Open (creating if needed) the store at `location` (the URL minus scheme://)."""
+    def open(cls, location: str, create: bool = True) -> Store:
+        """Open the store at `location` (the URL minus scheme://).
+
+        With `create=False` a store that does not exist yet is StoreNotFoundError
+        instead of a new empty one (commands that only read: a typo must not
+        create a store).
+        """
 
     @property
     @abstractmethod
@@ -170,10 +175,14 @@ def resolve_backend(scheme: str) -> type[Store]:
     return cls
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """Open the store named by `url` (see the module docstring)."""
     scheme, location = split_store_url(url)
-    return resolve_backend(scheme).open(location)
+    return resolve_backend(scheme).open(location, create)
+
+
+def missing_store(url: str) -> StoreNotFoundError:
+    return StoreNotFoundError(f"no store at {url} (nothing was ever committed there)")
 
 
 def ensure_private_dir(path: Path) -> Path:

@@ -128,9 +128,22 @@ def test_unknown_option_is_a_user_error() -> None:
 def test_store_that_cannot_be_created_is_an_internal_error(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
-    done = run("verify", "--store", f"lmdb://{blocker}/store")
+    source = f"lmdb://{tmp_path}/source"
+    commit(source, b"x")
+    done = run("migrate", "--store", source, "--to", f"lmdb://{blocker}/store")
     assert done.returncode == 2
     assert str(blocker).encode() in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
+    """A typo in --store must not leave a new empty store behind."""
+    missing = tmp_path / "typo" / "ccr.lmdb"
+    for command in (["verify"], ["stats"], ["recover", "ccr_" + "ab" * 32],
+                    ["prune", "--not-seen-for", "1d"]):
+        done = run(*command, "--store", f"lmdb://{missing}")
+        assert done.returncode == 1, command
+        assert f"no store at lmdb://{missing}".encode() in done.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_verify_json_fails_on_a_bad_record(sqlite_url: str) -> None:
@@ -276,7 +289,9 @@ def test_sqlite_store_that_cannot_be_created(
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
-    assert run_in_process(["stats", "--store", f"sqlite://{blocker}/sub/ccr.db"]) == 2
+    source = f"sqlite://{tmp_path}/source.db"
+    commit(source, b"x")
+    assert run_in_process(["migrate", "--store", source, "--to", f"sqlite://{blocker}/sub/ccr.db"]) == 2
     assert str(blocker).encode() in capfdbinary.readouterr().err
 
 

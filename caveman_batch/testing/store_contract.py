@@ -25,6 +25,7 @@ from caveman_batch.errors import (
     IntegrityError,
     InvalidHandleError,
     StoreError,
+    StoreNotFoundError,
     UnknownHandleError,
 )
 from caveman_batch.store import DELETE, Store, open_store
@@ -139,6 +140,17 @@ class StoreContract:
         with open_store(store_url) as s:
             assert s.get(b"k") == b"v"
 
+    def test_open_without_create_refuses_a_missing_store(self, store_url: str) -> None:
+        if not self.persistent:
+            pytest.skip("not a persistent backend")
+        with pytest.raises(StoreNotFoundError) as exc:
+            open_store(store_url, create=False)
+        assert store_url.split("://", 1)[1].rstrip("/") in str(exc.value)
+        with open_store(store_url) as s:  # create=True (the default) makes it
+            s.put(b"k", b"v")
+        with open_store(store_url, create=False) as s:
+            assert s.get(b"k") == b"v"
+
     def test_closed_store_refuses_use(self, store_url: str) -> None:
         s = open_store(store_url)
         s.close()
@@ -194,7 +206,7 @@ class StoreContract:
             scheme = "untouchable"
 
             @classmethod
-            def open(cls, location: str) -> Store:
+            def open(cls, location: str, create: bool = True) -> Store:
                 return cls()
 
             @property
