@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from .rules import opens_with_instruction, rule_starts
+from .rules import RuleScan, opens_with_instruction
 
 SHORT_BYTES: Final = 160
 LEAD_BYTES: Final = 80
@@ -181,10 +181,10 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
     kept: list[str] = []
     dropped: list[str] = []
     lead: str | None = None
-    starts = rule_starts(folded)
+    scan = RuleScan(folded)
     for s in units(folded):
         body = folded[s.start:s.end]
-        if not (_any_between(starts, s.start, s.end) or opens_with_instruction(body)):
+        if not (scan.states_rule(s.start, s.end) or opens_with_instruction(body)):
             if lead is not None:
                 dropped.append(body)
                 continue
@@ -195,11 +195,6 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
         kept.append(body)
     text = "".join(parts)
     return Reduction(text, kept, dropped if text != folded else [], lead)
-
-
-def _any_between(starts: list[int], begin: int, end: int) -> bool:
-    i = bisect_right(starts, begin - 1)
-    return i < len(starts) and starts[i] < end
 
 
 def _separator(folded: str, start: int) -> str:

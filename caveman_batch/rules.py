@@ -107,18 +107,54 @@ _SIGNAL: Final = re.compile(
     r"[⚠❗‼🚨⛔🛑]|\*(?<=\w\*)(?=[\s,;)]|$)|[<>≤≥]=? ?\d"
     r"|[A-Z](?<![\w][A-Z])[A-Z]{2,}(?!\w)(?=[:!]| (?:use|call|do|the|this|must|be)\b)"
 )
+_MATCH: Final = _RULE._regexp.Match  # the automaton itself, on UTF-8 bytes
+_UNANCHORED: Final = re2._Anchor.UNANCHORED
 _BY_CATEGORY: Final = {name: re2.compile(_pattern(group)) for name, group in CATEGORIES.items()}
 
 
-def rule_starts(text: str) -> list[int]:
-    """Sorted offsets into `text` where a rule word or signal starts.
+class RuleScan:
+    """Asks, span by span, whether a description states a rule there.
 
-    One automaton pass over a whole description: a unit states a rule if one of
-    these falls inside it (or it opens with an instruction). No pattern can match
-    across a sentence boundary, so this equals asking each unit on its own.
+    The text is lower-cased and encoded once; each span is then one call into RE2's
+    automaton on the bytes (the `re2` module's per-match Python layer is skipped: it
+    cost more than the matching). Spans must come in increasing order. No pattern
+    can match across a sentence boundary, so asking per unit equals asking each
+    unit on its own.
     """
+
+    __slots__ = ("_ascii", "_bytes", "_char", "_byte", "_signals", "_text")
+
+    def __init__(self, text: str) -> None:
+        lowered = text.lower()
+        if len(lowered) != len(text):  # lower() changed lengths (e.g. "İ"): keep offsets aligned
+            lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+        self._text = lowered
+        self._ascii = lowered.isascii()
+        self._bytes = lowered.encode("utf-8")
+        self._char = self._byte = 0  # a known char offset and its byte offset
+        self._signals = [m.start() for m in _SIGNAL.finditer(text)] if _SIGNAL.search(text) else []
+
+    def _to_byte(self, char: int) -> int:
+        if self._ascii:
+            return char
+        if char < self._char:
+            self._char = self._byte = 0
+        self._byte += len(self._text[self._char:char].encode("utf-8"))
+        self._char = char
+        return self._byte
+
+    def states_rule(self, start: int, end: int) -> bool:
+        """Does text[start:end] hold a rule word or signal?"""
+        if self._signals and any(start <= p < end for p in self._signals):
+            return True
+        b_start, b_end = self._to_byte(start), self._to_byte(end)
+        return _MATCH(_UNANCHORED, self._bytes, b_start, b_end)[0][0] >= 0
+
+
+def rule_starts(text: str) -> list[int]:
+    """Sorted offsets into `text` where a rule word or signal starts (for reports and tests)."""
     lowered = text.lower()
-    if len(lowered) != len(text):  # lower() changed lengths (e.g. "İ"): keep offsets aligned
+    if len(lowered) != len(text):
         lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
     starts = [m.start() for m in _RULE.finditer(lowered)]
     if _SIGNAL.search(text) is not None:
