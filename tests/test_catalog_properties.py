@@ -42,18 +42,6 @@ prose = st.one_of(
 )
 
 
-def known_reducer_bug(text: str, **thresholds: int) -> bool:
-    """Texts that hit the two idempotence bugs marked xfail in test_describe.py.
-
-    BUG filter: delete this (and its calls) when those xfails are fixed.
-    """
-    once = fold(text)
-    if fold(once) != once:
-        return True  # a list marker that ends a line ("a\n- ")
-    lead = explain(text, **thresholds).lead
-    return lead is not None and lead.endswith(ELLIPSIS) and "\n" in lead
-
-
 _LIST_ONLY = {"anyOf", "oneOf", "allOf", "prefixItems"}
 _ONE_ONLY = {"not", "if", "then", "else", "additionalProperties", "additionalItems", "contains",
              "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema"}
@@ -77,12 +65,9 @@ def known_profile_bug(node: Any) -> bool:
     return False
 
 
-def prose_without_known_bugs() -> st.SearchStrategy[str]:
-    return prose.filter(lambda t: not known_reducer_bug(t))
-
-
 names = st.one_of(st.text(min_size=1, max_size=12),
-                  st.sampled_from(["title", "description", "examples", "type", "properties", "$ref"]))
+                  st.sampled_from(["title", "description", "examples", "type", "properties", "$ref",
+                                   "lone \udc00 surrogate"]))
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**25), 10**25),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
 json_data = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
@@ -101,7 +86,7 @@ def schema_node(children: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str,
     return st.fixed_dictionaries({}, optional={
         "type": st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null"]),
         "title": st.text(max_size=20),
-        "description": prose_without_known_bugs(),
+        "description": prose,
         "examples": st.lists(json_data, max_size=2),
         "example": json_data,
         "$comment": st.text(max_size=10),
@@ -128,7 +113,7 @@ schemas = st.recursive(schema_node(st.just({})), schema_node, max_leaves=6)
 
 tools = st.fixed_dictionaries({"name": names}, optional={
     "title": st.text(max_size=20),
-    "description": prose_without_known_bugs(),
+    "description": prose,
     "inputSchema": schemas,
     "outputSchema": schemas,
     "annotations": st.dictionaries(names, json_data, max_size=3),
@@ -163,7 +148,22 @@ def encoded(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> bytes:
     value = draw(values)
     indent = draw(st.sampled_from([None, 2, "\t"]))
     ascii_only = draw(st.booleans())
-    return json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
+    # a lone surrogate comes out as a \\udc00 escape, or (not ascii_only) as bytes that are not UTF-8
+    return json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+
+
+def profile_unless_known_bug(raw: bytes) -> Any:
+    """profile(raw), or None for the surrogate bug marked xfail in test_catalog.py.
+
+    BUG filter: profile() raises TypeError on a lone surrogate escape in a data value;
+    delete this (use profile directly) when that xfail is fixed.
+    """
+    try:
+        return profile(raw)
+    except TypeError:
+        if b"\\ud" not in raw.lower():
+            raise
+        return None
 
 
 def check_laws(raw: bytes) -> None:
@@ -187,7 +187,9 @@ def check_laws(raw: bytes) -> None:
     assert 0.0 <= result.ratio <= 1.0
     if result.tokens_before is not None:
         assert result.tokens_after is not None and result.tokens_after <= result.tokens_before
-    assert profile(raw) == profile(out)
+    before, after = profile_unless_known_bug(raw), profile_unless_known_bug(out)
+    if before is not None and after is not None:
+        assert before == after
     again, second = compress(out)
     assert again == out and second.status == "passthrough"
 
@@ -212,7 +214,7 @@ def test_random_json_keeps_the_laws(raw: bytes) -> None:
 def test_random_bytes_never_raise(raw: bytes) -> None:
     out, result = compress(raw)
     assert out == raw or result.status == "ok"
-    profile(raw)
+    profile_unless_known_bug(raw)
 
 
 def strip_prose(node: Any) -> Any:
@@ -233,7 +235,6 @@ def strip_prose(node: Any) -> Any:
 @settings(derandomize=True, database=None, deadline=None, max_examples=600)
 @given(prose)
 def test_reduce_idempotent_and_keeps_every_rule(text: str) -> None:
-    assume(not known_reducer_bug(text))
     once = reduce(text)
     assert reduce(once) == once
     assert explain(text).text == once
@@ -248,7 +249,6 @@ def test_reduce_idempotent_and_keeps_every_rule(text: str) -> None:
 @settings(derandomize=True, database=None, deadline=None, max_examples=300)
 @given(prose, st.integers(20, 400), st.integers(8, 200))
 def test_reduce_with_other_thresholds(text: str, short_bytes: int, lead_bytes: int) -> None:
-    assume(not known_reducer_bug(text, short_bytes=short_bytes, lead_bytes=lead_bytes))
     once = describe.reduce(text, short_bytes=short_bytes, lead_bytes=lead_bytes)
     assert describe.reduce(once, short_bytes=short_bytes, lead_bytes=lead_bytes) == once
     assert len(once.encode()) <= len(fold(text).encode())
@@ -261,6 +261,6 @@ def test_reduce_with_other_thresholds(text: str, short_bytes: int, lead_bytes: i
 
 @LAW
 @given(encoded(st.builds(lambda schema, desc: {"tools": [{"name": "t", "description": desc, "inputSchema": schema}]},
-                         catalogish, prose_without_known_bugs())))
+                         catalogish, prose)))
 def test_tools_with_random_json_schemas_keep_the_laws(raw: bytes) -> None:
     check_laws(raw)
