@@ -493,7 +493,7 @@ def test_profile_of_a_huge_number_literal() -> None:
     out, result = compress(raw)
     assert result.status == "ok" and b'"maximum":1e400,"default":-1e999' in out
     assert profile(raw) == profile(out)
-    assert profile(raw)["tools"][0]["inputSchema"]["surface"]["maximum"] is not None
+    assert profile(raw) != profile(raw.replace(b"1e400", b"1e401"))  # not collapsed to infinity
 
 
 def test_30mb_single_description_completes() -> None:
@@ -503,9 +503,9 @@ def test_30mb_single_description_completes() -> None:
     text = paragraph * (30_000_000 // len(paragraph))
     raw = json.dumps({"tools": [{"name": "weather", "description": text}]}).encode()
     assert len(raw) > 29_000_000
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a sanity bound, not a speed goal (see benchmarks/)
     out, result = compress(raw)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert result.status == "ok" and elapsed < 30, (result.status, elapsed)
     kept = json.loads(out)["tools"][0]["description"]
     lead = "Returns the weather report for a city in a friendly table with wind, rain and…"

@@ -242,7 +242,7 @@ def test_corpus_is_idempotent_and_saves_tokens(corpora: Path, name: str) -> None
 def test_corpus_descriptions_are_found_by_both_walkers(corpora: Path) -> None:
     """A sanity check of this file's walker: the corpora hold reducible descriptions."""
     paths = catalogs(corpora, "github-mcp-server")
-    raw, out, result = compressed(paths[0])
+    raw, _, result = compressed(paths[0])
     assert result.status == "ok" and result.descriptions_reduced > 0
     assert len(descriptions(json.loads(raw))) >= result.descriptions_reduced
 

@@ -34,7 +34,7 @@ CATALOG = json.dumps({"tools": [
          "state": {"type": "string", "enum": ["open", "closed"], "default": "open"}}, "required": ["q"]}},
     {"name": "weather", "description": CUT, "inputSchema": {"type": "object"}},
     {"name": "ping", "description": "Checks the server."},
-]}, indent=2, ensure_ascii=False).encode() + "\n".encode()
+]}, indent=2, ensure_ascii=False).encode() + b"\n"
 
 
 def run_in_process(argv: list[str]) -> int:
@@ -51,7 +51,7 @@ def entry_point() -> list[str]:
 
 def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([*entry_point(), *args], input=stdin, env=dict(os.environ),
-                          capture_output=True, timeout=60)
+                          capture_output=True, timeout=60, check=False)
 
 
 def one_report(err: bytes) -> dict[str, object]:

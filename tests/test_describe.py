@@ -16,7 +16,15 @@ from collections.abc import Callable
 import pytest
 
 from caveman_batch import describe, rules
-from caveman_batch.describe import ELLIPSIS, cut_lead, explain, fold, reduce, split_sentences, units
+from caveman_batch.describe import (
+    ELLIPSIS,
+    cut_lead,
+    explain,
+    fold,
+    reduce,
+    split_sentences,
+    units,
+)
 from caveman_batch.rules import is_rule
 
 F1 = "The output is shown as a friendly table in the terminal window."
