@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -89,7 +89,7 @@ class CompressResult:
         return max(0.0, 1.0 - self.tokens_after / self.tokens_before)
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
         data["ratio"] = round(self.ratio, 4)
         return data
 
