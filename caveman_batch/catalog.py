@@ -27,11 +27,13 @@ SCHEMA_KEYS: Final = ("inputSchema", "input_schema", "parameters", "outputSchema
 # Keys whose value maps NAMES to schemas: the names are data, the values schemas.
 NAME_MAPS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions",
                               "dependentSchemas", "dependencies"})
-# Keys whose value is one schema, or a list of schemas.
-SUBSCHEMA: Final = frozenset({"items", "additionalItems", "additionalProperties", "contains",
-                              "unevaluatedItems", "unevaluatedProperties", "propertyNames",
-                              "not", "if", "then", "else", "contentSchema", "anyOf", "oneOf",
-                              "allOf", "prefixItems"})
+# Keys whose value is one schema; keys whose value is a list of schemas ("items" is
+# either). A value of the other container type is not a schema: it is data, left alone.
+ONE_SCHEMA: Final = frozenset({"items", "additionalItems", "additionalProperties", "contains",
+                               "unevaluatedItems", "unevaluatedProperties", "propertyNames",
+                               "not", "if", "then", "else", "contentSchema"})
+SCHEMA_LIST: Final = frozenset({"anyOf", "oneOf", "allOf", "prefixItems", "items"})
+SUBSCHEMA: Final = ONE_SCHEMA | SCHEMA_LIST
 MAX_DEPTH: Final = 200  # orjson refuses deeper documents anyway (255)
 _ACTIVE_KEYS: Final = ANNOTATION_KEYS | NAME_MAPS | SUBSCHEMA | {"description"}
 
@@ -157,6 +159,10 @@ def _is_tool(obj: Any) -> bool:
             and any(k in obj for k in ("description", *SCHEMA_KEYS)))
 
 
+def _has_schema(obj: Any) -> bool:
+    return isinstance(obj, dict) and any(isinstance(obj.get(k), dict) for k in SCHEMA_KEYS)
+
+
 def _tool_of(item: Any) -> dict[str, Any] | None:
     if isinstance(item, dict):
         fn = item.get("function")
@@ -172,21 +178,30 @@ def locate_tools(doc: Any) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(doc, dict):
         result = doc.get("result")
         if isinstance(result, dict) and isinstance(result.get("tools"), list) and "jsonrpc" in doc:
-            return "jsonrpc-tools-list", _tools_in(result["tools"])
-        if isinstance(doc.get("tools"), list):
-            return "mcp-tools", _tools_in(doc["tools"])
-        if isinstance(doc.get("functions"), list):
-            return "openai-functions", _tools_in(doc["functions"])
+            return "jsonrpc-tools-list", _listed_tools(result["tools"], "tools")
+        for key, shape in (("tools", "mcp-tools"), ("functions", "openai-functions")):
+            if isinstance(doc.get(key), list):
+                return shape, _listed_tools(doc[key], key)
         tool = _tool_of(doc)
-        if tool is not None:
+        if tool is not None and _has_schema(tool):  # a package.json has a name and a description too
             return "single-tool", [tool]
     elif isinstance(doc, list) and doc:
         tools = _tools_in(doc)
-        if tools:
+        # every entry a tool, or an OpenAI built-in ({"type": "web_search"}); one with a schema
+        others_typed = all(isinstance(i, dict) and ("type" in i or _tool_of(i)) for i in doc)
+        wrapped = any(isinstance(i, dict) and i.get("type") == "function" for i in doc)
+        if tools and others_typed and (wrapped or any(_has_schema(t) for t in tools)):
             kind = "openai-tools" if any(isinstance(i, dict) and i.get("type") == "function"
                                          for i in doc) else "tool-array"
             return kind, tools
     raise Passthrough("unknown shape: not an MCP, JSON-RPC, OpenAI or Anthropic tool catalog")
+
+
+def _listed_tools(items: list[Any], key: str) -> list[dict[str, Any]]:
+    tools = _tools_in(items)
+    if items and not tools:
+        raise Passthrough(f"unknown shape: {key!r} holds no tool objects")
+    return tools
 
 
 def _tools_in(items: list[Any]) -> list[dict[str, Any]]:
@@ -247,7 +262,7 @@ class _Walk:
                         value[name] = self.schema(sub, f"{where}/{_esc(name)}" if tracing else "",
                                                   depth + 1)
             else:
-                node[key] = self._subschema(value, where, depth + 1)
+                node[key] = self._subschema(key, value, where, depth + 1)
         return node
 
     def _drop_annotations(self, node: dict[str, Any], path: str) -> dict[str, Any]:
@@ -261,10 +276,12 @@ class _Walk:
                 kept[key] = value
         return kept
 
-    def _subschema(self, value: Any, path: str, depth: int) -> Any:
-        if isinstance(value, list):
+    def _subschema(self, key: str, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, list) and key in SCHEMA_LIST:
             return [self.schema(v, f"{path}/{i}" if path else "", depth) for i, v in enumerate(value)]
-        return self.schema(value, path, depth)
+        if isinstance(value, dict) and key in ONE_SCHEMA:
+            return self.schema(value, path, depth)
+        return value
 
 
 def _description_change(before: str, after: str, path: str, options: Options) -> dict[str, Any]:

@@ -58,7 +58,10 @@ def _open(url: str | None) -> Store:
 
 
 def _echo_json(data: object) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    # a lone surrogate from the input goes out as its JSON escape (\udXXX), not an error
+    sys.stdout.buffer.write(text.encode("utf-8", "backslashreplace") + b"\n")
+    sys.stdout.buffer.flush()
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")

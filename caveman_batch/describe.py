@@ -55,10 +55,11 @@ def _boundary_pattern() -> re.Pattern[str]:
     """
     word_start = r"(?<![^\s(\"'“‘\[])"
     by_len: dict[int, list[str]] = {}
-    for abbr in sorted(_ABBREVIATIONS):
-        by_len.setdefault(len(abbr), []).append(re.escape(abbr))
-    abbr = "".join(f"(?<!{word_start}(?i:{'|'.join(v)})\\.)" for _, v in sorted(by_len.items()))
-    number = "".join(f"(?<!{word_start}\\d{{{n}}}\\.)" for n in (1, 2, 3))
+    for abbr in sorted(_ABBREVIATIONS):  # "etc." and "Etc.", but "MR." is an acronym
+        for form in dict.fromkeys((abbr, abbr[:1].upper() + abbr[1:])):
+            by_len.setdefault(len(form), []).append(re.escape(form))
+    abbr = "".join(f"(?<!{word_start}(?:{'|'.join(v)})\\.)" for _, v in sorted(by_len.items()))
+    number = "".join(f"(?<!{word_start}\\d{{{n}}}\\.)" for n in (1, 2))
     initial = f"(?<!{word_start}[^\\W\\d_]\\.)"
     period = r"\." + abbr + number + initial
     return re.compile(r"(?:[!?…]|" + period + r")[\"'”’)\]]{0,2}(?= \S)|\n+")
@@ -169,16 +170,20 @@ def units(text: str) -> list[Sentence]:
 
     A sentence that ends without terminal punctuation and is followed by a line
     break runs on into the next one: "Valid values:" and the list items under it,
-    a heading and its paragraph. Deciding per unit means a rule is never separated
-    from the lines that complete it, whoever splits the sentences.
+    a heading and its paragraph. The sentences of one list item stay together, so
+    a kept rule is never re-attached to the item before it. Deciding per unit means
+    a rule is never separated from the lines that complete it.
     """
     glued: list[Sentence] = []
+    in_item = False  # the current unit is a list item: its sentences stay together
     for s in split_sentences(text):
-        if glued and text[s.start - 1] == "\n" and not \
-                _ends_sentence(text, glued[-1]):
+        same_line = text[s.start - 1] != "\n"
+        if glued and ((not same_line and not _ends_sentence(text, glued[-1]))
+                      or (same_line and in_item)):
             glued[-1] = Sentence(glued[-1].start, s.end)
-        else:
-            glued.append(s)
+            continue
+        glued.append(s)
+        in_item = _LIST_MARKER.match(text, s.start) is not None
     return glued
 
 

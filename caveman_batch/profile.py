@@ -11,6 +11,7 @@ check if the two do not share their mistakes.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -39,6 +40,13 @@ def _canon(value: Any) -> Any:
         return {"$json": _text(value)}
 
 
+def _leaf(item: Any) -> str:
+    try:
+        return orjson.dumps(item).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate: json escapes it as \udXXX
+        return json.dumps(item)
+
+
 def _text(value: Any) -> str:
     """Canonical compact JSON of `value`, without recursion (any depth)."""
     out: list[str] = []
@@ -50,7 +58,7 @@ def _text(value: Any) -> str:
         elif isinstance(item, dict):
             parts: list[Any] = [_Raw("{")]
             for i, (k, v) in enumerate(item.items()):
-                parts += [_Raw(("," if i else "") + orjson.dumps(k).decode() + ":"), v]
+                parts += [_Raw(("," if i else "") + _leaf(k) + ":"), v]
             stack.extend(reversed([*parts, _Raw("}")]))
         elif isinstance(item, list):
             parts = [_Raw("[")]
@@ -58,7 +66,7 @@ def _text(value: Any) -> str:
                 parts += [_Raw(","), v] if i else [v]
             stack.extend(reversed([*parts, _Raw("]")]))
         else:
-            out.append(orjson.dumps(item).decode())
+            out.append(_leaf(item))
     return "".join(out)
 
 

@@ -44,7 +44,8 @@ def shrink(raw: bytes, source: str, store_url: str | None,
             report["handle"] = ccr.store_original(store, raw, result.content_type)
     except StoreError as exc:
         report.update(status="passthrough", reason=f"store unavailable: {exc}",
-                      bytes_after=len(raw), tokens_after=report["tokens_before"], ratio=0.0)
+                      bytes_after=len(raw), tokens_after=report["tokens_before"], ratio=0.0,
+                      descriptions_reduced=0, annotations_dropped=0)
         return ShrinkOutcome(raw, report)
     return ShrinkOutcome(output, report)
 
@@ -62,16 +63,24 @@ class ToolLint:
 
 
 def lint(raw: bytes, source: str, options: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
-    """Per tool: tokens before/after (compact JSON of the tool) and every change made."""
+    """Per tool: tokens before/after (compact JSON of the tool) and every change made.
+
+    The catalog's totals count the input as given (white space included) and the
+    output; a tool's line counts that tool's compact JSON before and after.
+    """
     try:
-        doc = parse(raw)
-        before_doc = parse(raw)
-        trace: list[dict[str, Any]] = []
-        shape, _, _ = rewrite(doc, options, trace)
-        _, tools_before = locate_tools(before_doc)
-        _, tools_after = locate_tools(doc)
-    except Passthrough as exc:
-        return {"source": source, "status": "passthrough", "reason": str(exc), "tools": []}
+        return _lint(raw, source, options)
+    except (Passthrough, UnicodeEncodeError) as exc:  # what compress() would pass through
+        reason = str(exc) if isinstance(exc, Passthrough) else "a lone surrogate escape"
+        return {"source": source, "status": "passthrough", "reason": reason, "tools": []}
+
+
+def _lint(raw: bytes, source: str, options: Options) -> dict[str, Any]:
+    doc, before_doc = parse(raw), parse(raw)
+    trace: list[dict[str, Any]] = []
+    shape, _, _ = rewrite(doc, options, trace)
+    _, tools_before = locate_tools(before_doc)
+    _, tools_after = locate_tools(doc)
     tools = []
     for i, (old, new) in enumerate(zip(tools_before, tools_after)):
         prefix = f"/tools/{i}/"
@@ -79,8 +88,6 @@ def lint(raw: bytes, source: str, options: Options = DEFAULT_OPTIONS) -> dict[st
                          count_tokens(serialize(new)),
                          [c for c in trace if c["path"].startswith(prefix)])
         tools.append(entry.as_dict())
-    total_before = count_tokens(raw)
-    total_after = count_tokens(serialize(doc))
     return {"source": source, "status": "ok", "shape": shape, "encoding": ENCODING,
-            "basis": BASIS, "tokens_before": total_before, "tokens_after": total_after,
-            "tools": tools}
+            "basis": BASIS, "tokens_before": count_tokens(raw),
+            "tokens_after": count_tokens(serialize(doc)), "tools": tools}

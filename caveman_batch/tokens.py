@@ -9,6 +9,7 @@ Counts are "inferred": exact for the named encoding, not verified by a provider.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Final, Protocol
 
@@ -32,4 +33,12 @@ def count_tokens(text: str | bytes) -> int:
     """Exact o200k_base token count of `text` (bytes are decoded as UTF-8, replacing errors)."""
     if isinstance(text, bytes | bytearray | memoryview):
         text = bytes(text).decode("utf-8", "replace")
-    return _encoder().count(text) if text else 0
+    if not text:
+        return 0
+    try:
+        return _encoder().count(text)
+    except (TypeError, UnicodeEncodeError):  # lone surrogates: counted as U+FFFD, as tiktoken does
+        return _encoder().count(_SURROGATE.sub("\ufffd", text))
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import describe
@@ -40,29 +40,6 @@ prose = st.one_of(
     st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), max_size=120).map("".join),
     st.text(max_size=300),
 )
-
-
-_LIST_ONLY = {"anyOf", "oneOf", "allOf", "prefixItems"}
-_ONE_ONLY = {"not", "if", "then", "else", "additionalProperties", "additionalItems", "contains",
-             "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema"}
-
-
-def known_profile_bug(node: Any) -> bool:
-    """Documents that hit the profile-law bug marked xfail in test_catalog.py.
-
-    The compressor walks anyOf/oneOf/allOf/prefixItems given as an object, and not/if/…
-    given as an array, while profile() treats those values as data. BUG filter: delete
-    this (and its calls) when that xfail is fixed.
-    """
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if (key in _LIST_ONLY and isinstance(value, dict)) or (key in _ONE_ONLY and isinstance(value, list)):
-                return True
-            if known_profile_bug(value):
-                return True
-    elif isinstance(node, list):
-        return any(known_profile_bug(v) for v in node)
-    return False
 
 
 names = st.one_of(st.text(min_size=1, max_size=12),
@@ -152,25 +129,7 @@ def encoded(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> bytes:
     return json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
 
 
-def profile_unless_known_bug(raw: bytes) -> Any:
-    """profile(raw), or None for the surrogate bug marked xfail in test_catalog.py.
-
-    BUG filter: profile() raises TypeError on a lone surrogate escape in a data value;
-    delete this (use profile directly) when that xfail is fixed.
-    """
-    try:
-        return profile(raw)
-    except TypeError:
-        if b"\\ud" not in raw.lower():
-            raise
-        return None
-
-
 def check_laws(raw: bytes) -> None:
-    try:
-        assume(not known_profile_bug(json.loads(raw)))
-    except ValueError:
-        pass  # not JSON: nothing to filter
     out, result = compress(raw)
     event(f"{result.status}: {result.reason or result.shape}")
     if result.descriptions_reduced:
@@ -187,7 +146,7 @@ def check_laws(raw: bytes) -> None:
     assert 0.0 <= result.ratio <= 1.0
     if result.tokens_before is not None:
         assert result.tokens_after is not None and result.tokens_after <= result.tokens_before
-    before, after = profile_unless_known_bug(raw), profile_unless_known_bug(out)
+    before, after = profile(raw), profile(out)
     if before is not None and after is not None:
         assert before == after
     again, second = compress(out)
@@ -214,7 +173,7 @@ def test_random_json_keeps_the_laws(raw: bytes) -> None:
 def test_random_bytes_never_raise(raw: bytes) -> None:
     out, result = compress(raw)
     assert out == raw or result.status == "ok"
-    profile_unless_known_bug(raw)
+    profile(raw)
 
 
 def strip_prose(node: Any) -> Any:

@@ -342,9 +342,6 @@ def test_shrink_passes_lone_surrogates_through(raw: bytes, tmp_path: Path, store
     assert captured.out == raw and one_report(captured.err)["status"] == "passthrough"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lint crashes (exit 2, traceback) on a lone surrogate escape: "
-                                       "in a description (UnicodeEncodeError in describe) or a name "
-                                       "(Passthrough from serialize outside lint's try)")
 @pytest.mark.parametrize("raw", [SURROGATE_DESCRIPTION, SURROGATE_NAME], ids=["description", "name"])
 def test_lint_passes_lone_surrogates_through(raw: bytes, tmp_path: Path,
                                              capfdbinary: pytest.CaptureFixture[bytes]) -> None:
@@ -354,8 +351,6 @@ def test_lint_passes_lone_surrogates_through(raw: bytes, tmp_path: Path,
     assert json.loads(capfdbinary.readouterr().out)["status"] == "passthrough"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `profile` crashes (exit 2) writing a lone surrogate "
-                                       "(ensure_ascii=False output of a tool name '\\ud800')")
 def test_profile_prints_lone_surrogates(tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     path = tmp_path / "s.json"
     path.write_bytes(SURROGATE_NAME)
