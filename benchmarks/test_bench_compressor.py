@@ -10,7 +10,6 @@ Throughput is MB/s of catalog bytes (1 MB = 10**6 B) at the median round, one co
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
