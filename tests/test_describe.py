@@ -392,7 +392,7 @@ def regexes() -> list[tuple[str, object]]:
 
 def test_every_regex_is_probed() -> None:
     names = {name for name, _ in regexes()}
-    assert {"caveman_batch.describe._BOUNDARY", "caveman_batch.describe._SPANS",
+    assert {"caveman_batch.describe._END_ASCII", "caveman_batch.describe._SPANS",
             "caveman_batch.describe._FOLDABLE", "caveman_batch.rules._RULE",
             "caveman_batch.rules._SIGNAL", "caveman_batch.rules._IMPERATIVE"} <= names
 
