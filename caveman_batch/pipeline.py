@@ -127,10 +127,13 @@ def _worker_init(parent: int) -> None:
 
 
 def work(options: Options, raws: list[bytes]) -> list[tuple[bytes, dict[str, Any], ccr.Prepared]]:
+    """Compress, hash and zstd each document; the output's sha256 rides in the result."""
     out = []
     for raw in raws:
         data, result = compress(raw, options)
-        out.append((data, result.as_dict(), ccr.prepare(raw, result.content_type)))
+        row = result.as_dict()
+        row["out_sha256"] = hashlib.sha256(data).hexdigest()  # here, not in the busy parent
+        out.append((data, row, ccr.prepare(raw, result.content_type)))
     return out
 
 
@@ -155,17 +158,20 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             batches = _batches(iter_stream(found, config.max_bytes, tmp))
+            touched: list[str] = []
             for batch, results in _dispatch(batches, config, previous, pool):
-                _commit(store, results)
+                _commit(store, results, touched)
                 for row, reused in pub.publish(batch, results):
                     summary.add(row, reused)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
+            _flush_touches(store, touched)
             pub.finish()
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        _close_previous(previous)
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
     return summary
@@ -261,7 +267,7 @@ def _row(doc: Document, result: dict[str, Any], digest: str | None, data: bytes 
     return {
         "source": doc.source, "output": None, "status": status, "reason": result["reason"],
         "handle": ccr.make_handle(digest) if digest else None, "sha256": digest,
-        "out_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+        "out_sha256": result.get("out_sha256"),
         "shape": result.get("shape"), "tools": result.get("tools", 0),
         "bytes_before": result["bytes_before"], "bytes_after": result["bytes_after"],
         "tokens_before": result.get("tokens_before"), "tokens_after": result.get("tokens_after"),
@@ -307,39 +313,63 @@ def _reuse(doc: Document, previous: dict[str, Any], config: Config) -> Result | 
     row = previous.get(digest)
     if row is None:
         return None
-    data = _read_output(config.out, row["output"], row["out_sha256"])
+    data = _read_output(config.out, row["output"], row["out_sha256"], previous)
     if data is None:
         return None
     fresh = dict(row, source=doc.source, output=None)
     return Result(data, fresh, reused=True, touch=digest)
 
 
-def _read_output(out: Path, where: dict[str, Any], digest: str) -> bytes | None:
+def _read_output(out: Path, where: dict[str, Any], digest: str,
+                 previous: dict[str, Any]) -> bytes | None:
     """The previous run's output bytes, if still in place and intact."""
     path = out / where["path"]
     try:
-        with open(path, "rb") as fh:
-            if "offset" in where:
-                fh.seek(where["offset"])
-                data = fh.read(where["length"])
-            else:
-                data = fh.read()
+        if "offset" in where:  # a JSONL/array output: one open file for all its documents
+            handles: dict[Path, BinaryIO] = previous.setdefault(_HANDLES, {})
+            if path not in handles:
+                handles[path] = open(path, "rb")
+            handles[path].seek(where["offset"])
+            data = handles[path].read(where["length"])
+        else:
+            data = path.read_bytes()
     except OSError:
         return None
     return data if hashlib.sha256(data).hexdigest() == digest else None
 
 
+_HANDLES: Final = "\0open handles"  # a key no sha256 can be
+
+
+def _close_previous(previous: dict[str, Any]) -> None:
+    for fh in previous.pop(_HANDLES, {}).values():
+        fh.close()
+
+
 # -- committing and publishing ---------------------------------------------------------------
 
 
-def _commit(store: Store, results: list[Result | None]) -> None:
-    """Originals first, durably, in one transaction; then last-seen of reused ones."""
+TOUCH_BATCH: Final = 4096
+
+
+def _commit(store: Store, results: list[Result | None], touched: list[str]) -> None:
+    """Originals first, durably, in one transaction; last-seen of reused ones in bulk.
+
+    A refreshed last-seen only protects from `prune`, so those wait for a few
+    thousand (one transaction, not one per batch).
+    """
     records = [r.record for r in results if r is not None and r.record is not None]
     if records:
         ccr.commit(store, records)
-    touched = [r.touch for r in results if r is not None and r.touch]
+    touched += [r.touch for r in results if r is not None and r.touch]
+    if len(touched) >= TOUCH_BATCH:
+        _flush_touches(store, touched)
+
+
+def _flush_touches(store: Store, touched: list[str]) -> None:
     if touched:
         ccr.touch(store, touched)
+        touched.clear()
 
 
 class _Publisher:
