@@ -318,6 +318,26 @@ def migrate(
         typer.echo(f"skipped {count:,} {reason}")
 
 
+# -- proxy ----------------------------------------------------------------------
+
+
+@app.command("proxy", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                        "allow_interspersed_args": False})
+def proxy_command(
+    ctx: typer.Context,
+    store: StoreOpt = None,
+    debug: Annotated[bool, typer.Option("--debug", help="One line per rewritten response on stderr. Also: CAVEMAN_SHRINK_DEBUG=1.")] = False,
+) -> None:
+    """Run an MCP stdio server behind a proxy that compresses its list responses.
+
+    Usage: caveman-batch proxy [--store URL] [--debug] -- UPSTREAM_COMMAND [ARGS...]
+    """
+    from . import proxy
+
+    debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
+    proxy.run(ctx.args, store or default_store_url(), debug=debug)
+
+
 # -- entry point ----------------------------------------------------------------
 
 

@@ -107,3 +107,11 @@ class OutputError(CavemanError, OSError):
     """An output could not be published; nothing half-written was left behind."""
 
     exit_code = 2
+
+
+class UpstreamExited(CavemanError):
+    """The server behind `proxy` exited non-zero; the proxy exits with the same status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.exit_code = status
