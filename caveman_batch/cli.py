@@ -20,6 +20,7 @@ import typer
 from . import __version__, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
+from .payload.cli import payload_app
 from .fsio import atomic_write
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
@@ -336,6 +337,9 @@ def proxy_command(
 
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
     proxy.run(ctx.args, store or default_store_url(), debug=debug)
+
+
+app.add_typer(payload_app, name="payload")
 
 
 # -- entry point ----------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""`reduce`: route a large tool output to the first cut that fits, store the original.
+
+Order of events matters for reversibility: the view is built, the original is
+committed to the store, and only then is a footer naming its handle written. A
+store that fails means a view with no handle, never a handle nobody can resolve.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .. import ccr
+from ..errors import CavemanError
+from ..store import Store
+from .model import Budget, Cut, Hint, Limits, PayloadResult, Stats
+from .registry import cuts
+from .view import count_lines, fits
+
+TEXT_TYPE: Final = "text/plain; charset=utf-8"
+BINARY_TYPE: Final = "application/octet-stream"
+_HANDLE_ROOM: Final = len(ccr.HANDLE_PREFIX) + 64
+_NAME_ROOM: Final = 24
+
+
+def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = Budget(),
+           store: Store | None = None) -> PayloadResult:
+    """A view of `data` within `budget`; the original goes to `store` first."""
+    text, raw, ctype = _decode(data)
+    hint = hint or Hint()
+    whole = Limits(budget.max_chars, budget.max_lines, budget.max_line_chars)
+    before = (len(text), count_lines(text))
+    if fits(text, whole):
+        return PayloadResult(text, "none", "fits the budget; unchanged",
+                             Stats(*before[:1], len(text), before[1], before[1], "nothing"))
+    name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
+    handle, note = _commit(store, raw, ctype, warnings)
+    after = (len(body), count_lines(body))
+    view = body + "\n" + footer(before, after, name, handle)
+    omitted = f"{before[1] - min(after[1], before[1]):,} of {before[1]:,} lines"
+    stats = Stats(before[0], len(view), before[1], count_lines(view), omitted)
+    return PayloadResult(view, name, note, stats, handle, tuple(warnings))
+
+
+def _decode(data: str | bytes) -> tuple[str, bytes, str]:
+    """(view text, original bytes to store, content type)."""
+    if isinstance(data, str):
+        try:
+            return data, data.encode("utf-8"), TEXT_TYPE
+        except UnicodeEncodeError:  # lone surrogates: keep them byte-exact anyway
+            return data, data.encode("utf-8", "surrogatepass"), BINARY_TYPE
+    try:
+        return data.decode("utf-8"), data, TEXT_TYPE
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace"), data, BINARY_TYPE
+
+
+def footer(before: tuple[int, int], after: tuple[int, int], name: str, handle: str | None) -> str:
+    where = (f"full output: caveman-batch payload retrieve {handle}" if handle
+             else "original not stored")
+    return (f"[caveman-batch: {before[1]:,} lines, {before[0]:,} chars cut to {after[1]:,} lines, "
+            f"{after[0]:,} chars ({name[:_NAME_ROOM]} cut); {where}]")
+
+
+def _body_limits(whole: Limits, text: str, before: tuple[int, int]) -> Limits:
+    """The budget left for the body once the footer (at its longest) has its room.
+
+    The output may never be larger than the input either, so a short input that is
+    over budget only by its line count or line width shrinks the char budget too."""
+    room = len(footer(before, before, "x" * _NAME_ROOM, "h" * _HANDLE_ROOM)) + 1
+    chars = min(whole.chars, len(text)) - room
+    lines = None if whole.lines is None else whole.lines - 1
+    return Limits(max(chars, 0), lines, whole.line_chars)
+
+
+def _first_fit(text: str, hint: Hint, limits: Limits) -> tuple[str, str, list[str]]:
+    warnings: list[str] = []
+    for cut in cuts(hint, warnings):
+        body = _try(cut, text, hint, limits, warnings)
+        if body is not None:
+            return cut.name, body, warnings
+    return "empty", "[… the whole output omitted: nothing fits the budget …]", warnings
+
+
+def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -> str | None:
+    """A cut's view if it claims the text and keeps the budget; a failing cut is skipped."""
+    try:
+        if not cut.detect(text, hint):
+            return None
+        body = cut.cut(text, limits)
+    except Exception as exc:  # an outside cut must never break a reduce  # noqa: BLE001
+        warnings.append(f"cut {getattr(cut, 'name', cut)!r} failed and was skipped: {exc!r}")
+        return None
+    if body is None or not fits(body, limits) or len(body) >= len(text):
+        return None
+    return body
+
+
+def _commit(store: Store | None, raw: bytes, ctype: str, warnings: list[str]) -> tuple[str | None, str]:
+    if store is None:
+        return None, "no store given: the original is not kept"
+    try:
+        return ccr.store_original(store, raw, ctype), "original stored"
+    except (CavemanError, OSError) as exc:
+        warnings.append(f"store failed: {exc}")
+        return None, f"store failed, the original is not kept: {exc}"

@@ -1,0 +1,56 @@
+"""Compiler and bundler output (gcc/clang, tsc, rustc/cargo, esbuild, webpack).
+
+The closing summary first (it is one line and says how bad it is), then every
+error, then the code frames of errors, then warnings
+with theirs. A code frame is the run of indented / gutter lines after a message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from ..view import Doc, Run
+from ._lines import LineCut, rx
+
+_ERROR = rx(
+    r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
+    r"|[^ \t\n(][^\n(]*\(\d+,\d+\): error TS\d+:"  # tsc
+    r"|[^ \t\n:][^\n:]*:\d+:\d+ - error TS\d+:"  # tsc --pretty
+    r"|error(?:\[E\d+\])?: "  # rustc
+    r"|✘ \[ERROR\]|ERROR in |[^ \t\n:][^\n:]*:\d+: error:)"
+)
+_WARNING = rx(
+    r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: warning:|warning(?:\[\w+\])?: |▲ \[WARNING\]|WARNING in "
+    r"|[^ \t\n:(][^\n:(]*:\d+:\d+: note:)"
+)
+_SUMMARY = rx(
+    r"^(?:\d+ (?:errors?|warnings?)(?: and \d+ warnings?)? generated|Found \d+ errors?"
+    r"|error: could not compile|make(?:\[\d+\])?: \*\*\*|webpack [\d.]+ compiled"
+    r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting)"
+)
+_FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
+_FRAME_MAX: Final = 12
+
+
+def _frame_runs(doc: Doc, heads: list[int], prio: int) -> list[Run]:
+    """The code frame under each message: following indented or gutter lines."""
+    runs: list[Run] = []
+    lines, n = doc.lines, len(doc)
+    for i in heads:
+        end = i + 1
+        while end < n and end - i <= _FRAME_MAX and lines[end] and _FRAME.match(lines[end]):
+            end += 1
+        runs.append((prio, i, end))
+    return runs
+
+
+class BuildCut(LineCut):
+    def runs(self, doc: Doc) -> list[Run]:
+        errors, warnings = doc.grep(_ERROR), doc.grep(_WARNING)
+        runs = [(0, i, i + 1) for i in doc.grep(_SUMMARY)] + [(1, i, i + 1) for i in errors]
+        runs += _frame_runs(doc, errors, 2) + [(3, i, i + 1) for i in warnings]
+        return runs + _frame_runs(doc, warnings, 4)
+
+
+CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)

@@ -1,0 +1,72 @@
+"""Unified diffs: every file name first, then the other file headers, hunk headers, every
+changed line, and one line of context each side of a change."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import fields
+
+from ..model import Limits
+from ..view import Doc, Run
+from ._lines import LineCut, rx
+
+_GIT = rx(r"^diff --git ")
+_FILE = rx(r"^(?:diff --git |Binary files )")
+_HEADER = rx(r"^(?:--- |\+\+\+ |index [0-9a-f]|new file mode|deleted file mode|old mode|new mode"
+             r"|rename (?:from|to) |similarity index)")
+_HUNK = rx(r"^@@ ")
+_CHANGED = rx(r"^[-+]")
+
+
+def _files(doc: Doc) -> list[str]:
+    """One line per changed file: its name and its added/removed line counts."""
+    heads = doc.grep(_GIT)
+    if not heads:
+        return []
+    added, removed = [0] * len(heads), [0] * len(heads)
+    lines = doc.lines
+    for i in doc.grep(_CHANGED):
+        f = bisect_right(heads, i) - 1
+        if f < 0 or lines[i].startswith(("+++ ", "--- ")):
+            continue
+        if lines[i][0] == "+":
+            added[f] += 1
+        else:
+            removed[f] += 1
+    names = [lines[h][len("diff --git "):].partition(" b/")[0].removeprefix("a/") for h in heads]
+    return [f"  {n} +{a:,} -{r:,}" for n, a, r in zip(names, added, removed)]
+
+
+class DiffCut(LineCut):
+    def lead(self, doc: Doc) -> list[str]:
+        files = _files(doc)
+        return [f"[diff cut: {len(files):,} files changed]", *files] if files else []
+
+    def cut(self, text: str, limits: Limits) -> str | None:
+        """With the file list when it fits beside the diff, else the diff alone."""
+        return super().cut(text, limits) or LineCut.cut(_NoLead(**_fields(self)), text, limits)
+
+    def runs(self, doc: Doc) -> list[Run]:
+        runs = super().runs(doc)
+        lines, n = doc.lines, len(doc)
+        for i in doc.grep(_CHANGED):  # one line of context on each side of a change
+            for j in (i - 1, i + 1):
+                if 0 <= j < n and lines[j][:1] == " ":
+                    runs.append((4, j, j + 1))
+        return runs
+
+
+class _NoLead(DiffCut):
+    def lead(self, doc: Doc) -> list[str]:
+        return []
+
+
+def _fields(cut: LineCut) -> dict[str, object]:
+    return {f.name: getattr(cut, f.name) for f in fields(cut)}
+
+
+CUT = DiffCut(
+    name="diff",
+    signal=rx(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+)"),
+    keep=((0, _FILE), (1, _HEADER), (2, _HUNK), (3, _CHANGED)),
+)

@@ -1,0 +1,122 @@
+"""JSON documents: a shape skeleton with counts.
+
+Arrays keep their first items, every item that looks like an error and the items
+whose shape differs from the first (outliers); objects keep their first keys and
+any error-looking key. Everything left out is counted: "(4,997 more items)",
+"(12 more keys)", "(+1,234 chars)". Widths shrink until the skeleton fits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from ..model import Hint, Limits
+from ..view import fits
+
+_ERROR_KEYS: Final = frozenset({"error", "errors", "exception", "fault", "failure", "err"})
+_ERROR_VALUES: Final = frozenset({"error", "failed", "failure", "fatal", "critical"})
+_WIDTHS: Final = ((12, 40, 400, 10), (5, 20, 200, 8), (3, 12, 120, 6), (2, 8, 80, 5), (1, 5, 60, 4), (1, 3, 40, 3),
+                  (0, 2, 30, 2), (0, 1, 20, 2))
+
+
+def _is_error(value: Any, depth: int = 0) -> bool:
+    if not isinstance(value, dict) or depth > 2:
+        return False
+    for k, v in value.items():
+        if k.lower() in _ERROR_KEYS and v not in (None, False, [], {}, ""):
+            return True
+        if k.lower() in ("status", "level", "state") and str(v).lower() in _ERROR_VALUES:
+            return True
+        if isinstance(v, dict) and _is_error(v, depth + 1):
+            return True
+    return False
+
+
+def _shape(value: Any) -> object:
+    return tuple(sorted(value)) if isinstance(value, dict) else type(value).__name__
+
+
+class _Skeleton:
+    def __init__(self, items: int, keys: int, chars: int, depth: int) -> None:
+        self.items, self.keys, self.chars, self.depth = items, keys, chars, depth
+
+    def render(self, value: Any, indent: str, level: int) -> list[str]:
+        if isinstance(value, dict):
+            return self._object(value, indent, level)
+        if isinstance(value, list):
+            return self._array(value, indent, level)
+        return [indent + self._scalar(value)]
+
+    def _scalar(self, value: Any) -> str:
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) <= self.chars:
+            return text
+        keep = self.chars
+        if "\ud800" <= text[keep - 1] <= "\udbff":
+            keep -= 1
+        return f"{text[:keep]}…\" (+{len(text) - keep:,} chars)"
+
+    def _object(self, obj: dict[str, Any], indent: str, level: int) -> list[str]:
+        if not obj:
+            return [indent + "{}"]
+        if level >= self.depth:
+            return [indent + f"{{…}} ({len(obj):,} keys)"]
+        keys = list(obj)
+        shown = [k for k in keys[: self.keys]] + [k for k in keys[self.keys:] if k.lower() in _ERROR_KEYS]
+        out = [indent + "{"]
+        for k in shown:
+            body = self.render(obj[k], indent + "  ", level + 1)
+            out.append(f"{indent}  {json.dumps(k, ensure_ascii=False)}: {body[0].lstrip()}")
+            out.extend(body[1:])
+        if len(keys) > len(shown):
+            out.append(f"{indent}  ({len(keys) - len(shown):,} more keys)")
+        return out + [indent + "}"]
+
+    def _array(self, arr: list[Any], indent: str, level: int) -> list[str]:
+        if not arr:
+            return [indent + "[]"]
+        if level >= self.depth:
+            return [indent + f"[…] ({len(arr):,} items)"]
+        chosen = self._chosen(arr)
+        out = [indent + "["]
+        last = -1
+        for i in chosen:
+            if i > last + 1:
+                out.append(f"{indent}  ({i - last - 1:,} more items)")
+            if i >= self.items:
+                out.append(f"{indent}  (item {i:,}:)")
+            out.extend(self.render(arr[i], indent + "  ", level + 1))
+            last = i
+        if last < len(arr) - 1:
+            out.append(f"{indent}  ({len(arr) - last - 1:,} more items)")
+        return out + [indent + "]"]
+
+    def _chosen(self, arr: list[Any]) -> list[int]:
+        chosen = list(range(min(self.items, len(arr))))
+        first = _shape(arr[0])
+        extra = [i for i in range(len(chosen), len(arr)) if _is_error(arr[i])]
+        extra += [i for i in range(len(chosen), len(arr)) if _shape(arr[i]) != first][: max(self.items, 1)]
+        return sorted(set(chosen + extra[: 5 * max(self.items, 1)]))
+
+
+class JsonCut:
+    name = "json"
+
+    def detect(self, text: str, hint: Hint) -> bool:
+        head = text.lstrip()[:1]
+        return head in ("{", "[") and text.rstrip()[-1:] in ("}", "]")
+
+    def cut(self, text: str, limits: Limits) -> str | None:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        for items, keys, chars, depth in _WIDTHS:
+            view = "\n".join(_Skeleton(items, keys, chars, depth).render(value, "", 0))
+            if fits(view, limits):
+                return view
+        return None
+
+
+CUT = JsonCut()

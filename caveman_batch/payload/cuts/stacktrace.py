@@ -1,0 +1,84 @@
+"""Stack traces (Python, JS, Java, Go): the message and the program's own frames;
+runs of dependency frames (site-packages, node_modules, /usr/lib, java.*) collapse
+into one line that counts them."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from ..model import Hint, Limits
+from ..view import Doc, Run, count_lines, finish, lines_marker, pick, sample
+from ._lines import LineCut, _prefix_sums, rx
+
+_FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
+_DEP: Final = re.compile(
+    r"site-packages|dist-packages|node_modules|/usr/lib/|/usr/local/lib/|lib/python\d|<frozen "
+    r"|\(node:|[ \t]at (?:java|javax|jdk|sun|kotlin|scala)\.|/go/pkg/mod/|GOROOT|/usr/local/go/src/"
+    r"|\.rustup/|/rustc/")
+_MESSAGE = rx(
+    r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
+    r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
+    r"|The above exception)"
+)
+
+
+def _dep_lines(doc: Doc) -> list[bool]:
+    """A dependency frame and the source line printed under it (Python) are both dep."""
+    dep = [False] * len(doc)
+    lines = doc.lines
+    for i in doc.grep(_FRAME):
+        if _DEP.search(lines[i]):
+            dep[i] = True
+            if lines[i].lstrip().startswith("File ") and i + 1 < len(doc) and \
+                    lines[i + 1].startswith("    ") and not _FRAME.match(lines[i + 1]):
+                dep[i + 1] = True
+    return dep
+
+
+def _own_frames(doc: Doc, dep: list[bool]) -> list[Run]:
+    """The program's own frames, nearest the error first: Python prints that frame last,
+    Java, JS and Go print it first. A Python frame keeps its source line with it."""
+    python = "Traceback (most recent call last):" in doc.text
+    frames = [i for i in doc.grep(_FRAME) if not dep[i]]
+    n, lines = len(doc), doc.lines
+    runs: list[Run] = []
+    for rank, i in enumerate(reversed(frames) if python else frames):
+        end = i + 2 if python and i + 1 < n and not _FRAME.match(lines[i + 1]) else i + 1
+        runs.append((1 + rank, i, end))
+    return runs
+
+
+class StackCut(LineCut):
+    def detect(self, text: str, hint: Hint) -> bool:
+        """A trace, not a long log that happens to hold one (the log cut serves that)."""
+        part = sample(text)
+        if not self.signal.search(part):
+            return False
+        return len(_FRAME.findall(part)) * 5 >= count_lines(part)
+
+    def cut(self, text: str, limits: Limits) -> str | None:
+        doc = Doc(text)
+        dep = _dep_lines(doc)
+        runs: list[Run] = [(0, i, i + 1) for i in doc.grep(_MESSAGE)]
+        runs += _own_frames(doc, dep)
+        runs += [(1 << 30, i, i + 1) for i in range(len(doc)) if not dep[i]]
+
+        frames = _prefix_sums([i for i in doc.grep(_FRAME) if dep[i]], len(doc))
+
+        def label(start: int, end: int) -> str:
+            n = frames[end] - frames[start]
+            extra = f" ({n:,} dependency frame{'s' if n != 1 else ''})" if n else ""
+            k = end - start
+            return f"[… {k:,} line{'s' if k != 1 else ''} omitted{extra} …]"
+
+        room = len(lines_marker(len(doc))) + len(f"{len(doc):,}") + 24
+        return finish(pick(doc, runs, limits, label=label, label_room=room), limits)
+
+
+CUT = StackCut(
+    name="stacktrace",
+    signal=rx(r"^(?:Traceback \(most recent call last\):|[ \t]+at [\w$.<>]+ ?\(|goroutine \d+ \["
+              r"|panic: |Exception in thread )"),
+    keep=(),
+)

@@ -1,0 +1,57 @@
+"""Test runs (pytest, unittest, jest/vitest, go test, cargo test).
+
+The final summary line outranks everything; then every failure's name, then its
+message and location, then the rest of its report. Passing lines are never kept
+for a failing run: a run must not look green because its passes were what fit.
+"""
+
+from __future__ import annotations
+
+from ..view import Doc
+from ._lines import LineCut, rx
+
+_SUMMARY = rx(
+    r"^(?:=+ .*\b(?:passed|failed|errors?|skipped|deselected|no tests ran)\b.* =+\r?$"  # pytest
+    r"|Ran \d+ tests? in |OK(?: \(.*\))?\r?$|FAILED \((?:failures|errors)=.*\)\r?$"  # unittest
+    r"|(?:Tests|Test Suites|Test Files|Snapshots):[ \t]+\d"  # jest
+    r"| *(?:Test Files|Tests) +\d+ (?:failed|passed)"  # vitest
+    r"|(?:ok|FAIL)[ \t]+[^ \t\n]+[ \t]+[\d.]+s\r?$|FAIL\r?$|PASS\r?$"  # go test
+    r"|test result: )"  # cargo
+)
+_FAILURE = rx(
+    r"^(?:FAILED |ERROR |_{3,} .* _{3,}\r?$|(?:FAIL|ERROR): |=+ (?:FAILURES|ERRORS) =+"
+    r"| *● |FAIL |[ \t]*--- FAIL: |test .* \.\.\. FAILED\r?$|---- .* stdout ----|failures:\r?$"
+    r"| *(?:×|✗|✕) )"
+)
+_DETAIL = rx(
+    r"^(?:E |[^ \t\n:]+\.py:\d+: |[ \t]*File \"[^\"]*\", line \d+"
+    r"|\w*(?:Error|Exception)\b[^\n]{0,200}:|[ \t]+[^ \t\n]+_test\.go:\d+:|.*panicked at "
+    r"|[ \t]+(?:Expected|Received)|[ \t]+at [^ \t\n]+:\d+:\d+|[ \t]+> \d+ \|)"
+)
+_PASSING = rx(r"(?:PASSED|\.\.\. ok\r?$|^ok |✓|--- PASS|^PASS )")
+
+
+class TestsCut(LineCut):
+    def lead(self, doc: Doc) -> list[str]:
+        passing = len(doc.grep(_PASSING))
+        return [f"[tests cut: {passing:,} passing lines omitted; failures and summary kept]"] if passing else []
+
+    def runs(self, doc: Doc) -> list[tuple[int, int, int]]:
+        runs = super().runs(doc)
+        passing = set(doc.grep(_PASSING))
+        failures = sorted(i for p, i, _ in runs if p == 1)
+        for start, end in zip(failures, [*failures[1:], len(doc)]):
+            runs.extend((6, i, i + 1) for i in range(start + 1, min(end, start + 60))
+                        if i not in passing)  # the rest of a failure's report, if room
+        return runs
+
+
+CUT = TestsCut(
+    name="tests",
+    signal=rx(r"^(?:=+ (?:test session starts|FAILURES|short test summary info) =+"
+              r"|=+ .* in [\d.]+s(?: \([\d:]+\))? =+\r?$|Ran \d+ tests? in "
+              r"|Tests:[ \t]+\d|Test Suites:|[ \t]*Test Files[ \t]|--- FAIL: |=== RUN "
+              r"|test result: |running \d+ tests?\r?$)"),
+    keep=((0, _SUMMARY), (1, _FAILURE), (2, _DETAIL)),
+    gap_counts=(("passing", _PASSING), ("failure", _FAILURE)),
+)

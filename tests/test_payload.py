@@ -1,0 +1,224 @@
+"""payload.reduce over real outputs made at test time: routing, kept facts, the laws, the store."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from caveman_batch import ccr
+from caveman_batch.payload import Budget, Hint, PayloadResult, reduce
+from caveman_batch.payload.view import count_lines
+from caveman_batch.store import Store, open_store
+from caveman_batch.testing import payload_outputs as po
+
+BUDGETS = (2_000, 20_000)
+# cuts whose every kept line is a line of the input (the rest synthesize a summary)
+LINE_CUTS = {"tests", "build", "stacktrace", "gitlog", "install", "log", "csv", "repeat"}
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, po.Output]:
+    made = po.fixtures(tmp_path_factory.mktemp("payload-outputs"))
+    return {o.name: o for o in made}
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    with open_store("memory://") as s:
+        yield s
+
+
+def check_laws(text: str, budget: Budget, result: PayloadResult, hint: Hint | None = None) -> None:
+    view = result.content
+    assert len(view) <= budget.max_chars
+    assert len(view) <= len(text)
+    if budget.max_lines is not None:
+        assert count_lines(view) <= budget.max_lines
+    if budget.max_line_chars is not None:
+        assert max(map(len, view.split("\n"))) <= budget.max_line_chars
+    assert reduce(view, hint, budget).content == view, "a second pass changed the view"
+    assert _pairs_whole(view)
+    if result.strategy == "none":
+        assert view == text
+        return
+    assert view.split("\n")[-1].startswith("[caveman-batch: ")
+    assert "omitted" in view or "more " in view or "cut to" in view
+    if result.strategy in LINE_CUTS or result.strategy.startswith("size"):
+        source = set(text.split("\n"))
+        for line in view.split("\n"):
+            assert line in source or line.startswith("[") or line.endswith("chars omitted]"), line
+
+
+def _pairs_whole(view: str) -> bool:
+    """No high surrogate without its low one after it, no low one without a high before."""
+    return re.search("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]",
+                     view) is None or _had_lone(view)
+
+
+def _had_lone(view: str) -> bool:
+    return False
+
+
+NAMES = ("pytest", "traceback", "git-log", "git-diff", "find", "api-json", "log", "tsc", "gcc",
+         "eslint", "ruff", "cargo")
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("name", NAMES)
+def test_real_output_routes_keeps_facts_and_obeys_the_laws(
+        outputs: dict[str, po.Output], name: str, budget: int, store: Store) -> None:
+    out = outputs[name]
+    text = out.data.decode("utf-8", "replace")
+    hint = Hint(tool=out.tool)
+    result = reduce(out.data, hint, Budget(budget), store)
+    if len(text) > budget:
+        assert result.strategy == out.strategy
+    check_laws(text, Budget(budget), result, hint)
+    if name == "log":
+        _all_errors_or_counted(out, result.content)
+    else:
+        missing = [f for f in out.facts if f not in result.content]
+        assert not missing, f"{name} lost {missing}"
+    if result.strategy != "none":
+        assert result.handle is not None and result.handle in result.content.split("\n")[-1]
+        assert ccr.recover(store, result.handle) == out.data
+
+
+def _all_errors_or_counted(out: po.Output, view: str) -> None:
+    """Every ERROR line is in the view, or a gap marker counts it exactly."""
+    shown = sum(1 for line in out.facts if line in view)
+    counted = sum(int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+) error", view))
+    assert shown + counted == len(out.facts)
+    assert shown > 0
+
+
+def test_pytest_run_has_the_failures_and_the_summary_not_the_passes(outputs: dict[str, po.Output]) -> None:
+    view = reduce(outputs["pytest"].data, Hint(tool="bash"), Budget(2_000)).content
+    assert "PASSED" not in view
+    assert re.search(r"\b3 failed, 600 passed\b", view)
+    assert "(600 passing)" in view
+
+
+def test_traceback_collapses_dependency_frames(outputs: dict[str, po.Output]) -> None:
+    view = reduce(outputs["traceback"].data, budget=Budget(2_000)).content
+    assert "site-packages" not in view and "json/decoder.py" not in view
+    assert re.search(r"\(\d+ dependency frames\)", view)
+
+
+def test_tsc_errors_are_never_a_table() -> None:
+    out = po.tsc_output(400)
+    result = reduce(out.data, budget=Budget(2_000))
+    assert result.strategy == "build"
+
+
+def test_over_budget_pytest_summary_survives_even_tiny_budgets(outputs: dict[str, po.Output]) -> None:
+    view = reduce(outputs["pytest"].data, budget=Budget(600)).content
+    assert "3 failed, 600 passed" in view
+
+
+def test_fitting_output_comes_back_unchanged(store: Store) -> None:
+    result = reduce("short\noutput\n", store=store)
+    assert (result.content, result.strategy, result.handle) == ("short\noutput\n", "none", None)
+    assert list(store.keys()) == []
+
+
+def test_no_store_names_no_handle() -> None:
+    result = reduce(po.service_log().data, budget=Budget(2_000))
+    assert result.handle is None
+    assert "ccr_" not in result.content and "original not stored" in result.content
+
+
+class _BrokenStore:
+    url = "broken://"
+
+    def commit(self, *a: object, **k: object) -> None:
+        raise OSError("disk full")
+
+
+def test_failing_store_names_no_handle() -> None:
+    result = reduce(po.service_log().data, budget=Budget(2_000), store=_BrokenStore())  # type: ignore[arg-type]
+    assert result.handle is None and "ccr_" not in result.content
+    assert any("store failed" in w for w in result.warnings)
+
+
+def test_bytes_original_is_what_is_stored(store: Store) -> None:
+    raw = b"\xff\xfe bad utf-8\r\n" + b"line\r\n" * 3000
+    result = reduce(raw, budget=Budget(2_000), store=store)
+    assert result.handle and ccr.recover(store, result.handle) == raw
+    assert ccr.info(store, result.handle).content_type == "application/octet-stream"
+    check_laws(raw.decode("utf-8", "replace"), Budget(2_000), result)
+
+
+def test_max_lines_and_line_chars_budgets(outputs: dict[str, po.Output]) -> None:
+    for out in outputs.values():
+        text = out.data.decode("utf-8", "replace")
+        for budget in (Budget(20_000, max_lines=30), Budget(5_000, max_line_chars=300)):
+            check_laws(text, budget, reduce(out.data, Hint(tool=out.tool), budget))
+
+
+def test_one_huge_line_is_cut_at_a_character_boundary() -> None:
+    text = "😀" * 50_000
+    surrogates = text.encode("utf-16-le").decode("utf-16-le", "surrogatepass")
+    result = reduce(text, budget=Budget(1_000))
+    assert result.content.startswith("😀") and "chars omitted]" in result.content
+    check_laws(text, Budget(1_000), result)
+    assert surrogates == text
+
+
+def test_split_surrogate_pairs_are_never_made() -> None:
+    pair = "\ud83d\ude00"  # a pair as two code points (what surrogateescape-style text holds)
+    text = "x" + pair * 30_000
+    view = reduce(text, budget=Budget(1_000)).content
+    assert view.count("\ud83d") == view.count("\ude00")
+
+
+def test_size_fallback_keeps_the_end_for_shell_and_the_start_for_reads() -> None:
+    text = "\n".join(f"plain line {i}" for i in range(5_000))
+    tail = reduce(text, Hint(tool="bash"), Budget(1_000))
+    head = reduce(text, Hint(tool="grep"), Budget(1_000))
+    both = reduce(text, None, Budget(1_000))
+    assert tail.strategy == "size-tail" and "plain line 4999" in tail.content
+    assert "plain line 0\n" not in tail.content
+    assert head.strategy == "size-head" and head.content.startswith("plain line 0\n")
+    assert "plain line 0\n" in both.content and "plain line 4999" in both.content
+
+
+def test_json_error_object_deep_in_a_large_array_is_kept() -> None:
+    out = po.api_json(20_000)
+    view = reduce(out.data, budget=Budget(2_000)).content
+    assert "E_UPSTREAM_TIMEOUT" in view and "(item 15,000:)" in view
+    assert re.search(r"\([\d,]+ more items\)", view)
+
+
+@pytest.mark.parametrize("maker,strategy", [
+    (lambda: "\n".join(["id,name,amount"] + [f"{i},row {i},{i * 3}" for i in range(3000)]), "csv"),
+    (lambda: "\n".join(["same line again"] * 3000 + ["the end"]), "repeat"),
+    (lambda: "".join(f"Collecting pkg{i}\n  Downloading pkg{i}-1.0.tar.gz (12 kB)\n" for i in range(800))
+     + "ERROR: Could not find a version that satisfies the requirement nope==9\n"
+     + "Successfully installed pkg1-1.0\n", "install"),
+    (lambda: "import os\nfrom x import y\n\n" + "".join(
+        f"def fn_{i}(a, b):\n    return a + b + {i}\n\n" for i in range(800)), "code"),
+])
+def test_other_cuts_route(maker: object, strategy: str) -> None:
+    text = maker()  # type: ignore[operator]
+    result = reduce(text, budget=Budget(2_000))
+    assert result.strategy == strategy
+    check_laws(text, Budget(2_000), result)
+
+
+def test_install_keeps_the_error_and_summary() -> None:
+    text = "".join(f"Collecting pkg{i}\n  Downloading pkg{i}-1.0.tar.gz (12 kB)\n" for i in range(800))
+    text += "ERROR: Could not find a version that satisfies the requirement nope==9\nSuccessfully installed pkg1-1.0\n"
+    view = reduce(text, budget=Budget(2_000)).content
+    assert "ERROR: Could not find a version" in view and "Successfully installed" in view
+    assert "Collecting pkg5\n" not in view
+
+
+def test_budget_floor_is_a_usage_error() -> None:
+    from caveman_batch.errors import UsageError
+
+    with pytest.raises(UsageError):
+        Budget(100)
