@@ -30,6 +30,7 @@ from caveman_batch.store import (
 )
 
 INITIAL_MAP_SIZE = 1 << 30  # sparse on Linux: the file grows only as pages are used
+REMAP_BYTES = 32 << 20  # reopen after this much is written (see LmdbStore._remap)
 MAX_MAP_SIZE = 1 << 44
 _KEYS_PER_READ_TXN = 1024
 
@@ -56,6 +57,7 @@ class LmdbStore(Store):
     def __init__(self, path: Path, env: lmdb.Environment) -> None:
         self._path = path
         self._env: lmdb.Environment | None = env
+        self._written = 0
 
     @classmethod
     def open(cls, location: str, create: bool = True) -> LmdbStore:
@@ -72,12 +74,7 @@ class LmdbStore(Store):
                     ensure_private_dir(path)
                 except OSError as exc:
                     raise StoreError(f"lmdb://{path}: cannot create directory: {exc}") from exc
-                env = lmdb.open(
-                    str(path), map_size=INITIAL_MAP_SIZE, subdir=True, mode=0o600,
-                    max_dbs=0, max_readers=256, readahead=False, lock=True,
-                    sync=True, metasync=True,
-                )
-                env.reader_check()  # clear slots left by killed processes
+                env = _open_env(path, INITIAL_MAP_SIZE)
             _OPEN[path] = (env, 1)
         return cls(path, env)
 
@@ -96,10 +93,31 @@ class LmdbStore(Store):
             try:
                 with _translated(self._path, "commit"):
                     self._write(items, merge)
-                return
+                break
             except StoreError as exc:
                 if not self._recover_map(exc.__cause__):
                     raise
+        self._written += sum(len(v) for _, v in items)
+        if self._written >= REMAP_BYTES:
+            self._remap()
+
+    def _remap(self) -> None:
+        """Close and reopen the environment: pages written stay resident in the map.
+
+        They are clean page cache, but count as this process's memory; a long batch
+        job would otherwise grow with everything it committed. Only an environment
+        this store alone holds is reopened.
+        """
+        self._written = 0
+        with _OPEN_LOCK:
+            env, count = _OPEN.get(self._path, (None, 0))
+            if env is not self._env or count != 1:
+                return
+            size = env.info()["map_size"]
+            env.close()
+            with _translated(self._path, "reopen"):
+                self._env = _open_env(self._path, size)
+            _OPEN[self._path] = (self._env, 1)
 
     def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
         with self._live().begin(write=True) as txn:
@@ -163,6 +181,15 @@ class LmdbStore(Store):
                 return
             _OPEN.pop(self._path, None)
         env.close()
+
+
+def _open_env(path: Path, map_size: int) -> lmdb.Environment:
+    env = lmdb.open(
+        str(path), map_size=map_size, subdir=True, mode=0o600, max_dbs=0, max_readers=256,
+        readahead=False, lock=True, sync=True, metasync=True,
+    )
+    env.reader_check()  # clear slots left by killed processes
+    return env
 
 
 def _scan(txn: lmdb.Transaction, start: bytes, inclusive: bool, prefix: bytes) -> list[bytes]:
