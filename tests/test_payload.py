@@ -33,6 +33,7 @@ def store() -> Iterator[Store]:
 
 def check_laws(text: str, budget: Budget, result: PayloadResult, hint: Hint | None = None) -> None:
     view = result.content
+    assert not [w for w in result.warnings if "store failed" not in w], result.warnings
     assert len(view) <= budget.max_chars
     assert len(view) <= len(text)
     if budget.max_lines is not None:

@@ -9,15 +9,14 @@ gets the laws (budget held, whole lines, counted omissions) for free.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
-from collections.abc import Callable, Iterable
-from itertools import accumulate
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 from .model import Limits
 
-SAMPLE_HEAD: Final = 32_768
-SAMPLE_TAIL: Final = 8_192
+SAMPLE_HEAD: Final = 16_384
+SAMPLE_TAIL: Final = 4_096
 
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
 Run = tuple[int, int, int]
@@ -61,49 +60,59 @@ def clip(line: str, width: int) -> str:
 
 
 class Doc:
-    """A text split into lines once, with the offsets that map regex hits to lines."""
+    """A text split into lines once.
+
+    Lines are matched one by one with an anchored `match`: on this hardware that is
+    four to five times faster than one multi-line regex scanning every position.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.lines = text.split("\n")
         if self.lines and self.lines[-1] == "" and len(self.lines) > 1:
             self.lines.pop()  # a final newline ends the last line, it does not start one
-        self._starts: list[int] | None = None
+        self._greps: dict[tuple[str, tuple[str, ...]], list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.lines)
 
-    @property
-    def starts(self) -> list[int]:
-        if self._starts is None:
-            self._starts = [0, *accumulate(len(line) + 1 for line in self.lines)]
-        return self._starts
+    def igrep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> Iterator[int]:
+        """Indexes of the lines that `pattern` matches at their start, lazily, in order.
 
-    def line_of(self, pos: int) -> int:
-        return bisect_right(self.starts, pos) - 1
+        With `needles`, the pattern is searched anywhere in the line, and only in lines
+        that hold one of the needles (a substring test costs far less than a regex)."""
+        if needles:
+            search = pattern.search
+            return (i for i, line in enumerate(self.lines)
+                    if any(n in line for n in needles) and search(line))
+        match = pattern.match
+        return (i for i, line in enumerate(self.lines) if match(line))
 
-    def grep(self, pattern: re.Pattern[str]) -> list[int]:
-        """Indexes of the lines where `pattern` matches (once per line, in order)."""
-        found: list[int] = []
-        last = -1
-        for m in pattern.finditer(self.text):
-            i = self.line_of(m.start())
-            if i != last and i < len(self.lines):
-                found.append(i)
-                last = i
+    def grep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> list[int]:
+        """`igrep` as a list, remembered (a lead line and gap markers may ask twice)."""
+        key = (pattern.pattern, needles)
+        found = self._greps.get(key)
+        if found is None:
+            found = self._greps[key] = list(self.igrep(pattern, needles))
         return found
+
+
+def count_between(hits: list[int], start: int, end: int) -> int:
+    """How many of the sorted line indexes `hits` lie in [start, end)."""
+    return bisect_left(hits, end) - bisect_left(hits, start)
 
 
 class _Picker:
     """Greedy selection of runs with exact accounting of gap markers."""
 
-    def __init__(self, doc: Doc, limits: Limits, lead: list[str], label_room: int) -> None:
+    def __init__(self, doc: Doc, limits: Limits, label_room: int) -> None:
         self.doc = doc
         self.n = len(doc)
         self.width = min(limits.line_chars or limits.chars, limits.chars - label_room - 2)
         self.chosen: set[int] = set()
-        self.chars = sum(len(x) + 1 for x in lead) + label_room + 1  # one gap at the start
-        self.lines = len(lead) + 1
+        self.chars = label_room + 1  # one gap covers everything at the start
+        self.lines = 1
+        self.lead: list[str] = []
         self.limits = limits
         self.label_room = label_room
 
@@ -131,28 +140,50 @@ class _Picker:
         self.lines += lines
         return True
 
+    def offer_lead(self, lead: list[str]) -> None:
+        lead = [clip(line, self.width) for line in lead]
+        chars = sum(len(x) + 1 for x in lead)
+        if self.chars + chars > self.limits.chars:
+            return
+        if self.limits.lines is not None and self.lines + len(lead) > self.limits.lines:
+            return
+        self.lead, self.chars, self.lines = lead, self.chars + chars, self.lines + len(lead)
+
     def full(self) -> bool:
         return self.limits.chars - self.chars < 2 + self.label_room
 
 
+_MAX_MISSES: Final = 256
+
+
 def pick(doc: Doc, runs: Iterable[Run], limits: Limits, lead: list[str] | None = None,
          label: GapLabel | None = None, label_room: int | None = None,
-         presorted: bool = False) -> str | None:
-    """The lines of the best runs that fit, in source order, every gap marked."""
+         presorted: bool = False, lead_after: int = -1) -> str | None:
+    """The lines of the best runs that fit, in source order, every gap marked.
+
+    With `presorted`, `runs` is consumed lazily in the order given (most wanted first)
+    and only as far as the budget reaches: a cut can offer every line of a huge
+    output without materializing them. `lead` (summary lines a cut writes) is placed
+    on top, but competes for room after the runs of priority <= `lead_after`."""
     lead = lead or []
     label = label or (lambda s, e: lines_marker(e - s))
     room = label_room if label_room is not None else len(lines_marker(max(len(doc), 10)))
-    picker = _Picker(doc, limits, lead, room)
+    picker = _Picker(doc, limits, room)
     if picker.chars > limits.chars:
         return None
-    for _prio, start, end in (runs if presorted else sorted(runs)):
-        picker.offer(start, end)
-        if picker.full():
+    misses = 0
+    for prio, start, end in (runs if presorted else sorted(runs)):
+        if lead and prio > lead_after:
+            picker.offer_lead(lead)
+            lead = []
+        misses = 0 if picker.offer(start, end) else misses + 1
+        if picker.full() or misses > _MAX_MISSES:  # nothing more of size will fit
             break
+    if lead:
+        picker.offer_lead(lead)
     if not picker.chosen:
         return None
-    out = render(doc, sorted(picker.chosen), lead, label, picker.width)
-    return out
+    return render(doc, sorted(picker.chosen), picker.lead, label, picker.width)
 
 
 def render(doc: Doc, keep: list[int], lead: list[str], label: GapLabel, width: int) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
 import re
-from dataclasses import dataclass
-from itertools import accumulate
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ..model import Hint, Limits
-from ..view import Doc, GapLabel, Run, finish, lines_marker, pick, sample
+from ..view import Doc, GapLabel, Run, count_between, finish, lines_marker, pick, sample
 
 
 @dataclass(frozen=True)
@@ -26,59 +27,67 @@ class LineCut:
     min_hits: int = 1
     #: what each gap marker counts besides lines, e.g. (("ERROR", pattern),)
     gap_counts: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    #: pattern text -> substrings one of which a line must hold (searched, not matched)
+    needles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the lead (summary lines on top) is worth less than runs of this priority or lower
+    lead_after: int = 0
 
     def detect(self, text: str, hint: Hint) -> bool:
         hits = self.signal.findall(sample(text))
         return len(hits) >= self.min_hits
 
-    def runs(self, doc: Doc) -> list[Run]:
-        runs: list[Run] = []
+    def runs(self, doc: Doc) -> Iterator[Run] | list[Run]:
+        """Every kept line as a run, lazily, lowest priority number first, then in order."""
+        streams: list[Iterator[Run]] = []
+        for prio, pattern, needles in self._keep():
+            streams.append(_hits(doc.igrep(pattern, needles), prio, 0))
+            if self.context and prio < self.context_below:
+                streams.append(_hits(doc.igrep(pattern, needles), prio + 3, self.context))
+        return heapq.merge(*streams)
+
+    def _keep(self) -> Iterator[tuple[int, re.Pattern[str], tuple[str, ...]]]:
         for prio, pattern in self.keep:
-            for i in doc.grep(pattern):
-                runs.append((prio, i, i + 1))
-                if self.context and prio < self.context_below:
-                    runs.append((prio + 3, max(0, i - self.context), i + self.context + 1))
-        return runs
+            yield prio, pattern, self.needles.get(pattern.pattern, ())
 
     def lead(self, doc: Doc) -> list[str]:
         return []
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc(text)
-        runs = self.runs(doc)
-        if not runs:
-            return None
         label, room = self.labeler(doc)
         lead = self.lead(doc)
-        view = pick(doc, runs, limits, lead=lead, label=label, label_room=room)
-        if view is None and lead:  # the summary up front is worth less than the lines it sums
-            view = pick(doc, runs, limits, label=label, label_room=room)
+        view = pick(doc, ordered(self.runs(doc)), limits, lead=lead, label=label,
+                    label_room=room, presorted=True, lead_after=self.lead_after)
         return finish(view, limits)
 
     def labeler(self, doc: Doc) -> tuple[GapLabel | None, int | None]:
         """Gap markers that also count the lines of each kind in `gap_counts` they hide."""
         if not self.gap_counts:
             return None, None
-        sums = [(name, _prefix_sums(doc.grep(p), len(doc))) for name, p in self.gap_counts]
+        hits = [(name, doc.grep(p, self.needles.get(p.pattern, ()))) for name, p in self.gap_counts]
 
         def label(start: int, end: int) -> str:
-            hidden = [f"{s[end] - s[start]:,} {name}" for name, s in sums if s[end] > s[start]]
+            counts = [(name, count_between(h, start, end)) for name, h in hits]
+            hidden = [f"{k:,} {name}" for name, k in counts if k]
             extra = f" ({', '.join(hidden)})" if hidden else ""
             return f"[… {end - start:,} line{'s' if end - start != 1 else ''} omitted{extra} …]"
 
         digits = len(f"{len(doc):,}")
-        room = len(lines_marker(len(doc))) + sum(len(n) + digits + 2 for n, _ in sums) + 3
+        room = len(lines_marker(len(doc))) + sum(len(n) + digits + 2 for n, _ in hits) + 3
         return label, room
 
 
-def _prefix_sums(hits: list[int], n: int) -> list[int]:
-    """sums[i] = how many hits lie before line i."""
-    sums = [0] * (n + 1)
-    for i in hits:
-        sums[i + 1] = 1
-    return list(accumulate(sums))
+def _hits(lines: Iterator[int], prio: int, context: int) -> Iterator[Run]:
+    """Each hit as a run at `prio`, widened by `context` lines on each side."""
+    for i in lines:
+        yield (prio, max(0, i - context), i + context + 1)
+
+
+def ordered(runs: Iterator[Run] | list[Run]) -> Iterator[Run]:
+    """A list of runs sorted by priority; an iterator is already in order (and lazy)."""
+    return iter(sorted(runs)) if isinstance(runs, list) else runs
 
 
 def rx(pattern: str) -> re.Pattern[str]:
-    """A multi-line pattern (every pattern here is anchored per line)."""
+    """A line pattern; `Doc.igrep` matches it at each line's start."""
     return re.compile(pattern, re.M)

@@ -3,10 +3,9 @@ changed line, and one line of context each side of a change."""
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
-from dataclasses import fields
-
-from ..model import Limits
+from collections.abc import Iterator
 from ..view import Doc, Run
 from ._lines import LineCut, rx
 
@@ -16,6 +15,15 @@ _HEADER = rx(r"^(?:--- |\+\+\+ |index [0-9a-f]|new file mode|deleted file mode|o
              r"|rename (?:from|to) |similarity index)")
 _HUNK = rx(r"^@@ ")
 _CHANGED = rx(r"^[-+]")
+
+
+def _context(doc: Doc) -> Iterator[Run]:
+    """One line of context on each side of a change, lazily."""
+    lines, n = doc.lines, len(doc)
+    for i in doc.igrep(_CHANGED):
+        for j in (i - 1, i + 1):
+            if 0 <= j < n and lines[j][:1] == " ":
+                yield (4, j, j + 1)
 
 
 def _files(doc: Doc) -> list[str]:
@@ -42,31 +50,13 @@ class DiffCut(LineCut):
         files = _files(doc)
         return [f"[diff cut: {len(files):,} files changed]", *files] if files else []
 
-    def cut(self, text: str, limits: Limits) -> str | None:
-        """With the file list when it fits beside the diff, else the diff alone."""
-        return super().cut(text, limits) or LineCut.cut(_NoLead(**_fields(self)), text, limits)
-
-    def runs(self, doc: Doc) -> list[Run]:
-        runs = super().runs(doc)
-        lines, n = doc.lines, len(doc)
-        for i in doc.grep(_CHANGED):  # one line of context on each side of a change
-            for j in (i - 1, i + 1):
-                if 0 <= j < n and lines[j][:1] == " ":
-                    runs.append((4, j, j + 1))
-        return runs
-
-
-class _NoLead(DiffCut):
-    def lead(self, doc: Doc) -> list[str]:
-        return []
-
-
-def _fields(cut: LineCut) -> dict[str, object]:
-    return {f.name: getattr(cut, f.name) for f in fields(cut)}
+    def runs(self, doc: Doc) -> Iterator[Run]:
+        return heapq.merge(super().runs(doc), _context(doc))
 
 
 CUT = DiffCut(
     name="diff",
     signal=rx(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+)"),
+    lead_after=-1,  # the file list first; the diff --git lines name files when it cannot fit
     keep=((0, _FILE), (1, _HEADER), (2, _HUNK), (3, _CHANGED)),
 )

@@ -5,11 +5,12 @@ into one line that counts them."""
 from __future__ import annotations
 
 import re
+from itertools import chain
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, Run, count_lines, finish, lines_marker, pick, sample
-from ._lines import LineCut, _prefix_sums, rx
+from ..view import Doc, Run, count_between, count_lines, finish, lines_marker, pick, sample
+from ._lines import LineCut, rx
 
 _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
 _DEP: Final = re.compile(
@@ -62,18 +63,19 @@ class StackCut(LineCut):
         dep = _dep_lines(doc)
         runs: list[Run] = [(0, i, i + 1) for i in doc.grep(_MESSAGE)]
         runs += _own_frames(doc, dep)
-        runs += [(1 << 30, i, i + 1) for i in range(len(doc)) if not dep[i]]
-
-        frames = _prefix_sums([i for i in doc.grep(_FRAME) if dep[i]], len(doc))
+        rest = ((1 << 30, i, i + 1) for i in range(len(doc)) if not dep[i])
+        frames = [i for i in doc.grep(_FRAME) if dep[i]]
 
         def label(start: int, end: int) -> str:
-            n = frames[end] - frames[start]
+            n = count_between(frames, start, end)
             extra = f" ({n:,} dependency frame{'s' if n != 1 else ''})" if n else ""
             k = end - start
             return f"[… {k:,} line{'s' if k != 1 else ''} omitted{extra} …]"
 
         room = len(lines_marker(len(doc))) + len(f"{len(doc):,}") + 24
-        return finish(pick(doc, runs, limits, label=label, label_room=room), limits)
+        ordered = chain(sorted(runs), rest)
+        return finish(pick(doc, ordered, limits, label=label, label_room=room, presorted=True),
+                      limits)
 
 
 CUT = StackCut(

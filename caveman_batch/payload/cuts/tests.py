@@ -7,7 +7,10 @@ for a failing run: a run must not look green because its passes were what fit.
 
 from __future__ import annotations
 
-from ..view import Doc
+import heapq
+from collections.abc import Iterator
+
+from ..view import Doc, Run
 from ._lines import LineCut, rx
 
 _SUMMARY = rx(
@@ -28,22 +31,21 @@ _DETAIL = rx(
     r"|\w*(?:Error|Exception)\b[^\n]{0,200}:|[ \t]+[^ \t\n]+_test\.go:\d+:|.*panicked at "
     r"|[ \t]+(?:Expected|Received)|[ \t]+at [^ \t\n]+:\d+:\d+|[ \t]+> \d+ \|)"
 )
+_PASS_NEEDLES = ("PASSED", "... ok", "ok ", "✓", "--- PASS", "PASS ")
 _PASSING = rx(r"(?:PASSED|\.\.\. ok\r?$|^ok |✓|--- PASS|^PASS )")
 
 
 class TestsCut(LineCut):
     def lead(self, doc: Doc) -> list[str]:
-        passing = len(doc.grep(_PASSING))
+        passing = len(doc.grep(_PASSING, _PASS_NEEDLES))  # the exact count, in the lead
         return [f"[tests cut: {passing:,} passing lines omitted; failures and summary kept]"] if passing else []
 
-    def runs(self, doc: Doc) -> list[tuple[int, int, int]]:
-        runs = super().runs(doc)
-        passing = set(doc.grep(_PASSING))
-        failures = sorted(i for p, i, _ in runs if p == 1)
-        for start, end in zip(failures, [*failures[1:], len(doc)]):
-            runs.extend((6, i, i + 1) for i in range(start + 1, min(end, start + 60))
-                        if i not in passing)  # the rest of a failure's report, if room
-        return runs
+    def runs(self, doc: Doc) -> Iterator[Run]:
+        passing = set(doc.grep(_PASSING, _PASS_NEEDLES))
+        failures = doc.grep(_FAILURE)
+        rest = [(6, i, i + 1) for start, end in zip(failures, [*failures[1:], len(doc)])
+                for i in range(start + 1, min(end, start + 60)) if i not in passing]
+        return heapq.merge(super().runs(doc), iter(rest))  # the rest of each report, if room
 
 
 CUT = TestsCut(
@@ -54,4 +56,5 @@ CUT = TestsCut(
               r"|test result: |running \d+ tests?\r?$)"),
     keep=((0, _SUMMARY), (1, _FAILURE), (2, _DETAIL)),
     gap_counts=(("passing", _PASSING), ("failure", _FAILURE)),
+    needles={_PASSING.pattern: _PASS_NEEDLES},
 )
