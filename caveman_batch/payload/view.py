@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate
+from operator import add
 from typing import Final
 
 from .model import Limits
@@ -60,33 +62,67 @@ def clip(line: str, width: int) -> str:
 
 
 class Doc:
-    """A text split into lines once.
+    """A text split into lines once, and searched as a whole.
 
-    Lines are matched one by one with an anchored `match`: on this hardware that is
-    four to five times faster than one multi-line regex scanning every position.
+    Line patterns are run as `\\n(?:pattern)` over the text with a newline in front:
+    the regex engine then jumps from newline to newline in C, several times faster
+    than a `^` pattern (tried at every position) or a Python loop over the lines.
     """
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self.nl_text = "\n" + text
         self.lines = text.split("\n")
         if self.lines and self.lines[-1] == "" and len(self.lines) > 1:
             self.lines.pop()  # a final newline ends the last line, it does not start one
         self._greps: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        self._ends: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.lines)
 
+    def offset(self, line: int) -> int:
+        """Where `line` starts in `text` (built once, from C-level iterators)."""
+        if self._ends is None:
+            self._ends = [0, *map(add, accumulate(map(len, self.lines)), range(1, len(self.lines) + 1))]
+        return self._ends[min(line, len(self.lines))]
+
+    def positions(self, pattern: re.Pattern[str]) -> Iterator[int]:
+        """Offsets in `nl_text` of the newline before each line `pattern` matches."""
+        return (m.start() for m in _at_line_start(pattern).finditer(self.nl_text))
+
     def igrep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> Iterator[int]:
         """Indexes of the lines that `pattern` matches at their start, lazily, in order.
 
-        With `needles`, the pattern is searched anywhere in the line, and only in lines
-        that hold one of the needles (a substring test costs far less than a regex)."""
+        With `needles`, only lines holding one of those substrings are looked at, and
+        the pattern is searched anywhere in them (for words that are not at the start)."""
         if needles:
-            search = pattern.search
-            return (i for i, line in enumerate(self.lines)
-                    if any(n in line for n in needles) and search(line))
-        match = pattern.match
-        return (i for i, line in enumerate(self.lines) if match(line))
+            return iter(self._search(pattern, needles))
+        return self._lines_at(self.positions(pattern))
+
+    def _lines_at(self, offsets: Iterable[int]) -> Iterator[int]:
+        line, last, count, nl, n = 0, -1, self.nl_text.count, "\n", len(self.lines)
+        for pos in offsets:
+            line += count(nl, last + 1, pos + 1)
+            last = pos
+            if line - 1 < n:
+                yield line - 1
+
+    def _search(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> list[int]:
+        found: set[int] = set()
+        text = self.nl_text
+        for needle in needles:
+            hits = []
+            pos = text.find(needle)
+            while pos >= 0:
+                hits.append(text.rfind("\n", 0, pos + 1))
+                pos = text.find("\n", pos + len(needle))
+                if pos < 0:
+                    break
+                pos = text.find(needle, pos)
+            found.update(self._lines_at(sorted(set(hits))))
+        search, lines = pattern.search, self.lines
+        return sorted(i for i in found if search(lines[i]))
 
     def grep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> list[int]:
         """`igrep` as a list, remembered (a lead line and gap markers may ask twice)."""
@@ -95,6 +131,18 @@ class Doc:
         if found is None:
             found = self._greps[key] = list(self.igrep(pattern, needles))
         return found
+
+
+_NL_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _at_line_start(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """`pattern` (written for one line, maybe with ^) behind a newline, compiled once."""
+    found = _NL_CACHE.get(pattern.pattern)
+    if found is None:
+        body = pattern.pattern[1:] if pattern.pattern.startswith("^") else pattern.pattern
+        found = _NL_CACHE[pattern.pattern] = re.compile(r"\n(?:" + body + ")", pattern.flags | re.M)
+    return found
 
 
 def count_between(hits: list[int], start: int, end: int) -> int:

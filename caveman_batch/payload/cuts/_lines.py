@@ -27,6 +27,9 @@ class LineCut:
     min_hits: int = 1
     #: what each gap marker counts besides lines, e.g. (("ERROR", pattern),)
     gap_counts: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    #: what gap markers count as occurrences of substrings: cheap for frequent lines
+    #: (e.g. 24,000 "PASSED"), exact as long as a line holds one marker
+    gap_needles: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: pattern text -> substrings one of which a line must hold (searched, not matched)
     needles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the lead (summary lines on top) is worth less than runs of this priority or lower
@@ -62,18 +65,22 @@ class LineCut:
 
     def labeler(self, doc: Doc) -> tuple[GapLabel | None, int | None]:
         """Gap markers that also count the lines of each kind in `gap_counts` they hide."""
-        if not self.gap_counts:
+        if not self.gap_counts and not self.gap_needles:
             return None, None
         hits = [(name, doc.grep(p, self.needles.get(p.pattern, ()))) for name, p in self.gap_counts]
 
         def label(start: int, end: int) -> str:
             counts = [(name, count_between(h, start, end)) for name, h in hits]
+            a, b = doc.offset(start), doc.offset(end)
+            counts += [(name, sum(doc.text.count(n, a, b) for n in needles))
+                       for name, needles in self.gap_needles]
             hidden = [f"{k:,} {name}" for name, k in counts if k]
             extra = f" ({', '.join(hidden)})" if hidden else ""
             return f"[… {end - start:,} line{'s' if end - start != 1 else ''} omitted{extra} …]"
 
         digits = len(f"{len(doc):,}")
-        room = len(lines_marker(len(doc))) + sum(len(n) + digits + 2 for n, _ in hits) + 3
+        names = [n for n, _ in hits] + [n for n, _ in self.gap_needles]
+        room = len(lines_marker(len(doc))) + sum(len(n) + digits + 2 for n in names) + 3
         return label, room
 
 

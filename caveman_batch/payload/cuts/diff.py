@@ -4,7 +4,6 @@ changed line, and one line of context each side of a change."""
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Iterator
 from ..view import Doc, Run
 from ._lines import LineCut, rx
@@ -28,21 +27,17 @@ def _context(doc: Doc) -> Iterator[Run]:
 
 def _files(doc: Doc) -> list[str]:
     """One line per changed file: its name and its added/removed line counts."""
-    heads = doc.grep(_GIT)
-    if not heads:
+    starts = list(doc.positions(_GIT))
+    if not starts:
         return []
-    added, removed = [0] * len(heads), [0] * len(heads)
-    lines = doc.lines
-    for i in doc.grep(_CHANGED):
-        f = bisect_right(heads, i) - 1
-        if f < 0 or lines[i].startswith(("+++ ", "--- ")):
-            continue
-        if lines[i][0] == "+":
-            added[f] += 1
-        else:
-            removed[f] += 1
-    names = [lines[h][len("diff --git "):].partition(" b/")[0].removeprefix("a/") for h in heads]
-    return [f"  {n} +{a:,} -{r:,}" for n, a, r in zip(names, added, removed)]
+    text, out = doc.nl_text, []
+    for a, b in zip(starts, [*starts[1:], len(text)]):
+        head = text[a + 1:text.find("\n", a + 1) if text.find("\n", a + 1) >= 0 else b]
+        name = head[len("diff --git "):].partition(" b/")[0].removeprefix("a/")
+        added = text.count("\n+", a, b) - text.count("\n+++ ", a, b)  # counted in C
+        removed = text.count("\n-", a, b) - text.count("\n--- ", a, b)
+        out.append(f"  {name} +{added:,} -{removed:,}")
+    return out
 
 
 class DiffCut(LineCut):

@@ -10,33 +10,49 @@ from typing import Final
 from ..view import Doc
 from ._lines import LineCut, rx
 
-_ESLINT = rx(r"^[ \t]+(\d+:\d+)[ \t]+(error|warning)[ \t]")
-_RUFF = rx(r"^([^ \t\n:][^:\n]*:\d+:\d+): ([A-Z]{1,4}\d{2,4})\b")
-_CLIPPY = rx(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
 _TOP: Final = 8
 
 
+_RUFF_ALL = re.compile(r"\n([^ \t\n:][^:\n]*:\d+:\d+): ([A-Z]{1,4}\d{2,4})\b")
+_ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)")
+_CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
+
+
+def _problems(doc: Doc) -> list[tuple[str, str, int]]:
+    """(rule, location, offset) of every problem; regexes run in C over the whole text."""
+    text = doc.nl_text
+    found = [(m.group(2), m.group(1), m.start()) for m in _RUFF_ALL.finditer(text)]
+    for m in _ESLINT_ALL.finditer(text):
+        rule = m.group(2).rsplit(None, 1)[-1] if m.group(2).strip() else "?"
+        found.append((rule, m.group(1), m.start()))
+    for m in _CLIPPY_ALL.finditer(text):
+        found.append((m.group(1) or f"clippy::{m.group(2)}", "", m.start()))
+    return found
+
+
+def _where(doc: Doc, loc: str, offset: int) -> str:
+    """A problem's location; an eslint one gets the file its block starts with."""
+    if loc and ":" in loc and not loc.split(":")[0].isdigit():
+        return loc
+    text = doc.nl_text
+    block = max(text.rfind("\n\n", 0, offset) + 2, 1)
+    head = text[block:text.find("\n", block)].strip()
+    line = text.count("\n", 0, offset + 1)
+    return f"{head}:{loc}" if loc else f"line {line}"
+
+
 def _rules(doc: Doc) -> tuple[Counter[str], dict[str, list[str]]]:
-    counts: Counter[str] = Counter()
+    problems = _problems(doc)
+    counts = Counter(rule for rule, _, _ in problems)
+    top = {rule for rule, _ in counts.most_common(_TOP)}
     where: dict[str, list[str]] = defaultdict(list)
-    current = ""
-    for i, line in enumerate(doc.lines):
-        if _ESLINT_FILE.match(line):
-            current = line.strip()
-        elif m := _ESLINT.match(line):
-            _note(counts, where, line.split()[-1], f"{current}:{m.group(1)}")
-        elif m := _RUFF.match(line):
-            _note(counts, where, m.group(2), m.group(1))
-        elif m := _CLIPPY.search(line):
-            _note(counts, where, m.group(1) or f"clippy::{m.group(2)}", f"line {i + 1}")
+    for rule, loc, offset in problems:  # two examples of each top rule, then stop
+        if rule in top and len(where[rule]) < 2:
+            where[rule].append(_where(doc, loc, offset))
+            if all(len(where[r]) >= 2 or counts[r] < 2 for r in top) and len(where) == len(top):
+                break
     return counts, where
-
-
-def _note(counts: Counter[str], where: dict[str, list[str]], rule: str, loc: str) -> None:
-    counts[rule] += 1
-    if len(where[rule]) < 2:
-        where[rule].append(loc)
 
 
 class LintCut(LineCut):
