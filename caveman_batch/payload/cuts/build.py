@@ -7,7 +7,9 @@ with theirs. A code frame is the run of indented / gutter lines after a message.
 
 from __future__ import annotations
 
+import heapq
 import re
+from collections.abc import Iterator
 from typing import Final
 
 from ..view import Doc, Run
@@ -33,24 +35,26 @@ _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 
 
-def _frame_runs(doc: Doc, heads: list[int], prio: int) -> list[Run]:
-    """The code frame under each message: following indented or gutter lines."""
-    runs: list[Run] = []
+def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
+    """The code frame under each message: following indented or gutter lines (lazily)."""
     lines, n = doc.lines, len(doc)
     for i in heads:
         end = i + 1
         while end < n and end - i <= _FRAME_MAX and lines[end] and _FRAME.match(lines[end]):
             end += 1
-        runs.append((prio, i, end))
-    return runs
+        yield (prio, i, end)
+
+
+def _single(heads: Iterator[int], prio: int) -> Iterator[Run]:
+    return ((prio, i, i + 1) for i in heads)
 
 
 class BuildCut(LineCut):
-    def runs(self, doc: Doc) -> list[Run]:
-        errors, warnings = doc.grep(_ERROR), doc.grep(_WARNING)
-        runs = [(0, i, i + 1) for i in doc.grep(_SUMMARY)] + [(1, i, i + 1) for i in errors]
-        runs += _frame_runs(doc, errors, 2) + [(3, i, i + 1) for i in warnings]
-        return runs + _frame_runs(doc, warnings, 4)
+    def runs(self, doc: Doc) -> Iterator[Run]:
+        return heapq.merge(
+            _single(doc.igrep(_SUMMARY), 0), _single(doc.igrep(_ERROR), 1),
+            _frame_runs(doc, doc.igrep(_ERROR), 2), _single(doc.igrep(_WARNING), 3),
+            _frame_runs(doc, doc.igrep(_WARNING), 4))
 
 
 CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)

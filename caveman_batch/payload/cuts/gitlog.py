@@ -3,26 +3,34 @@ then bodies; file stats (--stat) last."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
+
 from ..view import Doc, Run
 from ._lines import LineCut, rx
 
 _COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
+_BODY = rx(r"^    ")
 _META = rx(r"^(?:Author|Date|Merge|AuthorDate|Commit|CommitDate): ")
 
 
+def _headlines(doc: Doc) -> Iterator[Run]:
+    """Each commit line with its subject (the first indented line after it), lazily."""
+    lines, n = doc.lines, len(doc)
+    for i in doc.igrep(_COMMIT):
+        yield (0, i, i + 1)
+        j = i + 1
+        while j < n and j - i < 8 and not lines[j].startswith("    "):
+            j += 1
+        if j < n and lines[j].startswith("    "):
+            yield (0, j, j + 1)
+
+
 class GitLogCut(LineCut):
-    def runs(self, doc: Doc) -> list[Run]:
-        commits = doc.grep(_COMMIT)
-        lines, n = doc.lines, len(doc)
-        runs: list[Run] = [(0, i, i + 1) for i in commits]
-        for i in commits:  # the subject: first indented line after the header
-            j = i + 1
-            while j < n and j - i < 8 and not lines[j].startswith("    "):
-                j += 1
-            if j < n and lines[j].startswith("    "):
-                runs.append((0, j, j + 1))  # beside its commit line
-        runs += [(2, i, i + 1) for i in doc.grep(_META)]
-        return runs + [(3, i, i + 1) for i in range(n) if lines[i].startswith("    ")]
+    def runs(self, doc: Doc) -> Iterator[Run]:
+        meta = ((2, i, i + 1) for i in doc.igrep(_META))
+        body = ((3, i, i + 1) for i in doc.igrep(_BODY))
+        return heapq.merge(_headlines(doc), meta, body)
 
 
 CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2)

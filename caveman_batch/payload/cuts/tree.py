@@ -7,6 +7,8 @@ entries shown per directory shrinks until the listing fits.
 from __future__ import annotations
 
 import re
+from itertools import groupby
+from operator import itemgetter, methodcaller
 from typing import Final
 
 from ..model import Hint, Limits
@@ -18,6 +20,8 @@ _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
 
 def _groups(lines: list[str]) -> dict[str, list[str]]:
     """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
+    if not any(line.endswith(":") for line in lines):
+        return _find_groups(lines)
     groups: dict[str, list[str]] = {}
     current: str | None = None
     for line in lines:
@@ -31,6 +35,15 @@ def _groups(lines: list[str]) -> dict[str, list[str]]:
         else:
             parent, _, name = line.rstrip("/").rpartition("/")
             groups.setdefault(parent or ".", []).append(name or line)
+    return groups
+
+
+def _find_groups(lines: list[str]) -> dict[str, list[str]]:
+    """`find` output: consecutive paths mostly share a parent, so group runs in C."""
+    groups: dict[str, list[str]] = {}
+    split = map(methodcaller("rpartition", "/"), filter(None, lines))
+    for parent, items in groupby(split, key=itemgetter(0)):
+        groups.setdefault(parent or ".", []).extend(map(itemgetter(2), items))
     return groups
 
 
