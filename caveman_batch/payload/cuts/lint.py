@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from typing import Final
 
 from ..view import Doc
@@ -19,16 +20,28 @@ _ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)
 _CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 
 
-def _problems(doc: Doc) -> list[tuple[str, str, int]]:
-    """(rule, location, offset) of every problem; regexes run in C over the whole text."""
+def _problems(doc: Doc) -> Iterator[tuple[str, str, int]]:
+    """(rule, location, offset) of every problem, lazily."""
     text = doc.nl_text
-    found = [(m.group(2), m.group(1), m.start()) for m in _RUFF_ALL.finditer(text)]
+    for m in _RUFF_ALL.finditer(text):
+        yield m.group(2), m.group(1), m.start()
     for m in _ESLINT_ALL.finditer(text):
-        rule = m.group(2).rsplit(None, 1)[-1] if m.group(2).strip() else "?"
-        found.append((rule, m.group(1), m.start()))
+        yield _eslint_rule(m.group(2)), m.group(1), m.start()
     for m in _CLIPPY_ALL.finditer(text):
-        found.append((m.group(1) or f"clippy::{m.group(2)}", "", m.start()))
-    return found
+        yield m.group(1) or f"clippy::{m.group(2)}", "", m.start()
+
+
+def _eslint_rule(rest: str) -> str:
+    return rest.rsplit(None, 1)[-1] if rest.strip() else "?"
+
+
+def _counts(doc: Doc) -> Counter[str]:
+    """Problems per rule; `findall` builds the matches in C (most of the cost here)."""
+    text = doc.nl_text
+    counts = Counter(rule for _, rule in _RUFF_ALL.findall(text))
+    counts.update(map(_eslint_rule, (rest for _, rest in _ESLINT_ALL.findall(text))))
+    counts.update(a or f"clippy::{b}" for a, b in _CLIPPY_ALL.findall(text))
+    return counts
 
 
 def _where(doc: Doc, loc: str, offset: int) -> str:
@@ -43,11 +56,10 @@ def _where(doc: Doc, loc: str, offset: int) -> str:
 
 
 def _rules(doc: Doc) -> tuple[Counter[str], dict[str, list[str]]]:
-    problems = _problems(doc)
-    counts = Counter(rule for rule, _, _ in problems)
+    counts = _counts(doc)
     top = {rule for rule, _ in counts.most_common(_TOP)}
     where: dict[str, list[str]] = defaultdict(list)
-    for rule, loc, offset in problems:  # two examples of each top rule, then stop
+    for rule, loc, offset in _problems(doc):  # two examples of each top rule, then stop
         if rule in top and len(where[rule]) < 2:
             where[rule].append(_where(doc, loc, offset))
             if all(len(where[r]) >= 2 or counts[r] < 2 for r in top) and len(where) == len(top):

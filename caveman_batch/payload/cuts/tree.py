@@ -20,7 +20,7 @@ _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
 
 def _groups(lines: list[str]) -> dict[str, list[str]]:
     """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
-    if not any(line.endswith(":") for line in lines):
+    if not any(line.endswith(":") for line in lines if line[-1:] == ":"):
         return _find_groups(lines)
     groups: dict[str, list[str]] = {}
     current: str | None = None
