@@ -30,7 +30,7 @@ from caveman_batch.store import (
 )
 
 INITIAL_MAP_SIZE = 1 << 30  # sparse on Linux: the file grows only as pages are used
-REMAP_BYTES = 32 << 20  # reopen after this much is written (see LmdbStore._remap)
+REMAP_BYTES = 1 << 20  # release the map's pages after this much is written (see _remap)
 MAX_MAP_SIZE = 1 << 44
 _KEYS_PER_READ_TXN = 1024
 
@@ -102,22 +102,16 @@ class LmdbStore(Store):
             self._remap()
 
     def _remap(self) -> None:
-        """Close and reopen the environment: pages written stay resident in the map.
+        """Drop this process's page-table entries for the map (Linux), keep the pages.
 
-        They are clean page cache, but count as this process's memory; a long batch
-        job would otherwise grow with everything it committed. Only an environment
-        this store alone holds is reopened.
+        Pages LMDB touches while committing stay mapped into this process: clean
+        page cache, but counted as its memory, so a long batch job would grow with
+        everything it committed. MADV_DONTNEED on a read-only shared file mapping
+        only unmaps: the data stays in the page cache and the next access maps it
+        again.
         """
         self._written = 0
-        with _OPEN_LOCK:
-            env, count = _OPEN.get(self._path, (None, 0))
-            if env is not self._env or count != 1:
-                return
-            size = env.info()["map_size"]
-            env.close()
-            with _translated(self._path, "reopen"):
-                self._env = _open_env(self._path, size)
-            _OPEN[self._path] = (self._env, 1)
+        _release_mapping(self._path / "data.mdb")
 
     def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
         with self._live().begin(write=True) as txn:
@@ -181,6 +175,24 @@ class LmdbStore(Store):
                 return
             _OPEN.pop(self._path, None)
         env.close()
+
+
+_MADV_DONTNEED = 4
+
+
+def _release_mapping(data_file: Path) -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        target = str(data_file)
+        with open("/proc/self/maps") as maps:
+            ranges = [line.split()[0] for line in maps if line.rstrip().endswith(target)]
+        for span in ranges:
+            start, end = (int(x, 16) for x in span.split("-"))
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+    except (OSError, AttributeError, ValueError):
+        pass  # not Linux, or no such file: memory is only less tidy
 
 
 def _open_env(path: Path, map_size: int) -> lmdb.Environment:
