@@ -277,7 +277,7 @@ def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_
     return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text
 
 
-@lru_cache(maxsize=32768)
+@lru_cache(maxsize=8192)
 def _reduce_cached(text: str) -> str:
     # Registries repeat themselves (shared parameters, servers in several versions).
     return explain(text).text
