@@ -97,7 +97,7 @@ class Doc:
         With `needles`, only lines holding one of those substrings are looked at, and
         the pattern is searched anywhere in them (for words that are not at the start)."""
         if needles:
-            return iter(self._search(pattern, needles))
+            return iter(self.grep(pattern, needles))
         return self._lines_at(self.positions(pattern))
 
     def _lines_at(self, offsets: Iterable[int]) -> Iterator[int]:
@@ -129,7 +129,8 @@ class Doc:
         key = (pattern.pattern, needles)
         found = self._greps.get(key)
         if found is None:
-            found = self._greps[key] = list(self.igrep(pattern, needles))
+            found = self._search(pattern, needles) if needles else list(self.igrep(pattern))
+            self._greps[key] = found
         return found
 
 

@@ -38,8 +38,10 @@ def _shape(value: Any) -> object:
 
 
 class _Skeleton:
-    def __init__(self, items: int, keys: int, chars: int, depth: int) -> None:
+    def __init__(self, items: int, keys: int, chars: int, depth: int,
+                 notable: dict[int, list[int]]) -> None:
         self.items, self.keys, self.chars, self.depth = items, keys, chars, depth
+        self.notable = notable  # id(array) -> its error and outlier items, shared by widths
 
     def render(self, value: Any, indent: str, level: int) -> list[str]:
         if isinstance(value, dict):
@@ -94,10 +96,20 @@ class _Skeleton:
 
     def _chosen(self, arr: list[Any]) -> list[int]:
         chosen = list(range(min(self.items, len(arr))))
-        first = _shape(arr[0])
-        extra = [i for i in range(len(chosen), len(arr)) if _is_error(arr[i])]
-        extra += [i for i in range(len(chosen), len(arr)) if _shape(arr[i]) != first][: max(self.items, 1)]
+        errors, outliers = self._notable(arr)
+        extra = [i for i in errors if i >= len(chosen)]
+        extra += [i for i in outliers if i >= len(chosen)][: max(self.items, 1)]
         return sorted(set(chosen + extra[: 5 * max(self.items, 1)]))
+
+    def _notable(self, arr: list[Any]) -> tuple[list[int], list[int]]:
+        """Error items and items shaped unlike the first, found once per array."""
+        found = self.notable.get(id(arr))
+        if found is None:
+            first = _shape(arr[0])
+            errors = [i for i, item in enumerate(arr) if isinstance(item, dict) and _is_error(item)]
+            outliers = [i for i, item in enumerate(arr) if _shape(item) != first][:64]
+            found = self.notable[id(arr)] = [errors, outliers]  # type: ignore[assignment]
+        return found[0], found[1]
 
 
 class JsonCut:
@@ -112,8 +124,9 @@ class JsonCut:
             value = json.loads(text)
         except ValueError:
             return None
+        notable: dict[int, list[int]] = {}
         for items, keys, chars, depth in _WIDTHS:
-            view = "\n".join(_Skeleton(items, keys, chars, depth).render(value, "", 0))
+            view = "\n".join(_Skeleton(items, keys, chars, depth, notable).render(value, "", 0))
             if fits(view, limits):
                 return view
         return None
