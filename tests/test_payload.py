@@ -222,3 +222,44 @@ def test_budget_floor_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError):
         Budget(100)
+
+
+GO_TEST = "".join(f"=== RUN   TestOk{i}\n--- PASS: TestOk{i} (0.00s)\n" for i in range(400)) + (
+    "=== RUN   TestParse\n    parse_test.go:42: want 3, got 4\n--- FAIL: TestParse (0.01s)\n"
+    "FAIL\nFAIL\texample.com/shop\t0.412s\n")
+JEST = "".join(f"  ✓ renders item {i} (3 ms)\n" for i in range(500)) + (
+    "  ● Cart › totals › adds tax\n\n    expect(received).toBe(expected)\n\n    Expected: 107\n"
+    "    Received: 100\n\n      at Object.<anonymous> (src/cart.test.js:12:23)\n\n"
+    "Test Suites: 1 failed, 4 passed, 5 total\nTests:       1 failed, 500 passed, 501 total\n")
+CARGO_TEST = "running 402 tests\n" + "".join(f"test tests::ok_{i} ... ok\n" for i in range(400)) + (
+    "test tests::parses_header ... FAILED\ntest tests::rounds ... FAILED\n\nfailures:\n\n"
+    "---- tests::parses_header stdout ----\nthread 'tests::parses_header' panicked at src/lib.rs:9:5:\n"
+    "assertion failed: ok\n\nfailures:\n    tests::parses_header\n    tests::rounds\n\n"
+    "test result: FAILED. 400 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s\n")
+UNITTEST = "".join(f"test_ok_{i} (t.T.test_ok_{i}) ... ok\n" for i in range(500)) + (
+    "test_bad (t.T.test_bad) ... FAIL\n\n======================================================================\n"
+    "FAIL: test_bad (t.T.test_bad)\n----------------------------------------------------------------------\n"
+    'Traceback (most recent call last):\n  File "t.py", line 9, in test_bad\n    self.assertEqual(1, 2)\n'
+    "AssertionError: 1 != 2\n\n----------------------------------------------------------------------\n"
+    "Ran 501 tests in 0.020s\n\nFAILED (failures=1)\n")
+
+
+@pytest.mark.parametrize("text,facts", [
+    (GO_TEST, ("--- FAIL: TestParse", "parse_test.go:42: want 3, got 4", "FAIL\texample.com/shop")),
+    (JEST, ("● Cart › totals › adds tax", "Tests:       1 failed, 500 passed", "Expected: 107")),
+    (CARGO_TEST, ("test tests::parses_header ... FAILED", "test result: FAILED. 400 passed; 2 failed",
+                  "panicked at src/lib.rs:9:5")),
+    (UNITTEST, ("FAIL: test_bad (t.T.test_bad)", "AssertionError: 1 != 2", "FAILED (failures=1)",
+                "Ran 501 tests")),
+], ids=["go", "jest", "cargo", "unittest"])
+def test_other_test_runners_keep_failures_and_summary(text: str, facts: tuple[str, ...]) -> None:
+    result = reduce(text, Hint(tool="bash"), Budget(2_000))
+    assert result.strategy == "tests"
+    assert not [f for f in facts if f not in result.content]
+    check_laws(text, Budget(2_000), result)
+
+
+def test_command_hint_picks_the_fallback_end() -> None:
+    text = "\n".join(f"plain line {i}" for i in range(5_000))
+    assert reduce(text, Hint(command="rg -n foo src/"), Budget(1_000)).strategy == "size-head"
+    assert reduce(text, Hint(command="/usr/bin/make all"), Budget(1_000)).strategy == "size-tail"

@@ -20,7 +20,8 @@ _READ: Final = re.compile(r"grep|\brg\b|read|cat\b|search|find|\bls\b|glob|view|
 
 
 def mode_for(hint: Hint) -> Mode:
-    tool = (hint.tool or "").lower()
+    """By the tool's name, else by the program the command ran (`rg foo` reads, `make` runs)."""
+    tool = (hint.tool or (hint.command or "").split(" ", 1)[0].rsplit("/", 1)[-1]).lower()
     if _READ.search(tool):
         return "head"
     if _SHELL.search(tool):
