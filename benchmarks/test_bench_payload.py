@@ -14,7 +14,6 @@ facts share is over the must-survive facts of each output at a 2,000-char budget
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture

@@ -57,8 +57,8 @@ def compress(
 
 def _report(label: str, r: PayloadResult) -> str:
     s = r.stats
-    parts = [f"{label}: {r.strategy} cut, {s.lines_before:,} -> {s.lines_after:,} lines, "
-             f"{s.chars_before:,} -> {s.chars_after:,} chars", r.note]
+    parts = [(f"{label}: {r.strategy} cut, {s.lines_before:,} -> {s.lines_after:,} lines, "
+              f"{s.chars_before:,} -> {s.chars_after:,} chars"), r.note]
     if r.handle:
         parts.append(f"handle {r.handle}")
     return "; ".join(parts + list(r.warnings))

@@ -22,7 +22,10 @@ _HANDLE_ROOM: Final = len(ccr.HANDLE_PREFIX) + 64
 _NAME_ROOM: Final = 24
 
 
-def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = Budget(),
+DEFAULT_BUDGET: Final = Budget()
+
+
+def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT_BUDGET,
            store: Store | None = None) -> PayloadResult:
     """A view of `data` within `budget`; the original goes to `store` first."""
     text, raw, ctype = _decode(data)

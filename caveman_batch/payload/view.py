@@ -141,8 +141,8 @@ def _at_line_start(pattern: re.Pattern[str]) -> re.Pattern[str]:
     """`pattern` (written for one line, maybe with ^) behind a newline, compiled once."""
     found = _NL_CACHE.get(pattern.pattern)
     if found is None:
-        body = pattern.pattern[1:] if pattern.pattern.startswith("^") else pattern.pattern
-        found = _NL_CACHE[pattern.pattern] = re.compile(r"\n(?:" + body + ")", pattern.flags | re.M)
+        body = pattern.pattern.removeprefix("^")
+        found = _NL_CACHE[pattern.pattern] = re.compile(r"\n(?:" + body + ")", pattern.flags | re.MULTILINE)
     return found
 
 

@@ -27,7 +27,7 @@ class Output:
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> bytes:
-    done = subprocess.run(args, cwd=cwd, capture_output=True, env=env, timeout=120)
+    done = subprocess.run(args, cwd=cwd, capture_output=True, env=env, timeout=120, check=False)
     return done.stdout + done.stderr
 
 

@@ -97,4 +97,4 @@ def ordered(runs: Iterator[Run] | list[Run]) -> Iterator[Run]:
 
 def rx(pattern: str) -> re.Pattern[str]:
     """A line pattern; `Doc.igrep` matches it at each line's start."""
-    return re.compile(pattern, re.M)
+    return re.compile(pattern, re.MULTILINE)

@@ -16,7 +16,7 @@ _DEF = rx(r"^[ \t]*(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected 
           r"|abstract |final |default )*(?:def |class |function |fn |func |interface |struct "
           r"|enum |trait |impl |type |const [\w$]+ = (?:async )?\(|module ))")
 _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |function |func |fn "
-                            r"|pub fn |package |#include )", re.M)
+                            r"|pub fn |package |#include )", re.MULTILINE)
 
 
 class CodeCut:

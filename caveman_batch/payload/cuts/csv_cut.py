@@ -46,7 +46,7 @@ class CsvCut:
             runs.append((k, n - k, n - k + 1))
             if k > 200:
                 break
-        label = lambda s, e: f"[… {e - s:,} rows omitted …]"  # noqa: E731
+        label = lambda s, e: f"[… {e - s:,} rows omitted …]"
         return finish(pick(doc, runs, limits, label=label), limits)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+
 from ..view import Doc, Run
 from ._lines import LineCut, rx
 

@@ -85,7 +85,7 @@ class LintCut(LineCut):
 CUT = LintCut(
     name="lint",
     signal=re.compile(r"^[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]+[^ \t\n]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d{2,4} "
-                      r"|clippy::\w+|^✖ \d+ problems?", re.M),
+                      r"|clippy::\w+|^✖ \d+ problems?", re.MULTILINE),
     keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
                  r"|error: could not compile|\d+ errors?|All checks passed)")),
           (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: ")),

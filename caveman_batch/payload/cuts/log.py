@@ -30,8 +30,8 @@ class LogCut(LineCut):
     def lead(self, doc: Doc) -> list[str]:
         errors = len(doc.grep(_ERRORS, _ERROR_WORDS))
         warnings = len(doc.grep(_WARNS, _WARN_WORDS))
-        return [f"[log cut: {len(doc):,} lines: {errors:,} with an error word, "
-                f"{warnings:,} with a warning word]"]
+        return [(f"[log cut: {len(doc):,} lines: {errors:,} with an error word, "
+                 f"{warnings:,} with a warning word]")]
 
     def runs(self, doc: Doc) -> Iterator[Run]:
         n = len(doc)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from itertools import groupby
+from itertools import groupby, pairwise
 
 from ..model import Hint, Limits
 from ..view import finish, sample
 
 
 def _repeats(lines: list[str]) -> int:
-    return sum(1 for a, b in zip(lines, lines[1:]) if a == b)
+    return sum(1 for a, b in pairwise(lines) if a == b)
 
 
 class RepeatCut:

@@ -4,12 +4,20 @@ into one line that counts them."""
 
 from __future__ import annotations
 
-import re
 from itertools import chain
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, Run, count_between, count_lines, finish, lines_marker, pick, sample
+from ..view import (
+    Doc,
+    Run,
+    count_between,
+    count_lines,
+    finish,
+    lines_marker,
+    pick,
+    sample,
+)
 from ._lines import LineCut, rx
 
 _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
@@ -18,10 +26,6 @@ _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
                "at sun.", "at kotlin.", "at scala.", "/go/pkg/mod/", "GOROOT", "/usr/local/go/src/",
                ".rustup/", "/rustc/")
-
-
-def _is_dep(line: str) -> bool:
-    return any(n in line for n in _DEP)
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
