@@ -20,9 +20,9 @@ import lmdb
 
 from caveman_batch.errors import StoreError
 from caveman_batch.store import (
-    DELETE,
     Merge,
     Store,
+    apply_commit,
     ensure_private_dir,
     local_path,
     missing_store,
@@ -115,16 +115,7 @@ class LmdbStore(Store):
 
     def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
         with self._live().begin(write=True) as txn:
-            for key, value in items:
-                result: Any = value
-                if merge is not None:
-                    result = merge(key, txn.get(key), value)
-                    if result is None:
-                        continue
-                if result is DELETE:
-                    txn.delete(key)
-                else:
-                    txn.put(key, result)
+            apply_commit(items, merge, txn.get, txn.put, txn.delete)
 
     def _recover_map(self, cause: BaseException | None) -> bool:
         """Grow a full map or adopt another process's growth; False if not that."""

@@ -12,13 +12,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from caveman_batch.errors import StoreError
 from caveman_batch.store import (
-    DELETE,
     Merge,
     Store,
+    apply_commit,
     ensure_private_dir,
     local_path,
     missing_store,
@@ -96,17 +95,15 @@ class SqliteStore(Store):
     @staticmethod
     def _write(conn: sqlite3.Connection, items: Sequence[tuple[bytes, bytes]],
                merge: Merge | None) -> None:
-        for key, value in items:
-            result: Any = value
-            if merge is not None:
-                row = conn.execute("SELECT value FROM ccr WHERE key = ?", (key,)).fetchone()
-                result = merge(key, None if row is None else bytes(row[0]), value)
-                if result is None:
-                    continue
-            if result is DELETE:
-                conn.execute("DELETE FROM ccr WHERE key = ?", (key,))
-            else:
-                conn.execute("INSERT OR REPLACE INTO ccr (key, value) VALUES (?, ?)", (key, result))
+        def read(key: bytes) -> bytes | None:
+            row = conn.execute("SELECT value FROM ccr WHERE key = ?", (key,)).fetchone()
+            return None if row is None else bytes(row[0])
+
+        apply_commit(
+            items, merge, read,
+            lambda k, v: conn.execute("INSERT OR REPLACE INTO ccr (key, value) VALUES (?, ?)", (k, v)),
+            lambda k: conn.execute("DELETE FROM ccr WHERE key = ?", (k,)),
+        )
 
     def get(self, key: bytes) -> bytes | None:
         with self._lock, _translated(self._path, "read"):

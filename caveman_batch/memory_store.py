@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import StoreError
-from .store import DELETE, Merge, Store
+from .store import DELETE, Merge, Store, apply_commit
 
 
 class MemoryStore(Store):
@@ -33,15 +33,14 @@ class MemoryStore(Store):
     def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
         with self._lock:
             data = self._live()
-            staged = dict[bytes, Any]()
-            for key, value in items:
-                result: Any = value
-                if merge is not None:
-                    old = staged[key] if key in staged else data.get(key)
-                    result = merge(key, None if old is DELETE else old, value)
-                    if result is None:
-                        continue
-                staged[key] = result
+            staged: dict[bytes, Any] = {}
+
+            def read(key: bytes) -> bytes | None:
+                old = staged[key] if key in staged else data.get(key)
+                return None if old is DELETE else old
+
+            apply_commit(items, merge, read, staged.__setitem__,
+                         lambda key: staged.__setitem__(key, DELETE))
             for key, result in staged.items():  # all or nothing: merge may raise above
                 if result is DELETE:
                     data.pop(key, None)

@@ -40,6 +40,20 @@ Merge = Callable[[bytes, bytes | None, bytes], "bytes | None | _Delete"]
 
 ENTRY_POINT_GROUP: Final = "caveman_batch.stores"
 
+
+def apply_commit(items: Iterable[tuple[bytes, bytes]], merge: Merge | None,
+                 read: Callable[[bytes], bytes | None], write: Callable[[bytes, bytes], None],
+                 delete: Callable[[bytes], None]) -> None:
+    """The commit loop every backend runs inside its own transaction."""
+    for key, value in items:
+        result = value if merge is None else merge(key, read(key), value)
+        if result is None:
+            continue
+        if result is DELETE:
+            delete(key)
+        else:
+            write(key, result)  # type: ignore[arg-type]
+
 # scheme -> "module:attr"; built-in backends go through the same table an outside
 # one registered by entry point would, and are imported only when used.
 _BACKENDS: dict[str, str] = {
