@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from bench_data.generate import generate_registry
@@ -267,9 +268,13 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
         time.sleep(0.02)
     time.sleep(0.3)  # well inside the run: originals being committed, the stream half-written
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == 2
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    _gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []  # the workers died with their parent
     assert not (out / "big.jsonl").exists() and not (out / "manifest.jsonl").exists()
     for path in out.rglob("*"):  # whatever was published is whole
         if path.is_file() and TMP_DIR not in path.parts:
