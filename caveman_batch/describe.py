@@ -92,7 +92,6 @@ def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
 # character per match: a run of 100k dots must not be re-read from every dot.
 _END_ASCII = re.compile(r"[.!?](?=[\"'”’)\]]{0,2} \S)")
 _END_ELLIPSIS = re.compile(r"…(?=[\"'”’)\]]{0,2} \S)")
-_CLOSER_SET: Final = frozenset("\"'”’)]")
 _OPENERS: Final = "(\"'“‘["
 
 
@@ -119,7 +118,7 @@ def _ends(text: str) -> list[tuple[int, int, bool]]:
 
 
 def _past_closers(text: str, end: int) -> int:
-    while text[end] in _CLOSER_SET:  # at most two: the pattern's lookahead saw " X" after them
+    while text[end] in _CLOSERS:  # at most two: the pattern's lookahead saw " X" after them
         end += 1
     return end
 

@@ -377,7 +377,7 @@ class _Publisher:
 
     def __init__(self, out: Path, tmp: Path, config: Config) -> None:
         self.out, self.tmp, self.config = out, tmp, config
-        self.streams: dict[int, tuple[BinaryIO, Path, int]] = {}  # id(sink) -> (fh, temp, bytes)
+        self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
         self.written: set[str] = set()
@@ -386,7 +386,7 @@ class _Publisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for fh, _, _ in self.streams.values():
+        for fh, _ in self.streams.values():
             fh.close()
         self.manifest.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
@@ -408,7 +408,7 @@ class _Publisher:
             return None  # unreadable: nothing to copy
         if sink.kind == "file":
             return self._write_file(doc, result)
-        fh, temp, offset = self._stream(sink)
+        fh, _ = self._stream(sink)
         if sink.count:
             fh.write(b"," if sink.kind == "array" else b"")
         start = fh.tell()
@@ -442,19 +442,19 @@ class _Publisher:
         if doc.spill_owned:
             doc.spill.unlink(missing_ok=True)
 
-    def _stream(self, sink: Sink) -> tuple[BinaryIO, Path, int]:
+    def _stream(self, sink: Sink) -> tuple[BinaryIO, Path]:
         key = id(sink)
         if key not in self.streams:
             temp = self.tmp / f"stream-{len(self.written)}-{len(self.streams)}"
             fh = open(temp, "wb")
             fh.write(sink.prefix)
-            self.streams[key] = (fh, temp, 0)
+            self.streams[key] = (fh, temp)
         return self.streams[key]
 
     def _close(self, sink: Sink) -> None:
         if sink.kind == "file":
             return
-        fh, temp, _ = self._stream(sink)
+        fh, temp = self._stream(sink)
         fh.write(sink.suffix)
         fh.close()
         del self.streams[id(sink)]

@@ -76,18 +76,17 @@ def lint(raw: bytes, source: str, options: Options = DEFAULT_OPTIONS) -> dict[st
 
 
 def _lint(raw: bytes, source: str, options: Options) -> dict[str, Any]:
-    doc, before_doc = parse(raw), parse(raw)
+    doc = parse(raw)
+    _, tools = locate_tools(doc)
+    before = [(str(t.get("name")), count_tokens(serialize(t))) for t in tools]  # rewrite is in place
     trace: list[dict[str, Any]] = []
     shape, _, _ = rewrite(doc, options, trace)
-    _, tools_before = locate_tools(before_doc)
-    _, tools_after = locate_tools(doc)
-    tools = []
-    for i, (old, new) in enumerate(zip(tools_before, tools_after)):
+    report = []
+    for i, ((name, tokens_before), tool) in enumerate(zip(before, tools)):
         prefix = f"/tools/{i}/"
-        entry = ToolLint(str(old.get("name")), count_tokens(serialize(old)),
-                         count_tokens(serialize(new)),
+        entry = ToolLint(name, tokens_before, count_tokens(serialize(tool)),
                          [c for c in trace if c["path"].startswith(prefix)])
-        tools.append(entry.as_dict())
+        report.append(entry.as_dict())
     return {"source": source, "status": "ok", "shape": shape, "encoding": ENCODING,
             "basis": BASIS, "tokens_before": count_tokens(raw),
-            "tokens_after": count_tokens(serialize(doc)), "tools": tools}
+            "tokens_after": count_tokens(serialize(doc)), "tools": report}
