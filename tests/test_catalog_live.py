@@ -1,0 +1,164 @@
+"""The compressor on real catalogs that are not in ../shared/corpora, checked independently.
+
+The catalogs come live from real MCP servers installed from PyPI (the test extras):
+each is started, asked tools/list through the official SDK client, and its answer is
+compressed as an MCP list, a JSON-RPC response, OpenAI functions, OpenAI tools and an
+Anthropic tool array. Every form must keep its selection profile and its structure,
+stay idempotent, and lose no rule sentence.
+
+"Rule sentence" is decided here by a detector that shares nothing with
+caveman_batch.rules: the word list of the issue that specified the compressor, and a
+plain sentence splitter of its own. The same detector also runs over every catalog
+of ../shared/corpora (skipped when absent).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+mcp = pytest.importorskip("mcp")
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from caveman_batch.catalog import compress  # noqa: E402
+from caveman_batch.profile import profile  # noqa: E402
+from test_catalog_corpora import CORPUS_NAMES, catalogs, compressed, structure_problems  # noqa: E402
+
+# The issue's own list: obligation and prohibition, limits and ranges, formats and
+# standards, defaults, exclusivity and choice, warnings and deprecation, selection guidance.
+ISSUE_RULE_WORDS = (
+    "must", "cannot", "shall", "required", "never", "do not", "does not",
+    "at least", "at most", "maximum", "minimum", "between", "up to", "exceeds", "limit",
+    "format", "iso 8601", "rfc 3339", "absolute path", "pattern",
+    "default", "optional, defaults to",
+    "exactly one", "one of", "only", "mutually exclusive", "unique", "case-sensitive",
+    "warning", "deprecated",
+    "use this tool when", "use this tool for", "use this tool to", "prefer", "instead", "avoid",
+    "should", "should not",
+)
+_INDEPENDENT_RULE = re.compile(r"\b(?:" + "|".join(map(re.escape, ISSUE_RULE_WORDS)) + r")\b",
+                               re.IGNORECASE)
+# A sentence ends at . ! ? or … (then closing quotes or brackets) before white space and a
+# character that is not a lower-case letter, except after "e.g." and "i.e."; lines always end one.
+_NAIVE_END = re.compile(r"(?<![ (]e\.g\.)(?<![ (]i\.e\.)(?<=[.!?…])[\"')\]”’]*\s+(?=[^a-z\s])|\n+")
+
+
+def independent_rule_sentences(description: str) -> list[str]:
+    """Sentences of `description` (white space folded) that state a rule by the issue's words."""
+    sentences = (" ".join(part.split()) for part in _NAIVE_END.split(description))
+    return [s for s in sentences if s and _INDEPENDENT_RULE.search(s)]
+
+
+def lost_rule_sentences(before: Any, after: Any) -> list[str]:
+    """Rule sentences of any description in `before` that are missing, word for word, from
+    the description at the same place in `after` (white space folded on both sides)."""
+    lost: list[str] = []
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key, value in before.items():
+            if key == "description" and isinstance(value, str):
+                kept = " ".join(str(after.get(key, "")).split())
+                lost += [s for s in independent_rule_sentences(value) if s not in kept]
+            elif key in after:
+                lost += lost_rule_sentences(value, after[key])
+    elif isinstance(before, list) and isinstance(after, list):
+        for b, a in zip(before, after):
+            lost += lost_rule_sentences(b, a)
+    return lost
+
+
+def test_the_independent_detector_sees_rules_and_splits_plainly() -> None:
+    text = ("Fetches a URL. Use this tool when the page is public.\n\nThe timeout must be at most "
+            "30 s. Returns markdown. Dates are ISO 8601 (e.g. 2024-01-01).")
+    assert independent_rule_sentences(text) == [
+        "Use this tool when the page is public.", "The timeout must be at most 30 s.",
+        "Dates are ISO 8601 (e.g. 2024-01-01).",
+    ]
+    assert lost_rule_sentences({"description": text}, {"description": "Fetches a URL."}) == \
+        independent_rule_sentences(text)
+
+
+# -- live catalogs ----------------------------------------------------------------------
+
+
+SERVERS = {
+    "time": ["-m", "mcp_server_time"],
+    "git": ["-m", "mcp_server_git"],
+    "fetch": ["-m", "mcp_server_fetch"],
+}
+
+
+async def _list_tools(argv: list[str]) -> dict[str, Any]:
+    params = StdioServerParameters(command=sys.executable, args=argv)
+    with anyio.fail_after(60):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+    return listed.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@functools.cache
+def live_catalog(name: str) -> dict[str, Any]:
+    module = {"time": "mcp_server_time", "git": "mcp_server_git", "fetch": "mcp_server_fetch"}[name]
+    try:
+        __import__(module)
+    except ImportError:
+        pytest.skip(f"{module} is not installed (pip install '.[test]')")
+    return anyio.run(_list_tools, SERVERS[name])
+
+
+def forms(listed: dict[str, Any]) -> dict[str, tuple[bytes, list[dict[str, Any]]]]:
+    """The same real tools in every accepted catalog shape: (raw bytes, tool objects as sent)."""
+    tools = listed["tools"]
+    functions = [{"name": t["name"], "description": t.get("description", ""),
+                  "parameters": t["inputSchema"]} for t in tools]
+    anthropic = [{"name": t["name"], "description": t.get("description", ""),
+                  "input_schema": t["inputSchema"]} for t in tools]
+    wrapped = [{"type": "function", "function": f} for f in functions]
+    docs: dict[str, tuple[Any, list[dict[str, Any]]]] = {
+        "mcp-tools": (listed, tools),
+        "jsonrpc-tools-list": ({"jsonrpc": "2.0", "id": 7, "result": listed}, tools),
+        "openai-functions": ({"functions": functions}, functions),
+        "openai-tools": (wrapped, functions),
+        "tool-array": (anthropic, anthropic),
+    }
+    return {shape: (json.dumps(doc, indent=2, ensure_ascii=False).encode(), ts)
+            for shape, (doc, ts) in docs.items()}
+
+
+def tools_after(shape: str, out: bytes) -> list[dict[str, Any]]:
+    doc = json.loads(out)
+    return {"mcp-tools": lambda: doc["tools"], "jsonrpc-tools-list": lambda: doc["result"]["tools"],
+            "openai-functions": lambda: doc["functions"], "tool-array": lambda: doc,
+            "openai-tools": lambda: [item["function"] for item in doc]}[shape]()
+
+
+@pytest.mark.parametrize("server", sorted(SERVERS))
+def test_live_catalog_keeps_profile_structure_and_every_rule(server: str) -> None:
+    listed = live_catalog(server)
+    assert listed["tools"], f"{server} listed no tools"
+    for shape, (raw, tools) in forms(listed).items():
+        out, result = compress(raw)
+        assert result.status == "ok" or result.reason == "not smaller", (shape, result.reason)
+        assert result.shape == shape and result.tools == len(tools)
+        assert profile(out) == profile(raw), shape
+        assert compress(out)[0] == out, f"{server}/{shape}: second pass changed the output"
+        assert lost_rule_sentences(tools, tools_after(shape, out)) == [], shape
+    raw, _ = forms(listed)["mcp-tools"]
+    assert structure_problems(raw, compress(raw)[0]) == []
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus_loses_no_rule_sentence_by_the_independent_detector(corpora: Path, name: str) -> None:
+    lost: list[str] = []
+    for path in catalogs(corpora, name):
+        raw, out, _ = compressed(path)
+        lost += [f"{path.name}: {s!r}" for s in lost_rule_sentences(json.loads(raw), json.loads(out))]
+    assert not lost, f"{len(lost)} rule sentence(s) lost:\n" + "\n".join(lost[:10])
