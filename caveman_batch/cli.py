@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from . import __version__, ccr, pipeline, single
+from . import __version__, _accel, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .payload.cli import payload_app
@@ -347,7 +347,8 @@ app.add_typer(payload_app, name="payload")
 
 def _version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"caveman-batch {__version__}")
+        built = [name for name, active in _accel.status().items() if active]
+        typer.echo(f"caveman-batch {__version__} (C accelerators: {', '.join(built) or 'none'})")
         raise typer.Exit()
 
 
