@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from itertools import accumulate
+from itertools import accumulate, repeat
 from operator import add
 from typing import Final
 
@@ -81,11 +81,21 @@ class Doc:
     def __len__(self) -> int:
         return len(self.lines)
 
-    def offset(self, line: int) -> int:
-        """Where `line` starts in `text` (built once, from C-level iterators)."""
+    def _starts(self) -> list[int]:
+        """Where each line starts in `text`, and one past the end (built once, in C)."""
         if self._ends is None:
             self._ends = [0, *map(add, accumulate(map(len, self.lines)), range(1, len(self.lines) + 1))]
-        return self._ends[min(line, len(self.lines))]
+        return self._ends
+
+    def offset(self, line: int) -> int:
+        """Where `line` starts in `text`."""
+        return self._starts()[min(line, len(self.lines))]
+
+    def lines_at(self, offsets: list[int]) -> list[int]:
+        """The lines that sorted `offsets` in `nl_text` (each a newline before a line) begin."""
+        if len(offsets) * 8 < len(self.lines):  # few: counting newlines costs less than the table
+            return list(self._lines_at(offsets))
+        return list(map(bisect_left, repeat(self._starts(), len(offsets)), offsets))
 
     def positions(self, pattern: re.Pattern[str]) -> Iterator[int]:
         """Offsets in `nl_text` of the newline before each line `pattern` matches."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..model import Hint, Limits
 from ..view import Doc, GapLabel, Run, count_between, finish, lines_marker, pick, sample
@@ -41,12 +42,16 @@ class LineCut:
 
     def runs(self, doc: Doc) -> Iterator[Run] | list[Run]:
         """Every kept line as a run, lazily, lowest priority number first, then in order."""
-        streams: list[Iterator[Run]] = []
+        return by_priority(self.streams(doc))
+
+    def streams(self, doc: Doc) -> list[Stream]:
+        """The kept lines of each pattern (and their context) as runs of one priority."""
+        streams: list[Stream] = []
         for prio, pattern, needles in self._keep():
-            streams.append(_hits(doc.igrep(pattern, needles), prio, 0))
+            streams.append((prio, partial(_hits, doc, pattern, needles, prio, 0)))
             if self.context and prio < self.context_below:
-                streams.append(_hits(doc.igrep(pattern, needles), prio + 3, self.context))
-        return heapq.merge(*streams)
+                streams.append((prio + 3, partial(_hits, doc, pattern, needles, prio + 3, self.context)))
+        return streams
 
     def _keep(self) -> Iterator[tuple[int, re.Pattern[str], tuple[str, ...]]]:
         for prio, pattern in self.keep:
@@ -84,10 +89,30 @@ class LineCut:
         return label, room
 
 
-def _hits(lines: Iterator[int], prio: int, context: int) -> Iterator[Run]:
-    """Each hit as a run at `prio`, widened by `context` lines on each side."""
-    for i in lines:
+def _hits(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...], prio: int,
+          context: int) -> Iterator[Run]:
+    """Each line `pattern` finds as a run at `prio`, widened by `context` lines on each side."""
+    for i in doc.igrep(pattern, needles):
         yield (prio, max(0, i - context), i + context + 1)
+
+
+#: runs that all have one priority, in line order; or a callable making them when first asked
+Stream = tuple[int, Iterator[Run] | Callable[[], Iterator[Run]]]
+
+
+def by_priority(streams: Iterable[Stream]) -> Iterator[Run]:
+    """The runs of every stream, sorted as `heapq.merge` sorts them, lazily.
+
+    Each stream holds one priority, so the streams are taken a priority at a time
+    (merged by line only among equals) and a stream is not started, its pattern not
+    searched, until the picker gets to its priority: once the budget is full the
+    searches for less wanted lines never run."""
+    groups: dict[int, list[Stream]] = {}
+    for stream in streams:
+        groups.setdefault(stream[0], []).append(stream)
+    for prio in sorted(groups):
+        its = [s() if callable(s) else s for _, s in groups[prio]]
+        yield from its[0] if len(its) == 1 else heapq.merge(*its)
 
 
 def ordered(runs: Iterator[Run] | list[Run]) -> Iterator[Run]:

@@ -7,13 +7,12 @@ with theirs. A code frame is the run of indented / gutter lines after a message.
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections.abc import Iterator
 from typing import Final
 
 from ..view import Doc, Run
-from ._lines import LineCut, rx
+from ._lines import LineCut, Stream, rx
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
@@ -50,11 +49,11 @@ def _single(heads: Iterator[int], prio: int) -> Iterator[Run]:
 
 
 class BuildCut(LineCut):
-    def runs(self, doc: Doc) -> Iterator[Run]:
-        return heapq.merge(
-            _single(doc.igrep(_SUMMARY), 0), _single(doc.igrep(_ERROR), 1),
-            _frame_runs(doc, doc.igrep(_ERROR), 2), _single(doc.igrep(_WARNING), 3),
-            _frame_runs(doc, doc.igrep(_WARNING), 4))
+    def streams(self, doc: Doc) -> list[Stream]:
+        return [(0, lambda: _single(doc.igrep(_SUMMARY), 0)), (1, lambda: _single(doc.igrep(_ERROR), 1)),
+                (2, lambda: _frame_runs(doc, doc.igrep(_ERROR), 2)),
+                (3, lambda: _single(doc.igrep(_WARNING), 3)),
+                (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
 
 
 CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)

@@ -3,11 +3,10 @@ changed line, and one line of context each side of a change."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 
 from ..view import Doc, Run
-from ._lines import LineCut, rx
+from ._lines import LineCut, Stream, rx
 
 _GIT = rx(r"^diff --git ")
 _FILE = rx(r"^(?:diff --git |Binary files )")
@@ -46,8 +45,8 @@ class DiffCut(LineCut):
         files = _files(doc)
         return [f"[diff cut: {len(files):,} files changed]", *files] if files else []
 
-    def runs(self, doc: Doc) -> Iterator[Run]:
-        return heapq.merge(super().runs(doc), _context(doc))
+    def streams(self, doc: Doc) -> list[Stream]:
+        return [*super().streams(doc), (4, lambda: _context(doc))]
 
 
 CUT = DiffCut(

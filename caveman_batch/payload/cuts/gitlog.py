@@ -3,11 +3,10 @@ then bodies; file stats (--stat) last."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 
 from ..view import Doc, Run
-from ._lines import LineCut, rx
+from ._lines import LineCut, Stream, rx
 
 _COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
 _BODY = rx(r"^    ")
@@ -27,10 +26,9 @@ def _headlines(doc: Doc) -> Iterator[Run]:
 
 
 class GitLogCut(LineCut):
-    def runs(self, doc: Doc) -> Iterator[Run]:
-        meta = ((2, i, i + 1) for i in doc.igrep(_META))
-        body = ((3, i, i + 1) for i in doc.igrep(_BODY))
-        return heapq.merge(_headlines(doc), meta, body)
+    def streams(self, doc: Doc) -> list[Stream]:
+        return [(0, lambda: _headlines(doc)), (2, lambda: ((2, i, i + 1) for i in doc.igrep(_META))),
+                (3, lambda: ((3, i, i + 1) for i in doc.igrep(_BODY)))]
 
 
 CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2)

@@ -9,6 +9,9 @@ any error-looking key. Everything left out is counted: "(4,997 more items)",
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
+from itertools import compress, count, islice, repeat
+from operator import contains, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final
 
 from ..model import Hint, Limits
@@ -35,6 +38,86 @@ def _is_error(value: Any, depth: int = 0) -> bool:
 
 def _shape(value: Any) -> object:
     return tuple(sorted(value)) if isinstance(value, dict) else type(value).__name__
+
+
+_EMPTY: Final = (None, False, [], {}, "")
+_STATUS_KEYS: Final = frozenset({"status", "level", "state"})
+_LAYOUTS: Final = 8  # key sets checked a column at a time; items of rarer ones one by one
+
+
+def _notable_items(arr: list[Any]) -> tuple[list[int], list[int]]:
+    """The error items of a (non-empty) array, and the first 64 items shaped unlike the first.
+
+    Same rules as `_is_error` and `_shape` item by item, but run as C-level passes over
+    the whole array: a large array is nearly always rows of one key set."""
+    n = len(arr)
+    first, kind = arr[0], type(arr[0])
+    if kind is dict and all(map(is_, map(type, arr), repeat(dict))):
+        same = list(map(eq, map(dict.keys, arr), repeat(first.keys())))  # same key set = same shape
+        return _errors_among(arr, 0, same), list(islice(compress(count(), map(not_, same)), 64))
+    dicts = list(compress(count(), map(is_, map(type, arr), repeat(dict))))
+    errors = [dicts[j] for j in _errors_among([arr[i] for i in dicts], 0)]
+    shape = _shape(first)
+    candidates: Iterable[int] = (range(n) if kind is dict  # any other type has another shape
+                                 else compress(count(), map(is_not, map(type, arr), repeat(kind))))
+    return errors, list(islice((i for i in candidates if _shape(arr[i]) != shape), 64))
+
+
+def _errors_among(items: list[dict[str, Any]], depth: int, same: list[bool] | None = None,
+                  layouts: int = _LAYOUTS) -> list[int]:
+    """The indexes of the dicts in `items` that `_is_error(item, depth)` holds for.
+
+    `same` says which items have the first item's key set: those are checked a key
+    (a column of values) at a time; the others by the same rule, a key set at a time
+    while `layouts` lasts, then item by item."""
+    if depth > 2 or not items:
+        return []
+    n = len(items)
+    if same is None:
+        same = list(map(eq, map(dict.keys, items), repeat(items[0].keys())))
+    found: set[int] = set()
+    rows, where = (items, range(n)) if all(same) else _take(items, list(compress(count(), same)))
+    _check_columns(rows, where, depth, found)
+    if len(where) < n:
+        rest = list(compress(count(), map(not_, same)))
+        if layouts > 1:
+            found.update(rest[j] for j in _errors_among([items[i] for i in rest], depth, None, layouts - 1))
+        else:
+            found.update(i for i in rest if _is_error(items[i], depth))
+    return sorted(found)
+
+
+def _take(items: list[Any], where: list[int]) -> tuple[list[Any], list[int]]:
+    return [items[i] for i in where], where
+
+
+def _check_columns(rows: list[dict[str, Any]], where: Sequence[int], depth: int, found: set[int]) -> None:
+    """`_is_error` over rows sharing one key set, a column at a time; hits go to `found`."""
+    layout = tuple(rows[0])
+    if not layout:
+        return
+    get = itemgetter(*layout)
+    columns = zip(*map(get, rows)) if len(layout) > 1 else [list(map(get, rows))]
+    for key, column in zip(layout, columns):
+        low = key.lower()
+        if low in _ERROR_KEYS:
+            found.update(compress(where, map(not_, map(contains, repeat(_EMPTY), column))))
+        elif low in _STATUS_KEYS:
+            found.update(compress(where, _error_values(column)))
+        if dict in map(type, column):
+            nested = list(compress(count(), map(is_, map(type, column), repeat(dict))))
+            hits = _errors_among([column[j] for j in nested], depth + 1)
+            found.update(where[nested[j]] for j in hits)
+
+
+def _error_values(column: Sequence[Any]) -> Iterable[bool]:
+    """Whether each value reads as an error status; the distinct values are judged once."""
+    try:
+        distinct = set(column)
+    except TypeError:  # a list or an object among them: judge each
+        return map(_ERROR_VALUES.__contains__, map(str.lower, map(str, column)))
+    bad = {v for v in distinct if str(v).lower() in _ERROR_VALUES}
+    return map(bad.__contains__, column) if bad else ()
 
 
 class _Skeleton:
@@ -105,10 +188,7 @@ class _Skeleton:
         """Error items and items shaped unlike the first, found once per array."""
         found = self.notable.get(id(arr))
         if found is None:
-            first = _shape(arr[0])
-            errors = [i for i, item in enumerate(arr) if isinstance(item, dict) and _is_error(item)]
-            outliers = [i for i, item in enumerate(arr) if _shape(item) != first][:64]
-            found = self.notable[id(arr)] = [errors, outliers]  # type: ignore[assignment]
+            found = self.notable[id(arr)] = list(_notable_items(arr))  # type: ignore[assignment]
         return found[0], found[1]
 
 

@@ -3,14 +3,12 @@ side, then warnings, then the first and last lines."""
 
 from __future__ import annotations
 
-import heapq
 import re
-from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint
-from ..view import Doc, Run, sample
-from ._lines import LineCut, rx
+from ..view import Doc, sample
+from ._lines import LineCut, Stream, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
 _WARN_WORDS: Final = ("WARN",)
@@ -33,9 +31,9 @@ class LogCut(LineCut):
         return [(f"[log cut: {len(doc):,} lines: {errors:,} with an error word, "
                  f"{warnings:,} with a warning word]")]
 
-    def runs(self, doc: Doc) -> Iterator[Run]:
+    def streams(self, doc: Doc) -> list[Stream]:
         n = len(doc)
-        return heapq.merge(super().runs(doc), iter([(5, 0, min(n, 3)), (5, max(0, n - 3), n)]))
+        return [*super().streams(doc), (5, iter([(5, 0, min(n, 3)), (5, max(0, n - 3), n)]))]
 
 
 CUT = LogCut(name="log", signal=_LEVEL, keep=((0, _ERRORS), (1, _WARNS)), context=1,

@@ -4,7 +4,9 @@ into one line that counts them."""
 
 from __future__ import annotations
 
-from itertools import chain
+from collections.abc import Iterator
+from itertools import chain, compress, count, repeat
+from operator import contains
 from typing import Final
 
 from ..model import Hint, Limits
@@ -26,6 +28,12 @@ _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
                "at sun.", "at kotlin.", "at scala.", "/go/pkg/mod/", "GOROOT", "/usr/local/go/src/",
                ".rustup/", "/rustc/")
+# each group's needles all contain its probe: an absent probe rules them all out
+_DEP_PROBES: Final = tuple(
+    (probe, tuple(n for n in _DEP if probe in n))
+    for probe in ("-packages", "node_modules", "/usr/", "lib/python", "<frozen ", "(node:", "at j",
+                  "at s", "at kotlin.", "/go/pkg/mod/", "GOROOT", "rust"))
+assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
@@ -33,31 +41,63 @@ _MESSAGE = rx(
 )
 
 
-def _dep_lines(doc: Doc) -> list[bool]:
-    """A dependency frame and the source line printed under it (Python) are both dep.
+_GO_FRAME = rx(r"^(?:goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
 
-    Frames are found from the needles (substring search over the whole text), not by
-    testing every frame: a long trace has thousands."""
-    dep = [False] * len(doc)
+
+def _frames(doc: Doc) -> list[int]:
+    """The indexes of the lines `_FRAME` matches, by str methods over the lines.
+
+    A blank-led line whose rest starts with 'File "' or 'at ' is a frame: two C-level
+    passes over the lines, several times cheaper than the regex tried at every line
+    (a trace is mostly frames, so most lines get that far). Go's frames are searched
+    only when the text has them."""
+    lines = doc.lines
+    rest = map(str.lstrip, lines, repeat(" \t"))
+    found = [i for i in compress(count(), map(str.startswith, rest, repeat(('File "', "at "))))
+             if lines[i][0] in " \t"]
+    if "goroutine " in doc.text or ".go:" in doc.text:
+        found = sorted({*found, *doc.igrep(_GO_FRAME)})
+    return found
+
+
+def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
+    """The frames holding a dependency needle: substring tests over the frame lines only,
+    a needle looked for only when a part it shares with others (a probe) is there."""
+    texts = [doc.lines[i] for i in frames]
+    joined = "\n".join(texts)
+    dep: set[int] = set()
+    for probe, needles in _DEP_PROBES:
+        if probe not in joined:  # one C-level scan rules out every needle of the group
+            continue
+        for needle in needles:
+            if needle in joined:
+                dep.update(compress(frames, map(contains, texts, repeat(needle))))
+    return sorted(dep)
+
+
+def _dep_lines(doc: Doc, dep_frames: list[int]) -> bytearray:
+    """A dependency frame and the source line printed under it (Python) are both dep."""
+    dep = bytearray(len(doc))
     lines, n = doc.lines, len(doc)
-    for i in doc.grep(_FRAME, _DEP):
-        dep[i] = True
+    for i in dep_frames:
+        dep[i] = 1
         if i + 1 < n and lines[i + 1].startswith("    ") and lines[i].lstrip().startswith("File "):
-            dep[i + 1] = True
+            dep[i + 1] = 1
     return dep
 
 
-def _own_frames(doc: Doc, dep: list[bool]) -> list[Run]:
+def _own_frames(doc: Doc, frames: list[int], dep: bytearray) -> Iterator[Run]:
     """The program's own frames, nearest the error first: Python prints that frame last,
-    Java, JS and Go print it first. A Python frame keeps its source line with it."""
+    Java, JS and Go print it first. A Python frame keeps its source line with it.
+
+    Lazily: a long trace has thousands, and the budget takes the first few."""
     python = "Traceback (most recent call last):" in doc.text
-    frames = [i for i in doc.grep(_FRAME) if not dep[i]]
-    n, lines = len(doc), doc.lines
-    runs: list[Run] = []
-    for rank, i in enumerate(reversed(frames) if python else frames):
-        end = i + 2 if python and i + 1 < n and not _FRAME.match(lines[i + 1]) else i + 1
-        runs.append((1 + rank, i, end))
-    return runs
+    own = [i for i in frames if not dep[i]]
+    n = len(doc)
+    is_frame = set(frames) if python else set()
+    for rank, i in enumerate(reversed(own) if python else own):
+        end = i + 2 if python and i + 1 < n and i + 1 not in is_frame else i + 1
+        yield (1 + rank, i, end)
 
 
 class StackCut(LineCut):
@@ -70,11 +110,10 @@ class StackCut(LineCut):
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc(text)
-        dep = _dep_lines(doc)
-        runs: list[Run] = [(0, i, i + 1) for i in doc.grep(_MESSAGE)]
-        runs += _own_frames(doc, dep)
+        all_frames, messages = _frames(doc), doc.grep(_MESSAGE)
+        frames = _dep_frames(doc, all_frames)
+        dep = _dep_lines(doc, frames)
         rest = ((1 << 30, i, i + 1) for i in range(len(doc)) if not dep[i])
-        frames = doc.grep(_FRAME, _DEP)
 
         def label(start: int, end: int) -> str:
             n = count_between(frames, start, end)
@@ -83,7 +122,8 @@ class StackCut(LineCut):
             return f"[… {k:,} line{'s' if k != 1 else ''} omitted{extra} …]"
 
         room = len(lines_marker(len(doc))) + len(f"{len(doc):,}") + 24
-        ordered = chain(sorted(runs), rest)
+        # messages (priority 0, in order) then own frames (1 + rank): already sorted
+        ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, all_frames, dep), rest)
         return finish(pick(doc, ordered, limits, label=label, label_room=room, presorted=True),
                       limits)
 

@@ -7,11 +7,10 @@ for a failing run: a run must not look green because its passes were what fit.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 
 from ..view import Doc, Run
-from ._lines import LineCut, rx
+from ._lines import LineCut, Stream, rx
 
 _SUMMARY = rx(
     r"^(?:=+ .*\b(?:passed|failed|errors?|skipped|deselected|no tests ran)\b.* =+\r?$"  # pytest
@@ -40,13 +39,18 @@ class TestsCut(LineCut):
         passing = sum(doc.text.count(n) for n in _PASS_NEEDLES)  # one marker per passing line
         return [f"[tests cut: {passing:,} passing tests omitted; failures and summary kept]"] if passing else []
 
-    def runs(self, doc: Doc) -> Iterator[Run]:
-        failures = doc.grep(_FAILURE)
-        lines = doc.lines
-        rest = [(6, i, i + 1) for start, end in zip(failures, [*failures[1:], len(doc)])
-                for i in range(start + 1, min(end, start + 60))
-                if not any(n in lines[i] for n in _PASS_NEEDLES)]
-        return heapq.merge(super().runs(doc), iter(rest))  # the rest of each report, if room
+    def streams(self, doc: Doc) -> list[Stream]:
+        return [*super().streams(doc), (6, lambda: _reports(doc))]  # the rest of each report, if room
+
+
+def _reports(doc: Doc) -> Iterator[Run]:
+    """The lines after each failure's name (up to 60, to the next failure), passes left out."""
+    failures = doc.grep(_FAILURE)
+    lines = doc.lines
+    for start, end in zip(failures, [*failures[1:], len(doc)]):
+        for i in range(start + 1, min(end, start + 60)):
+            if not any(n in lines[i] for n in _PASS_NEEDLES):
+                yield (6, i, i + 1)
 
 
 CUT = TestsCut(
