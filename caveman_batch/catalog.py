@@ -117,7 +117,11 @@ def _no_constants(name: str) -> Any:
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        dup = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
+        seen: set[str] = set()  # the first key seen twice, in linear time (100k-key objects)
+        for dup, _ in pairs:
+            if dup in seen:
+                break
+            seen.add(dup)
         raise Passthrough(f"duplicate key {dup!r}: dropping either value would change data",
                           broken=True)
     return obj
