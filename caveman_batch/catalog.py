@@ -7,6 +7,13 @@ example, $comment, $schema). Names, types, enum, required, default, const, $ref,
 every validation keyword, every envelope field, key order and number literals as
 written all survive. Anything it cannot handle passes through unchanged, byte for
 byte, with a reason (fail-open).
+
+The code here is the reference: `parse`, `rewrite` (the `_Walk`) and `serialize`.
+When the C accelerator `_fastwalk` is built (see `_accel`), `compress` first asks
+it to do the three in one pass over the bytes, following a plan of where the
+tools are (`_fast_compress`); it gives the same bytes, or None for anything
+outside what it handles exactly, and then this reference path runs and decides.
+Tracing (`rewrite(..., trace=...)`, for lint) is always pure Python.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any, Final
 
 import orjson
 
-from . import describe
+from . import _accel, describe
 from .tokens import BASIS, ENCODING, count_tokens
 
 CONTENT_TYPE: Final = "application/json"
@@ -177,6 +184,13 @@ def _tool_of(item: Any) -> dict[str, Any] | None:
     return None
 
 
+# Where each shape keeps its tools: the keys from the root to the list (or, for a
+# single tool, to the object that is the tool or holds it under "function").
+TOOLS_PATH: Final = {"jsonrpc-tools-list": ("result", "tools"), "mcp-tools": ("tools",),
+                     "openai-functions": ("functions",), "openai-tools": (), "tool-array": (),
+                     "single-tool": ()}
+
+
 def locate_tools(doc: Any) -> tuple[str, list[dict[str, Any]]]:
     """(shape, tool objects) of a catalog; Passthrough if it is not one we know."""
     if isinstance(doc, dict):
@@ -318,6 +332,10 @@ def rewrite(doc: Any, options: Options = DEFAULT_OPTIONS,
 
 def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, CompressResult]:
     """Compress one catalog. Never raises on bad input: it passes through with a reason."""
+    fast = _fast_compress(raw, options)
+    if fast is not None:
+        out, shape, ntools, reduced, dropped = fast
+        return _finish(raw, out, shape, ntools, reduced, dropped, options)
     try:
         doc = parse(raw)
         shape, ntools, walk = rewrite(doc, options)
@@ -330,17 +348,88 @@ def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, Com
         return raw, _passthrough(raw, "nesting too deep", None, 0, options)
     except UnicodeEncodeError:
         return raw, _passthrough(raw, "a lone surrogate escape (not valid Unicode)", None, 0, options)
+    return _finish(raw, out, shape, ntools, walk.descriptions_reduced, walk.annotations_dropped,
+                   options)
+
+
+def _finish(raw: bytes, out: bytes, shape: str, ntools: int, reduced: int, dropped: int,
+            options: Options) -> tuple[bytes, CompressResult]:
+    """The rewritten catalog, unless it is not smaller (in bytes, or in tokens when counted)."""
     if len(out) >= len(raw):
         return raw, _passthrough(raw, "not smaller", shape, ntools, options)
     result = CompressResult("ok", None, shape, ntools, len(raw), len(out),
-                            descriptions_reduced=walk.descriptions_reduced,
-                            annotations_dropped=walk.annotations_dropped)
+                            descriptions_reduced=reduced, annotations_dropped=dropped)
     if options.count_tokens:
         result.tokens_before = count_tokens(raw)
         result.tokens_after = count_tokens(out)
         if result.tokens_after > result.tokens_before:
             return raw, _passthrough(raw, "not fewer tokens", shape, ntools, options)
     return out, result
+
+
+def _fast_compress(raw: bytes, options: Options) -> tuple[bytes, str, int, int, int] | None:
+    """The C path: (output, shape, tools, descriptions reduced, annotations dropped), or None.
+
+    orjson parses (fast, and loose where parse() is strict: the C walker re-checks
+    everything parse() checks); locate_tools on its result gives the plan. None means
+    "run the reference path": that path then gives the result or the passthrough reason.
+    """
+    fastwalk = _accel.fastwalk
+    if fastwalk is None or type(raw) is not bytes:
+        return None
+    try:
+        doc = orjson.loads(raw)
+        shape, tools = locate_tools(doc)
+    except (orjson.JSONDecodeError, Passthrough):
+        return None
+    plan = _plan(doc, shape, tools)
+    if plan is None:
+        return None
+    done = fastwalk.rewrite(raw, plan[0], plan[1], options.drop_annotations,
+                            options.short_bytes, _reducer(options))
+    if done is None:
+        return None
+    out, reduced, dropped = done
+    return out, shape, len(tools), reduced, dropped
+
+
+def _plan(doc: Any, shape: str, tools: list[dict[str, Any]]
+          ) -> tuple[tuple[str, ...], bytes | int] | None:
+    """(path, kinds) for _fastwalk.rewrite, from locate_tools' own objects.
+
+    path leads to the tools' container. For a list, kinds has one byte per element:
+    0 not a tool, 1 the element is the tool, 2 its "function" member is; for a single
+    tool it is that 1 or 2. None if the tools are not where the plan can say.
+    """
+    path = TOOLS_PATH[shape]
+    container = doc
+    for key in path:
+        container = container.get(key) if isinstance(container, dict) else None
+    if shape == "single-tool":
+        tool = tools[0]
+        if tool is container:
+            return path, 1
+        if isinstance(container, dict) and tool is container.get("function"):
+            return path, 2
+        return None
+    if not isinstance(container, list):
+        return None
+    kinds = bytearray(len(container))
+    pending = iter(tools)  # locate_tools keeps the container's order
+    tool = next(pending, None)
+    for i, item in enumerate(container):
+        if tool is None:
+            break
+        if tool is item:
+            kinds[i] = 1
+        elif isinstance(item, dict) and tool is item.get("function"):
+            kinds[i] = 2
+        else:
+            continue
+        tool = next(pending, None)
+    if tool is not None:
+        return None  # a tool the container does not hold
+    return path, bytes(kinds)
 
 
 def _passthrough(raw: bytes, reason: str, shape: str | None, ntools: int,

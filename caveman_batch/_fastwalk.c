@@ -1,0 +1,1347 @@
+/* caveman_batch/_fastwalk.c: the tool-catalog compressor in one pass over the bytes.
+ *
+ * catalog.compress() defines the result with its pure-Python path:
+ *
+ *     doc = parse(raw)            json.loads with hooks: strict, literals as written
+ *     rewrite(doc, options)       _Walk: reduce descriptions, drop annotation keys
+ *     out = serialize(doc)        orjson.dumps
+ *
+ * rewrite() below does the three at once and produces the same bytes. It never
+ * decides alone: Python tells it where the tools are (a plan computed with
+ * orjson.loads + locate_tools), and for anything outside what it handles exactly
+ * (invalid JSON or UTF-8, a BOM, duplicate keys, lone surrogates, NaN, nesting
+ * deeper than MAX_NESTING, a structure that disagrees with the plan, a reducer
+ * that raises or returns something odd) it returns None, and the caller runs the
+ * Python path, which then gives the result and every passthrough reason.
+ *
+ * Layout of this file: output buffers; the JSON lexer (white space, strings,
+ * numbers, literals); the generic object and array readers, which call one
+ * function per member or element; the roles a value can have (copied, a tool,
+ * a schema, a name map, the path to the tools); the module.
+ *
+ * Every reader returns FW_OK, FW_DECLINE (give the input back: return None) or
+ * FW_ERROR (a Python exception is set and propagates: MemoryError, or a
+ * KeyboardInterrupt raised inside the reducer). Recursion is bounded by
+ * MAX_NESTING open containers, checked before each one is entered.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_NESTING 200   /* catalog.MAX_DEPTH: deeper documents go to Python */
+#define SMALL_OBJECT 16   /* up to this many keys, duplicates are found pairwise */
+
+enum {
+    FW_OK = 0,
+    FW_DECLINE = -1,      /* outside what we handle exactly: the caller gets None */
+    FW_ERROR = -2,        /* a Python exception is set */
+    FW_DROP = 1,          /* a member reader's answer: parsed, but leave it out */
+};
+
+
+/* -- buffers ----------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Buf;
+
+/* Make room for `extra` more bytes; -1 with MemoryError set on failure. */
+static int
+buf_grow(Buf *b, Py_ssize_t extra)
+{
+    if (extra > PY_SSIZE_T_MAX - b->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = b->len + extra;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
+    }
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int
+buf_reserve(Buf *b, Py_ssize_t extra)
+{
+    return b->cap - b->len >= extra ? 0 : buf_grow(b, extra);
+}
+
+static inline int
+buf_put(Buf *b, const char *p, Py_ssize_t n)
+{
+    if (n == 0) {
+        return 0;
+    }
+    if (buf_reserve(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->data + b->len, p, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static inline int
+buf_byte(Buf *b, char c)
+{
+    if (buf_reserve(b, 1) < 0) {
+        return -1;
+    }
+    b->data[b->len++] = c;
+    return 0;
+}
+
+
+/* -- walker state --------------------------------------------------------------- */
+
+/* A key of an open object: its decoded UTF-8 in Walker.keybytes. */
+typedef struct {
+    Py_ssize_t off;
+    Py_ssize_t len;
+} KeyRef;
+
+typedef struct {
+    const unsigned char *src;   /* the raw document */
+    Py_ssize_t end;             /* its length */
+    Py_ssize_t pos;             /* the next byte to read */
+    int nesting;                /* containers open around pos */
+
+    Buf out;                    /* the serialized result */
+    Buf scratch;                /* the last decoded string that had escapes */
+    Buf keybytes;               /* keys of the open objects, innermost last */
+    KeyRef *keys;
+    Py_ssize_t nkeys;
+    Py_ssize_t keys_cap;
+
+    int drop_annotations;
+    Py_ssize_t short_bytes;
+    PyObject *reducer;          /* borrowed */
+    Py_ssize_t reduced;         /* descriptions the reducer changed */
+    Py_ssize_t dropped;         /* annotation members left out */
+} Walker;
+
+static void
+walker_free(Walker *w)
+{
+    PyMem_Free(w->out.data);
+    PyMem_Free(w->scratch.data);
+    PyMem_Free(w->keybytes.data);
+    PyMem_Free(w->keys);
+}
+
+/* The next byte, or 0 at the end (0 is valid nowhere, so it always declines). */
+static inline unsigned char
+peek(const Walker *w)
+{
+    return w->pos < w->end ? w->src[w->pos] : 0;
+}
+
+/* Word-at-a-time tests on 8 bytes (exact as booleans, not as positions). */
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t
+load8(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Nonzero if some byte of v is zero. */
+static inline uint64_t
+has_zero(uint64_t v)
+{
+    return (v - ONES) & ~v & HIGHS;
+}
+
+/* Nonzero if some byte of v is below n (n <= 128). */
+static inline uint64_t
+has_less(uint64_t v, unsigned char n)
+{
+    return (v - ONES * n) & ~v & HIGHS;
+}
+
+static inline void
+skip_ws(Walker *w)
+{
+    const unsigned char *s = w->src;
+    Py_ssize_t i = w->pos;
+    Py_ssize_t end = w->end;
+    /* indented documents: a line break, then a run of spaces */
+    if (i < end && s[i] == '\n') {
+        i++;
+        while (end - i >= 8 && load8(s + i) == ONES * ' ') {
+            i += 8;
+        }
+    }
+    while (i < end && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) {
+        i++;
+    }
+    w->pos = i;
+}
+
+
+/* -- strings ----------------------------------------------------------------- */
+
+/* Bytes that a string may hold raw and that end no fast run: printable ASCII
+   (0x7f included) but '"' and '\\'. Control characters must be escaped in JSON;
+   bytes >= 0x80 go through the UTF-8 check. */
+static unsigned char PLAIN[256];
+
+/* Length of each byte's escaped form as orjson writes it: 1 (raw), 2 (\" \\ \b
+   \t \n \f \r) or 6 (\u00XX with lower-case hex, the other control characters).
+   Non-ASCII characters, 0x7f and U+2028 are written raw. */
+static unsigned char ESCAPED_LEN[256];
+
+static void
+init_tables(void)
+{
+    for (int c = 0; c < 256; c++) {
+        PLAIN[c] = (c >= 0x20 && c < 0x80 && c != '"' && c != '\\');
+        ESCAPED_LEN[c] = c >= 0x20 ? 1 : 6;
+    }
+    ESCAPED_LEN['"'] = ESCAPED_LEN['\\'] = 2;
+    ESCAPED_LEN['\b'] = ESCAPED_LEN['\t'] = ESCAPED_LEN['\n'] = 2;
+    ESCAPED_LEN['\f'] = ESCAPED_LEN['\r'] = 2;
+}
+
+/* Length of the well-formed UTF-8 sequence at s (n bytes available), or 0.
+   As strict as Python's decoder: no overlong forms, no encoded surrogates,
+   nothing above U+10FFFF. */
+static inline Py_ssize_t
+utf8_sequence(const unsigned char *s, Py_ssize_t n)
+{
+    unsigned char c = s[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (n < 3 || (s[2] & 0xC0) != 0x80) {
+            return 0;
+        }
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80;
+        unsigned char hi = c == 0xED ? 0x9F : 0xBF;
+        return s[1] >= lo && s[1] <= hi ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (n < 4 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) {
+            return 0;
+        }
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80;
+        unsigned char hi = c == 0xF4 ? 0x8F : 0xBF;
+        return s[1] >= lo && s[1] <= hi ? 4 : 0;
+    }
+    return 0;
+}
+
+static inline int
+hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The code unit of the four hex digits at s; the lexer has checked them. */
+static inline unsigned int
+hex4(const unsigned char *s)
+{
+    return (unsigned int)(hex_value(s[0]) << 12 | hex_value(s[1]) << 8
+                          | hex_value(s[2]) << 4 | hex_value(s[3]));
+}
+
+/* A string's decoded text. ptr points into the document (no escapes) or into
+   Walker.scratch (valid until the next string with escapes is decoded). */
+typedef struct {
+    const char *ptr;
+    Py_ssize_t len;
+    int escaped;
+} Str;
+
+/* Decode the escaped string body src[start:stop) into scratch. The lexer has
+   checked the escapes' syntax, the UTF-8 and the control characters; what is
+   left to check here is the surrogates: a high one must be followed by a low
+   one (the pair becomes one character), a lone one declines. */
+static int
+decode_escaped(Walker *w, Py_ssize_t start, Py_ssize_t stop)
+{
+    const unsigned char *s = w->src;
+    w->scratch.len = 0;
+    if (buf_reserve(&w->scratch, stop - start) < 0) {  /* decoding never grows */
+        return FW_ERROR;
+    }
+    unsigned char *o = (unsigned char *)w->scratch.data;
+    Py_ssize_t i = start;
+    while (i < stop) {
+        if (s[i] != '\\') {
+            *o++ = s[i++];
+            continue;
+        }
+        unsigned char e = s[i + 1];
+        i += 2;
+        switch (e) {
+        case '"': *o++ = '"'; continue;
+        case '\\': *o++ = '\\'; continue;
+        case '/': *o++ = '/'; continue;
+        case 'b': *o++ = '\b'; continue;
+        case 'f': *o++ = '\f'; continue;
+        case 'n': *o++ = '\n'; continue;
+        case 'r': *o++ = '\r'; continue;
+        case 't': *o++ = '\t'; continue;
+        default: break;  /* 'u': the only other escape the lexer lets through */
+        }
+        unsigned int cp = hex4(s + i);
+        i += 4;
+        if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return FW_DECLINE;  /* a lone low surrogate */
+        }
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (stop - i < 6 || s[i] != '\\' || s[i + 1] != 'u') {
+                return FW_DECLINE;  /* a high surrogate with no escape after it */
+            }
+            unsigned int low = hex4(s + i + 2);
+            if (low < 0xDC00 || low > 0xDFFF) {
+                return FW_DECLINE;
+            }
+            i += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        }
+        if (cp < 0x80) {
+            *o++ = (unsigned char)cp;
+        }
+        else if (cp < 0x800) {
+            *o++ = (unsigned char)(0xC0 | cp >> 6);
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        }
+        else if (cp < 0x10000) {
+            *o++ = (unsigned char)(0xE0 | cp >> 12);
+            *o++ = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        }
+        else {
+            *o++ = (unsigned char)(0xF0 | cp >> 18);
+            *o++ = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+            *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+        }
+    }
+    w->scratch.len = (Py_ssize_t)(o - (unsigned char *)w->scratch.data);
+    return FW_OK;
+}
+
+/* Read the string that starts at pos (a '"') and leave pos after it. */
+static int
+read_string(Walker *w, Str *str)
+{
+    const unsigned char *s = w->src;
+    Py_ssize_t end = w->end;
+    Py_ssize_t start = w->pos + 1;
+    Py_ssize_t i = start;
+    int escaped = 0;
+
+    for (;;) {
+        /* 8 plain bytes at a time: none >= 0x80, below 0x20, '"' or '\\' */
+        while (end - i >= 8) {
+            uint64_t v = load8(s + i);
+            if ((v & HIGHS) | has_less(v, 0x20) | has_zero(v ^ (ONES * '"'))
+                | has_zero(v ^ (ONES * '\\'))) {
+                break;
+            }
+            i += 8;
+        }
+        while (i < end && PLAIN[s[i]]) {
+            i++;
+        }
+        if (i >= end) {
+            return FW_DECLINE;  /* unterminated */
+        }
+        unsigned char c = s[i];
+        if (c == '"') {
+            break;
+        }
+        if (c == '\\') {
+            escaped = 1;
+            if (i + 1 >= end) {
+                return FW_DECLINE;
+            }
+            switch (s[i + 1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                i += 2;
+                continue;
+            case 'u':
+                if (end - i < 6 || hex_value(s[i + 2]) < 0 || hex_value(s[i + 3]) < 0
+                    || hex_value(s[i + 4]) < 0 || hex_value(s[i + 5]) < 0) {
+                    return FW_DECLINE;
+                }
+                i += 6;
+                continue;
+            default:
+                return FW_DECLINE;
+            }
+        }
+        if (c < 0x20) {
+            return FW_DECLINE;  /* a raw control character */
+        }
+        Py_ssize_t n = utf8_sequence(s + i, end - i);
+        if (n == 0) {
+            return FW_DECLINE;  /* not UTF-8 */
+        }
+        i += n;
+    }
+    w->pos = i + 1;
+    str->escaped = escaped;
+    if (!escaped) {
+        str->ptr = (const char *)s + start;
+        str->len = i - start;
+        return FW_OK;
+    }
+    int rc = decode_escaped(w, start, i);
+    str->ptr = w->scratch.data;
+    str->len = w->scratch.len;
+    return rc;
+}
+
+/* Write decoded UTF-8 text as a JSON string, escaped as orjson escapes it. */
+static int
+emit_escaped(Walker *w, const char *text, Py_ssize_t n)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    Py_ssize_t size = 2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size += ESCAPED_LEN[p[i]];
+    }
+    if (buf_reserve(&w->out, size) < 0) {
+        return FW_ERROR;
+    }
+    char *o = w->out.data + w->out.len;
+    *o++ = '"';
+    if (size == n + 2) {
+        memcpy(o, p, (size_t)n);
+        o += n;
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned char c = p[i];
+            if (ESCAPED_LEN[c] == 1) {
+                *o++ = (char)c;
+                continue;
+            }
+            *o++ = '\\';
+            switch (c) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '\b': *o++ = 'b'; break;
+            case '\t': *o++ = 't'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\f': *o++ = 'f'; break;
+            case '\r': *o++ = 'r'; break;
+            default:
+                *o++ = 'u';
+                *o++ = '0';
+                *o++ = '0';
+                *o++ = "0123456789abcdef"[c >> 4];
+                *o++ = "0123456789abcdef"[c & 0xF];
+            }
+        }
+    }
+    *o++ = '"';
+    w->out.len = o - w->out.data;
+    return FW_OK;
+}
+
+/* Write a string read by read_string. Without escapes its bytes need none. */
+static inline int
+emit_string(Walker *w, const Str *str)
+{
+    if (str->escaped) {
+        return emit_escaped(w, str->ptr, str->len);
+    }
+    if (buf_reserve(&w->out, str->len + 2) < 0) {
+        return FW_ERROR;
+    }
+    char *o = w->out.data + w->out.len;
+    o[0] = '"';
+    memcpy(o + 1, str->ptr, (size_t)str->len);
+    o[str->len + 1] = '"';
+    w->out.len += str->len + 2;
+    return FW_OK;
+}
+
+static int
+copy_string(Walker *w)
+{
+    Str str;
+    int rc = read_string(w, &str);
+    return rc == FW_OK ? emit_string(w, &str) : rc;
+}
+
+
+/* -- numbers and literals ---------------------------------------------------- */
+
+/* A number is copied as written (parse() keeps every literal: 1.10, 1e3, -0,
+   integers of any size), once it matches the JSON grammar
+   -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int
+copy_number(Walker *w)
+{
+    const unsigned char *s = w->src;
+    Py_ssize_t end = w->end;
+    Py_ssize_t start = w->pos;
+    Py_ssize_t i = start;
+
+#define DIGIT(k) ((k) < end && s[k] >= '0' && s[k] <= '9')
+    if (i < end && s[i] == '-') {
+        i++;
+    }
+    if (i < end && s[i] == '0') {
+        i++;
+    }
+    else if (DIGIT(i)) {
+        while (DIGIT(i)) {
+            i++;
+        }
+    }
+    else {
+        return FW_DECLINE;
+    }
+    if (i < end && s[i] == '.') {
+        i++;
+        if (!DIGIT(i)) {
+            return FW_DECLINE;
+        }
+        while (DIGIT(i)) {
+            i++;
+        }
+    }
+    if (i < end && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < end && (s[i] == '+' || s[i] == '-')) {
+            i++;
+        }
+        if (!DIGIT(i)) {
+            return FW_DECLINE;
+        }
+        while (DIGIT(i)) {
+            i++;
+        }
+    }
+#undef DIGIT
+    /* "01" or "1x" stop here; the caller then finds no separator and declines */
+    w->pos = i;
+    return buf_put(&w->out, (const char *)s + start, i - start) < 0 ? FW_ERROR : FW_OK;
+}
+
+static int
+copy_literal(Walker *w, const char *word, Py_ssize_t n)
+{
+    if (w->end - w->pos < n || memcmp(w->src + w->pos, word, (size_t)n) != 0) {
+        return FW_DECLINE;  /* NaN, Infinity, tru, ... */
+    }
+    w->pos += n;
+    return buf_put(&w->out, word, n) < 0 ? FW_ERROR : FW_OK;
+}
+
+
+/* -- keys -------------------------------------------------------------------- */
+
+/* What a member's key means to the walk (the key sets of catalog.py). */
+typedef enum {
+    K_OTHER = 0,
+    K_DESCRIPTION,   /* "description" */
+    K_ANNOTATION,    /* ANNOTATION_KEYS */
+    K_NAME_MAP,      /* NAME_MAPS */
+    K_ITEMS,         /* "items": in both ONE_SCHEMA and SCHEMA_LIST */
+    K_SCHEMA_LIST,   /* SCHEMA_LIST but "items" */
+    K_ONE_SCHEMA,    /* ONE_SCHEMA but "items" */
+    K_TOOL_SCHEMA,   /* SCHEMA_KEYS: a tool's schemas */
+    K_FUNCTION,      /* "function": the tool inside an OpenAI tools entry */
+} KeyKind;
+
+typedef struct {
+    const char *name;
+    Py_ssize_t len;
+    KeyKind kind;
+} KnownKey;
+
+#define KNOWN(name, kind) {name, sizeof(name) - 1, kind}
+static const KnownKey KNOWN_KEYS[] = {
+    KNOWN("description", K_DESCRIPTION),
+    KNOWN("title", K_ANNOTATION),
+    KNOWN("examples", K_ANNOTATION),
+    KNOWN("example", K_ANNOTATION),
+    KNOWN("$comment", K_ANNOTATION),
+    KNOWN("$schema", K_ANNOTATION),
+    KNOWN("properties", K_NAME_MAP),
+    KNOWN("patternProperties", K_NAME_MAP),
+    KNOWN("$defs", K_NAME_MAP),
+    KNOWN("definitions", K_NAME_MAP),
+    KNOWN("dependentSchemas", K_NAME_MAP),
+    KNOWN("dependencies", K_NAME_MAP),
+    KNOWN("items", K_ITEMS),
+    KNOWN("anyOf", K_SCHEMA_LIST),
+    KNOWN("oneOf", K_SCHEMA_LIST),
+    KNOWN("allOf", K_SCHEMA_LIST),
+    KNOWN("prefixItems", K_SCHEMA_LIST),
+    KNOWN("additionalItems", K_ONE_SCHEMA),
+    KNOWN("additionalProperties", K_ONE_SCHEMA),
+    KNOWN("contains", K_ONE_SCHEMA),
+    KNOWN("unevaluatedItems", K_ONE_SCHEMA),
+    KNOWN("unevaluatedProperties", K_ONE_SCHEMA),
+    KNOWN("propertyNames", K_ONE_SCHEMA),
+    KNOWN("not", K_ONE_SCHEMA),
+    KNOWN("if", K_ONE_SCHEMA),
+    KNOWN("then", K_ONE_SCHEMA),
+    KNOWN("else", K_ONE_SCHEMA),
+    KNOWN("contentSchema", K_ONE_SCHEMA),
+    KNOWN("inputSchema", K_TOOL_SCHEMA),
+    KNOWN("input_schema", K_TOOL_SCHEMA),
+    KNOWN("parameters", K_TOOL_SCHEMA),
+    KNOWN("outputSchema", K_TOOL_SCHEMA),
+    KNOWN("output_schema", K_TOOL_SCHEMA),
+    KNOWN("function", K_FUNCTION),
+};
+#undef KNOWN
+
+#define N_KNOWN (sizeof(KNOWN_KEYS) / sizeof(KNOWN_KEYS[0]))
+#define KNOWN_MAX_LEN 21  /* "unevaluatedProperties" */
+
+/* KNOWN_KEYS indexes by length: a key is compared with those of its length only. */
+static unsigned char KNOWN_BY_LEN[KNOWN_MAX_LEN + 1][N_KNOWN + 1];
+
+static void
+init_known_keys(void)
+{
+    memset(KNOWN_BY_LEN, 0, sizeof(KNOWN_BY_LEN));
+    for (size_t i = 0; i < N_KNOWN; i++) {
+        unsigned char *row = KNOWN_BY_LEN[KNOWN_KEYS[i].len];
+        row[++row[0]] = (unsigned char)i;  /* row[0]: how many */
+    }
+}
+
+static inline KeyKind
+classify_key(const char *key, Py_ssize_t len)
+{
+    if (len > KNOWN_MAX_LEN) {
+        return K_OTHER;
+    }
+    const unsigned char *row = KNOWN_BY_LEN[len];
+    for (int i = 1; i <= row[0]; i++) {
+        const KnownKey *k = &KNOWN_KEYS[row[i]];
+        if (k->name[0] == key[0] && memcmp(k->name, key, (size_t)len) == 0) {
+            return k->kind;
+        }
+    }
+    return K_OTHER;
+}
+
+/* Remember a decoded key of the innermost open object. */
+static int
+push_key(Walker *w, const Str *key)
+{
+    if (w->nkeys == w->keys_cap) {
+        Py_ssize_t cap = w->keys_cap ? w->keys_cap * 2 : 64;
+        KeyRef *keys = PyMem_Realloc(w->keys, (size_t)cap * sizeof(KeyRef));
+        if (keys == NULL) {
+            PyErr_NoMemory();
+            return FW_ERROR;
+        }
+        w->keys = keys;
+        w->keys_cap = cap;
+    }
+    w->keys[w->nkeys].off = w->keybytes.len;
+    w->keys[w->nkeys].len = key->len;
+    w->nkeys++;
+    return buf_put(&w->keybytes, key->ptr, key->len) < 0 ? FW_ERROR : FW_OK;
+}
+
+static inline int
+same_key(const char *base, const KeyRef *a, const KeyRef *b)
+{
+    return a->len == b->len && memcmp(base + a->off, base + b->off, (size_t)a->len) == 0;
+}
+
+/* FW_OK if the keys from `first` on are distinct, else FW_DECLINE: parse()
+   rejects duplicates, compared after decoding ("a" and "\u0061" are one key).
+   Small objects are compared pairwise, big ones through a hash table so a
+   100k-key object stays linear. */
+static int
+check_unique(Walker *w, Py_ssize_t first)
+{
+    const KeyRef *keys = w->keys + first;
+    Py_ssize_t n = w->nkeys - first;
+    const char *base = w->keybytes.data;
+
+    if (n <= SMALL_OBJECT) {
+        for (Py_ssize_t i = 1; i < n; i++) {
+            for (Py_ssize_t j = 0; j < i; j++) {
+                if (same_key(base, &keys[i], &keys[j])) {
+                    return FW_DECLINE;
+                }
+            }
+        }
+        return FW_OK;
+    }
+    size_t size = 64;
+    while (size < (size_t)n * 2) {
+        size *= 2;
+    }
+    Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return FW_ERROR;
+    }
+    for (size_t i = 0; i < size; i++) {
+        slots[i] = -1;
+    }
+    int rc = FW_OK;
+    for (Py_ssize_t i = 0; i < n && rc == FW_OK; i++) {
+        /* CPython's own (randomized) bytes hash: crafted keys cannot all collide */
+        size_t h = (size_t)_Py_HashBytes(base + keys[i].off, keys[i].len);
+        for (;;) {
+            h &= size - 1;
+            if (slots[h] < 0) {
+                slots[h] = i;
+                break;
+            }
+            if (same_key(base, &keys[i], &keys[slots[h]])) {
+                rc = FW_DECLINE;
+                break;
+            }
+            h++;
+        }
+    }
+    PyMem_Free(slots);
+    return rc;
+}
+
+
+/* -- containers -------------------------------------------------------------- */
+
+/* Reads one member's value (pos at its first byte) and writes it to the output.
+   `key` is the decoded key; it stays valid only until the value is read (reading
+   it may move the key stack), so look at it first. Returns FW_DROP to have the
+   member left out. */
+typedef int (*member_fn)(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+                         void *ctx);
+
+/* Reads the element `index` of an array (pos at its first byte). */
+typedef int (*element_fn)(Walker *w, Py_ssize_t index, void *ctx);
+
+static int copy_value(Walker *w);
+
+/* Read the object at pos (a '{'), calling on_member for each member's value. */
+static int
+walk_object(Walker *w, member_fn on_member, void *ctx)
+{
+    if (++w->nesting > MAX_NESTING) {
+        return FW_DECLINE;
+    }
+    Py_ssize_t first_key = w->nkeys;
+    Py_ssize_t first_byte = w->keybytes.len;
+    Py_ssize_t kept = 0;
+    int rc;
+
+    w->pos++;
+    if (buf_byte(&w->out, '{') < 0) {
+        return FW_ERROR;
+    }
+    skip_ws(w);
+    if (peek(w) == '}') {
+        w->pos++;
+    }
+    else {
+        for (;;) {
+            if (peek(w) != '"') {
+                return FW_DECLINE;
+            }
+            Py_ssize_t mark = w->out.len;  /* where a dropped member is cut off */
+            if (kept && buf_byte(&w->out, ',') < 0) {
+                return FW_ERROR;
+            }
+            Str key;
+            if ((rc = read_string(w, &key)) != FW_OK
+                || (rc = emit_string(w, &key)) != FW_OK
+                || (rc = push_key(w, &key)) != FW_OK) {
+                return rc;
+            }
+            skip_ws(w);
+            if (peek(w) != ':') {
+                return FW_DECLINE;
+            }
+            w->pos++;
+            if (buf_byte(&w->out, ':') < 0) {
+                return FW_ERROR;
+            }
+            skip_ws(w);
+            const KeyRef *ref = &w->keys[w->nkeys - 1];
+            const char *name = w->keybytes.data + ref->off;
+            rc = on_member(w, classify_key(name, ref->len), name, ref->len, ctx);
+            if (rc == FW_DROP) {
+                w->out.len = mark;
+            }
+            else if (rc != FW_OK) {
+                return rc;
+            }
+            else {
+                kept++;
+            }
+            skip_ws(w);
+            unsigned char c = peek(w);
+            w->pos++;
+            if (c == '}') {
+                break;
+            }
+            if (c != ',') {
+                return FW_DECLINE;
+            }
+            skip_ws(w);
+        }
+    }
+    if ((rc = check_unique(w, first_key)) != FW_OK) {
+        return rc;
+    }
+    w->nkeys = first_key;
+    w->keybytes.len = first_byte;
+    w->nesting--;
+    return buf_byte(&w->out, '}') < 0 ? FW_ERROR : FW_OK;
+}
+
+/* Read the array at pos (a '['), calling on_element for each element; *count
+   gets the number of elements. */
+static int
+walk_array(Walker *w, element_fn on_element, void *ctx, Py_ssize_t *count)
+{
+    if (++w->nesting > MAX_NESTING) {
+        return FW_DECLINE;
+    }
+    Py_ssize_t n = 0;
+    int rc;
+
+    w->pos++;
+    if (buf_byte(&w->out, '[') < 0) {
+        return FW_ERROR;
+    }
+    skip_ws(w);
+    if (peek(w) == ']') {
+        w->pos++;
+    }
+    else {
+        for (;;) {
+            if (n && buf_byte(&w->out, ',') < 0) {
+                return FW_ERROR;
+            }
+            if ((rc = on_element(w, n, ctx)) != FW_OK) {
+                return rc;
+            }
+            n++;
+            skip_ws(w);
+            unsigned char c = peek(w);
+            w->pos++;
+            if (c == ']') {
+                break;
+            }
+            if (c != ',') {
+                return FW_DECLINE;
+            }
+            skip_ws(w);
+        }
+    }
+    if (count != NULL) {
+        *count = n;
+    }
+    w->nesting--;
+    return buf_byte(&w->out, ']') < 0 ? FW_ERROR : FW_OK;
+}
+
+
+/* -- values copied as they are (re-serialized, never walked) ---------------- */
+
+static int
+copy_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    return copy_value(w);
+}
+
+static int
+copy_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    return copy_value(w);
+}
+
+/* Read any JSON value at pos (white space already skipped) and write it. */
+static int
+copy_value(Walker *w)
+{
+    switch (peek(w)) {
+    case '{':
+        return walk_object(w, copy_member, NULL);
+    case '[':
+        return walk_array(w, copy_element, NULL, NULL);
+    case '"':
+        return copy_string(w);
+    case 't':
+        return copy_literal(w, "true", 4);
+    case 'f':
+        return copy_literal(w, "false", 5);
+    case 'n':
+        return copy_literal(w, "null", 4);
+    case '-': case '0': case '1': case '2': case '3': case '4':
+    case '5': case '6': case '7': case '8': case '9':
+        return copy_number(w);
+    default:
+        return FW_DECLINE;
+    }
+}
+
+
+/* -- descriptions ------------------------------------------------------------ */
+
+/* describe.reduce's own first test, where C can decide it cheaply: printable
+   ASCII of at most short_bytes, with no "  " and no space at either end, is
+   already folded and short, so reduce() returns it unchanged. */
+static int
+is_short_and_folded(const char *text, Py_ssize_t n, Py_ssize_t short_bytes)
+{
+    if (n > short_bytes) {
+        return 0;
+    }
+    if (n > 0 && (text[0] == ' ' || text[n - 1] == ' ')) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c > 0x7e || (c == ' ' && text[i + 1] == ' ')) {
+            return 0;  /* text[n - 1] is not a space, so text[i + 1] is in range */
+        }
+    }
+    return 1;
+}
+
+/* A failed reducer call: an ordinary exception means "let Python decide" (it
+   will raise it again there); KeyboardInterrupt and the like propagate. */
+static int
+reducer_failed(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return FW_DECLINE;
+    }
+    return FW_ERROR;
+}
+
+/* Read the description string at pos, write it reduced (_Walk.description). */
+static int
+reduce_description(Walker *w)
+{
+    Str str;
+    int rc = read_string(w, &str);
+    if (rc != FW_OK) {
+        return rc;
+    }
+    if (is_short_and_folded(str.ptr, str.len, w->short_bytes)) {
+        return emit_string(w, &str);
+    }
+    PyObject *text = PyUnicode_DecodeUTF8(str.ptr, str.len, "strict");
+    if (text == NULL) {
+        return reducer_failed();
+    }
+    PyObject *result = PyObject_CallOneArg(w->reducer, text);
+    if (result == NULL) {
+        Py_DECREF(text);
+        return reducer_failed();
+    }
+    rc = FW_DECLINE;  /* unless the result is a str that orjson can write */
+    if (PyUnicode_CheckExact(result)) {
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(result, &n);
+        if (utf8 == NULL) {
+            rc = reducer_failed();  /* a lone surrogate: orjson would refuse it */
+        }
+        else {
+            /* str.ptr is still valid: only this walker writes its scratch */
+            if (n != str.len || memcmp(utf8, str.ptr, (size_t)n) != 0) {
+                w->reduced++;
+            }
+            rc = emit_escaped(w, utf8, n);
+        }
+    }
+    Py_DECREF(result);
+    Py_DECREF(text);
+    return rc;
+}
+
+
+/* -- schemas (catalog._Walk.schema) ------------------------------------------ */
+
+static int schema_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+                         void *ctx);
+
+/* A value in schema position at schema depth `depth`: an object is walked,
+   anything else is data. A value at schema depth d sits inside at least d + 1
+   containers, so MAX_NESTING already keeps depth within catalog.MAX_DEPTH; the
+   check mirrors _Walk.schema's own. */
+static int
+schema_value(Walker *w, int depth)
+{
+    if (depth > MAX_NESTING) {
+        return FW_DECLINE;  /* _Walk.schema's Passthrough: Python gives the reason */
+    }
+    if (peek(w) == '{') {
+        return walk_object(w, schema_member, &depth);
+    }
+    return copy_value(w);
+}
+
+/* A member of a name map: the name is data, the value a schema. */
+static int
+name_map_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    return schema_value(w, *(int *)ctx);
+}
+
+/* An element of a schema list. */
+static int
+schema_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    return schema_value(w, *(int *)ctx);
+}
+
+static int
+schema_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    int sub = *(int *)ctx + 1;
+    unsigned char c = peek(w);
+    int rc;
+
+    switch (kind) {
+    case K_ANNOTATION:
+        /* kept or dropped, an annotation's value is data: never walked */
+        rc = copy_value(w);
+        if (rc == FW_OK && w->drop_annotations) {
+            w->dropped++;
+            return FW_DROP;
+        }
+        return rc;
+    case K_DESCRIPTION:
+        return c == '"' ? reduce_description(w) : copy_value(w);
+    case K_NAME_MAP:
+        return c == '{' ? walk_object(w, name_map_member, &sub) : copy_value(w);
+    case K_ITEMS:
+        if (c == '{') {
+            return schema_value(w, sub);
+        }
+        return c == '[' ? walk_array(w, schema_element, &sub, NULL) : copy_value(w);
+    case K_SCHEMA_LIST:
+        return c == '[' ? walk_array(w, schema_element, &sub, NULL) : copy_value(w);
+    case K_ONE_SCHEMA:
+        return c == '{' ? schema_value(w, sub) : copy_value(w);
+    default:
+        return copy_value(w);
+    }
+}
+
+
+/* -- tools (catalog._Walk.tool) ---------------------------------------------- */
+
+static int
+tool_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    if (kind == K_DESCRIPTION && peek(w) == '"') {
+        return reduce_description(w);
+    }
+    if (kind == K_TOOL_SCHEMA) {
+        return schema_value(w, 0);
+    }
+    return copy_value(w);
+}
+
+/* The plan says a tool is here: it must be an object. */
+static int
+tool_value(Walker *w)
+{
+    return peek(w) == '{' ? walk_object(w, tool_member, NULL) : FW_DECLINE;
+}
+
+/* {"type": "function", "function": TOOL, ...}: the tool is the "function" member. */
+static int
+wrapper_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    if (kind == K_FUNCTION) {
+        *(int *)ctx = 1;
+        return tool_value(w);
+    }
+    return copy_value(w);
+}
+
+static int
+wrapper_value(Walker *w)
+{
+    int found = 0;
+    if (peek(w) != '{') {
+        return FW_DECLINE;
+    }
+    int rc = walk_object(w, wrapper_member, &found);
+    return rc == FW_OK && !found ? FW_DECLINE : rc;
+}
+
+
+/* -- the plan: where the tools are ------------------------------------------- */
+
+enum { KIND_DATA = 0, KIND_TOOL = 1, KIND_WRAPPED = 2 };
+
+typedef struct {
+    Py_ssize_t depth;             /* len(path) */
+    const char **keys;            /* path, UTF-8 */
+    Py_ssize_t *key_lens;
+    int single;                   /* kinds was an int: one tool, at the end of the path */
+    int single_kind;
+    const unsigned char *kinds;   /* else one kind per element of the array there */
+    Py_ssize_t nkinds;
+} Plan;
+
+typedef struct {
+    const Plan *plan;
+    Py_ssize_t level;
+    int found;
+} PathStep;
+
+static int
+tool_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    const Plan *plan = ctx;
+    if (index >= plan->nkinds) {
+        return FW_DECLINE;  /* orjson saw fewer elements */
+    }
+    switch (plan->kinds[index]) {
+    case KIND_DATA:
+        return copy_value(w);
+    case KIND_TOOL:
+        return tool_value(w);
+    case KIND_WRAPPED:
+        return wrapper_value(w);
+    default:
+        return FW_DECLINE;
+    }
+}
+
+static int path_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+                       void *ctx);
+
+/* The value at path[:level]. */
+static int
+path_value(Walker *w, const Plan *plan, Py_ssize_t level)
+{
+    if (level == plan->depth) {
+        if (plan->single) {
+            return plan->single_kind == KIND_TOOL ? tool_value(w) : wrapper_value(w);
+        }
+        if (peek(w) != '[') {
+            return FW_DECLINE;
+        }
+        Py_ssize_t count = 0;
+        int rc = walk_array(w, tool_element, (void *)plan, &count);
+        return rc == FW_OK && count != plan->nkinds ? FW_DECLINE : rc;
+    }
+    if (peek(w) != '{') {
+        return FW_DECLINE;
+    }
+    PathStep step = {plan, level, 0};
+    int rc = walk_object(w, path_member, &step);
+    return rc == FW_OK && !step.found ? FW_DECLINE : rc;
+}
+
+static int
+path_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    PathStep *step = ctx;
+    const Plan *plan = step->plan;
+    if (key_len == plan->key_lens[step->level]
+        && memcmp(key, plan->keys[step->level], (size_t)key_len) == 0) {
+        step->found = 1;  /* only once: a duplicate key declines the whole object */
+        return path_value(w, plan, step->level + 1);
+    }
+    return copy_value(w);
+}
+
+
+/* -- the module -------------------------------------------------------------- */
+
+/* Fill `plan` from the Python arguments; FW_DECLINE for a plan we cannot follow.
+   The key arrays are PyMem-allocated; the key bytes belong to the path's str
+   objects (alive while the call runs). */
+static int
+make_plan(Plan *plan, PyObject *path, PyObject *kinds)
+{
+    Py_ssize_t depth = PyTuple_GET_SIZE(path);
+    plan->depth = depth;
+    plan->keys = PyMem_Malloc((size_t)(depth ? depth : 1) * sizeof(char *));
+    plan->key_lens = PyMem_Malloc((size_t)(depth ? depth : 1) * sizeof(Py_ssize_t));
+    if (plan->keys == NULL || plan->key_lens == NULL) {
+        PyErr_NoMemory();
+        return FW_ERROR;
+    }
+    for (Py_ssize_t i = 0; i < depth; i++) {
+        PyObject *key = PyTuple_GET_ITEM(path, i);
+        if (!PyUnicode_Check(key)) {
+            return FW_DECLINE;
+        }
+        plan->keys[i] = PyUnicode_AsUTF8AndSize(key, &plan->key_lens[i]);
+        if (plan->keys[i] == NULL) {
+            PyErr_Clear();  /* a lone surrogate: no key in valid JSON matches it */
+            return FW_DECLINE;
+        }
+    }
+    if (PyBytes_Check(kinds)) {
+        plan->single = 0;
+        plan->kinds = (const unsigned char *)PyBytes_AS_STRING(kinds);
+        plan->nkinds = PyBytes_GET_SIZE(kinds);
+        return FW_OK;
+    }
+    if (PyLong_Check(kinds)) {
+        long kind = PyLong_AsLong(kinds);
+        if (kind == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return FW_DECLINE;
+        }
+        if (kind != KIND_TOOL && kind != KIND_WRAPPED) {
+            return FW_DECLINE;
+        }
+        plan->single = 1;
+        plan->single_kind = (int)kind;
+        return FW_OK;
+    }
+    return FW_DECLINE;
+}
+
+PyDoc_STRVAR(rewrite_doc,
+"rewrite(raw, path, kinds, drop_annotations, short_bytes, reducer, /)\n"
+"--\n"
+"\n"
+"Compress the catalog `raw` in one pass: (output, descriptions_reduced,\n"
+"annotations_dropped), equal to catalog.serialize(doc) after catalog.rewrite(doc)\n"
+"on doc = catalog.parse(raw); or None when the input is outside what this\n"
+"handles exactly (then the caller runs the pure-Python path).\n"
+"\n"
+"path: the keys from the root to the tools' container. kinds: bytes, one entry\n"
+"per element of the array there (0 data, 1 a tool, 2 a tool under \"function\");\n"
+"or the int 1 or 2 when the value at path is a single tool object.\n"
+"reducer(str) -> str is called for each description but short folded ASCII ones.");
+
+static PyObject *
+fastwalk_rewrite(PyObject *module, PyObject *args)
+{
+    PyObject *raw, *path, *kinds, *short_obj, *reducer;
+    int drop_annotations;
+
+    if (!PyArg_ParseTuple(args, "O!O!OpOO:rewrite", &PyBytes_Type, &raw, &PyTuple_Type,
+                          &path, &kinds, &drop_annotations, &short_obj, &reducer)) {
+        return NULL;
+    }
+    /* clipped, not refused: no string is longer than PY_SSIZE_T_MAX anyway */
+    Py_ssize_t short_bytes = PyNumber_AsSsize_t(short_obj, NULL);
+    if (short_bytes == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyCallable_Check(reducer)) {
+        PyErr_SetString(PyExc_TypeError, "rewrite: reducer must be callable");
+        return NULL;
+    }
+
+    Walker w;
+    memset(&w, 0, sizeof(w));
+    w.src = (const unsigned char *)PyBytes_AS_STRING(raw);
+    w.end = PyBytes_GET_SIZE(raw);
+    w.drop_annotations = drop_annotations;
+    w.short_bytes = short_bytes;
+    w.reducer = reducer;
+
+    Plan plan;
+    memset(&plan, 0, sizeof(plan));
+    PyObject *result = NULL;
+    int rc = make_plan(&plan, path, kinds);
+    if (rc == FW_OK && w.end >= 3 && memcmp(w.src, "\xEF\xBB\xBF", 3) == 0) {
+        rc = FW_DECLINE;  /* parse() strips a BOM; orjson would not write one back */
+    }
+    if (rc == FW_OK) {  /* allocated up front: no NULL base pointer, even for "" keys */
+        rc = buf_reserve(&w.out, w.end + 16) < 0 || buf_reserve(&w.keybytes, 256) < 0
+             ? FW_ERROR : FW_OK;
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        rc = path_value(&w, &plan, 0);
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        if (w.pos != w.end) {
+            rc = FW_DECLINE;  /* a second value, or trailing data */
+        }
+    }
+    if (rc == FW_OK) {
+        PyObject *out = PyBytes_FromStringAndSize(w.out.data, w.out.len);
+        if (out != NULL) {
+            result = Py_BuildValue("(Nnn)", out, w.reduced, w.dropped);
+        }
+    }
+    else if (rc == FW_DECLINE) {
+        result = Py_NewRef(Py_None);
+    }
+    /* FW_ERROR: the exception is set, result stays NULL */
+    PyMem_Free(plan.keys);
+    PyMem_Free(plan.key_lens);
+    walker_free(&w);
+    return result;
+}
+
+static PyMethodDef fastwalk_methods[] = {
+    {"rewrite", fastwalk_rewrite, METH_VARARGS, rewrite_doc},
+    {NULL, NULL, 0, NULL}
+};
+
+static int
+fastwalk_exec(PyObject *module)
+{
+    init_tables();
+    init_known_keys();
+    return PyModule_AddIntConstant(module, "MAX_NESTING", MAX_NESTING);
+}
+
+static PyModuleDef_Slot fastwalk_slots[] = {
+    {Py_mod_exec, fastwalk_exec},
+    {0, NULL}
+};
+
+PyDoc_STRVAR(module_doc,
+"The tool-catalog compressor's C fast path: parse, walk and serialize in one pass.\n"
+"\n"
+"See caveman_batch.catalog.compress, which calls it and falls back to the\n"
+"pure-Python reference path whenever it returns None.");
+
+static struct PyModuleDef fastwalk_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "caveman_batch._fastwalk",
+    .m_doc = module_doc,
+    .m_size = 0,
+    .m_methods = fastwalk_methods,
+    .m_slots = fastwalk_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__fastwalk(void)
+{
+    return PyModuleDef_Init(&fastwalk_module);
+}

@@ -1,0 +1,15 @@
+"""Type stub for the C extension caveman_batch._fastwalk (source: _fastwalk.c)."""
+
+from collections.abc import Callable
+from typing import Final
+
+MAX_NESTING: Final[int]  # containers open at once; deeper documents return None (= catalog.MAX_DEPTH)
+
+def rewrite(raw: bytes, path: tuple[str, ...], kinds: bytes | int, drop_annotations: bool,
+            short_bytes: int, reducer: Callable[[str], str], /) -> tuple[bytes, int, int] | None:
+    """(output, descriptions_reduced, annotations_dropped), or None to run the Python path.
+
+    path: the keys from the root to the tools' container. kinds: one byte per element of
+    the array there (0 data, 1 the element is a tool, 2 its "function" member is), or the
+    int 1 or 2 when the value at path is a single tool.
+    """
