@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caveman_batch.payload.cuts import json_cut, stacktrace
+from caveman_batch.payload import Hint, registry
+from caveman_batch.payload.cuts import json_cut, log, stacktrace
 from caveman_batch.payload.cuts._lines import by_priority
 from caveman_batch.payload.view import Doc
 
@@ -111,3 +112,49 @@ def test_frame_pattern_is_what_the_fast_path_assumes() -> None:
     """The str-method path hard-codes these alternatives: a changed pattern must fail here."""
     assert stacktrace._FRAME.pattern == r'^(?:[ \t]+File \"|[ \t]+at |goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)'
     assert re.compile(stacktrace._GO_FRAME.pattern)
+
+
+# -- routing: signals searched line by line, substring probes first ---------------------
+
+_ROUTE_TOKENS = [
+    "diff --git a/x b/x", "@@ -1,2 +1,2 @@", "=== 1 failed, 2 passed in 0.1s ===", "Ran 3 tests in 0.1s",
+    "  1:2  error  msg  rule", "x.py:1:1: F401 z", "clippy::needless_return", "  1:2  error  clippy::x",
+    "✖ 5 problems", "src/a.ts(3,5): error TS2322: x", "a.c:1:2: error: y", "error[E0308]: m", "ERROR in x",
+    "Traceback (most recent call last):", '  File "x.py", line 1, in f', "    at f (a.js:1:2)",
+    "goroutine 1 [running]:", "\tmain.go:12 +0x1d", "commit 0123456789abcdef0123", "Collecting pkg",
+    "npm WARN x", "INFO ok", "WARN x", "Exception", "ERRORS", "plain", "", " ", "\r", "a:b", "😀",
+]
+
+
+def _plain_detect(cut: Any, text: str) -> bool:
+    from caveman_batch.payload.view import count_lines, sample
+
+    part = sample(text)
+    if cut.name == "stacktrace":
+        return bool(cut.signal.search(part)) and len(stacktrace._FRAME.findall(part)) * 5 >= count_lines(part)
+    if cut.name == "log":
+        lines = part.split("\n")
+        hits = sum(1 for line in lines if any(w in line for w in log._WORDS) and log._LEVEL.search(line))
+        return hits * 3 >= len(lines)
+    return len(cut.signal.findall(part)) >= cut.min_hits
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_ROUTE_TOKENS), st.text(max_size=12)), max_size=60),
+       st.sampled_from(["diff", "tests", "lint", "build", "stacktrace", "gitlog", "install", "log"]))
+def test_fast_detect_is_the_plain_signal_count(lines: list[str], name: str) -> None:
+    cut = next(c for c in registry.cuts(Hint(), []) if c.name == name)
+    text = "\n".join(lines)
+    assert cut.detect(text, Hint()) == _plain_detect(cut, text)
+    big = text + "\n" + "x" * 17_000 + "\n" + text  # past the sample's head: head + tail
+    assert cut.detect(big, Hint()) == _plain_detect(cut, big)
+
+
+def test_anchored_tells_line_patterns_from_the_rest() -> None:
+    from caveman_batch.payload.view import _anchored
+
+    assert _anchored(r"^(?:a|b)") and _anchored(r"^commit [0-9a-f]{7}\b")
+    assert _anchored(r"^[|(]x\(y") and _anchored(r"^[]|]x") and _anchored(r"^(?:a\|b)") and _anchored(r"^[^]|]")
+    assert not _anchored(r"^a|b") and not _anchored(r"a|^b") and not _anchored(r"^(?:a)|b")
+    assert not _anchored(r"^[(]a|b") and not _anchored(r"\b(?:x)")
+    assert not _anchored(r"^a|^b")  # anchored, but only a whole "^(...)" is recognized

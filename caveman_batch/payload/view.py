@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from itertools import accumulate, repeat
+from functools import cache
+from itertools import accumulate, islice, repeat
 from operator import add
 from typing import Final
 
@@ -77,6 +78,8 @@ class Doc:
             self.lines.pop()  # a final newline ends the last line, it does not start one
         self._greps: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         self._ends: list[int] | None = None
+        self._cursor = (0, 0)  # (line, its offset): where the last `offset` call left off
+        self._counts: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -88,8 +91,26 @@ class Doc:
         return self._ends
 
     def offset(self, line: int) -> int:
-        """Where `line` starts in `text`."""
-        return self._starts()[min(line, len(self.lines))]
+        """Where `line` starts in `text`.
+
+        Asked in increasing order (gap markers are rendered top down), it walks on from
+        the last answer, summing line lengths in C, instead of building every offset."""
+        line = min(line, len(self.lines))
+        if self._ends is not None:
+            return self._ends[line]
+        at, pos = self._cursor
+        if line < at:
+            at, pos = 0, 0
+        pos += sum(map(len, self.lines[at:line])) + (line - at)
+        self._cursor = (line, pos)
+        return pos
+
+    def count(self, needle: str) -> int:
+        """How often `needle` occurs in the whole text (remembered)."""
+        found = self._counts.get(needle)
+        if found is None:
+            found = self._counts[needle] = self.text.count(needle)
+        return found
 
     def lines_at(self, offsets: list[int]) -> list[int]:
         """The lines that sorted `offsets` in `nl_text` (each a newline before a line) begin."""
@@ -154,6 +175,46 @@ def _at_line_start(pattern: re.Pattern[str]) -> re.Pattern[str]:
         body = pattern.pattern.removeprefix("^")
         found = _NL_CACHE[pattern.pattern] = re.compile(r"\n(?:" + body + ")", pattern.flags | re.MULTILINE)
     return found
+
+
+@cache
+def _anchored(source: str) -> bool:
+    """Whether a pattern's every alternative starts with `^`: it opens with `^` and has
+    no `|` outside a group or a character class."""
+    if not source.startswith("^"):
+        return False
+    depth, i, n = 0, 1, len(source)
+    while i < n:
+        c = source[i]
+        if c == "\\":
+            i += 1
+        elif c == "[":
+            i += 2 if source.startswith("[^", i) else 1
+            i += 1 if i < n and source[i] == "]" else 0  # a leading ] is a member
+            while i < n and source[i] != "]":
+                i += 2 if source[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return False
+        i += 1
+    return True
+
+
+def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
+    """Whether `pattern` (MULTILINE) matches at least `least` times in `part` (findall's count).
+
+    A pattern anchored at line starts (whose matches stay within a line, as every line
+    pattern here does) is searched as `\\n(?:pattern)`: the engine then jumps from
+    newline to newline instead of trying every position, and stops at the `least`-th
+    line that matches. Any other pattern is counted as findall would."""
+    if _anchored(pattern.pattern) and pattern.flags & re.MULTILINE:
+        found = _at_line_start(pattern).finditer("\n" + part)
+    else:
+        found = pattern.finditer(part)
+    return next(islice(found, least - 1, None), None) is not None
 
 
 def count_between(hits: list[int], start: int, end: int) -> int:

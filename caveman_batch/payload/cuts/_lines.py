@@ -9,7 +9,17 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..model import Hint, Limits
-from ..view import Doc, GapLabel, Run, count_between, finish, lines_marker, pick, sample
+from ..view import (
+    Doc,
+    GapLabel,
+    Run,
+    count_between,
+    finish,
+    line_hits,
+    lines_marker,
+    pick,
+    sample,
+)
 
 
 @dataclass(frozen=True)
@@ -36,9 +46,14 @@ class LineCut:
     #: the lead (summary lines on top) is worth less than runs of this priority or lower
     lead_after: int = 0
 
+    #: substrings one of which every match of `signal` holds: without any, no search
+    signal_needles: tuple[str, ...] = ()
+
     def detect(self, text: str, hint: Hint) -> bool:
-        hits = self.signal.findall(sample(text))
-        return len(hits) >= self.min_hits
+        part = sample(text)
+        if self.signal_needles and not any(n in part for n in self.signal_needles):
+            return False
+        return line_hits(self.signal, part, self.min_hits)
 
     def runs(self, doc: Doc) -> Iterator[Run] | list[Run]:
         """Every kept line as a run, lazily, lowest priority number first, then in order."""
@@ -73,12 +88,14 @@ class LineCut:
         if not self.gap_counts and not self.gap_needles:
             return None, None
         hits = [(name, doc.grep(p, self.needles.get(p.pattern, ()))) for name, p in self.gap_counts]
+        # a needle that is nowhere in the text is not counted gap by gap
+        present = [(name, tuple(n for n in needles if doc.count(n))) for name, needles in self.gap_needles]
 
         def label(start: int, end: int) -> str:
             counts = [(name, count_between(h, start, end)) for name, h in hits]
-            a, b = doc.offset(start), doc.offset(end)
-            counts += [(name, sum(doc.text.count(n, a, b) for n in needles))
-                       for name, needles in self.gap_needles]
+            if present:
+                a, b = doc.offset(start), doc.offset(end)
+                counts += [(name, sum(doc.text.count(n, a, b) for n in needles)) for name, needles in present]
             hidden = [f"{k:,} {name}" for name, k in counts if k]
             extra = f" ({', '.join(hidden)})" if hidden else ""
             return f"[… {end - start:,} line{'s' if end - start != 1 else ''} omitted{extra} …]"

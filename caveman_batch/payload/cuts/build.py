@@ -56,4 +56,5 @@ class BuildCut(LineCut):
                 (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
 
 
-CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)
+# every alternative of _ERROR holds "error" or "ERROR": a sample with neither is not searched
+CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1, signal_needles=("error", "ERROR"))

@@ -8,7 +8,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Final
 
-from ..view import Doc
+from ..model import Hint
+from ..view import Doc, line_hits, sample
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -18,6 +19,7 @@ _TOP: Final = 8
 _RUFF_ALL = re.compile(r"\n([^ \t\n:][^:\n]*:\d+:\d+): ([A-Z]{1,4}\d{2,4})\b")
 _RUFF_RULES = re.compile(r"\n[^ \t\n:][^:\n]*:\d+:\d+: ([A-Z]{1,4}\d{2,4})\b")
 _ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)")
+_ESLINT_REST = re.compile(r"\n[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]([^\n]*)")  # _ESLINT_ALL's rest
 _CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 
 
@@ -40,7 +42,8 @@ def _counts(doc: Doc) -> Counter[str]:
     """Problems per rule; `findall` builds the matches in C (most of the cost here)."""
     text = doc.nl_text
     counts = Counter(_RUFF_RULES.findall(text))  # a list of strings: counted in C
-    counts.update(map(_eslint_rule, (rest for _, rest in _ESLINT_ALL.findall(text))))
+    for rest, n in Counter(_ESLINT_REST.findall(text)).items():  # each distinct message once
+        counts[_eslint_rule(rest)] += n
     if "clippy" in text:  # the clippy pattern has no literal to jump to: search only if worth it
         counts.update(a or f"clippy::{b}" for a, b in _CLIPPY_ALL.findall(text))
     return counts
@@ -69,7 +72,23 @@ def _rules(doc: Doc) -> tuple[Counter[str], dict[str, list[str]]]:
     return counts, where
 
 
+# the signal's alternatives that start a line, and clippy's lint names anywhere
+_SIGNAL_LINES: Final = (r"[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]+[^ \t\n]",
+                        r"[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d{2,4} ", r"✖ \d+ problems?")
+_SIGNAL: Final = re.compile(f"^{_SIGNAL_LINES[0]}|^{_SIGNAL_LINES[1]}|clippy::\\w+|^{_SIGNAL_LINES[2]}", re.MULTILINE)
+_SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
+
+
+
 class LintCut(LineCut):
+    def detect(self, text: str, hint: Hint) -> bool:
+        """Two signal hits; without "clippy::" in the sample every hit starts a line (one per
+        line), so the lines are searched alone, newline to newline."""
+        part = sample(text)
+        if "clippy::" in part:
+            return len(self.signal.findall(part)) >= self.min_hits
+        return line_hits(_SIGNAL_AT_LINES, part, self.min_hits)
+
     def lead(self, doc: Doc) -> list[str]:
         counts, where = _rules(doc)
         if not counts:
@@ -84,8 +103,7 @@ class LintCut(LineCut):
 
 CUT = LintCut(
     name="lint",
-    signal=re.compile(r"^[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]+[^ \t\n]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d{2,4} "
-                      r"|clippy::\w+|^✖ \d+ problems?", re.MULTILINE),
+    signal=_SIGNAL,
     keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
                  r"|error: could not compile|\d+ errors?|All checks passed)")),
           (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: ")),

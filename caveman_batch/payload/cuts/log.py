@@ -21,7 +21,10 @@ _WARNS: Final = rx(r"\b(?:WARN|WARNING)\b")
 class LogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """Most lines carry a level word (substring tests first: a word regex is slow)."""
-        lines = sample(text).split("\n")
+        part = sample(text)
+        if not any(w in part for w in _WORDS):  # every level word holds one of these
+            return False
+        lines = part.split("\n")
         hits = sum(1 for line in lines if any(w in line for w in _WORDS) and _LEVEL.search(line))
         return hits * 3 >= len(lines)
 

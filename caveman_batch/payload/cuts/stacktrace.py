@@ -13,9 +13,11 @@ from ..model import Hint, Limits
 from ..view import (
     Doc,
     Run,
+    _at_line_start,
     count_between,
     count_lines,
     finish,
+    line_hits,
     lines_marker,
     pick,
     sample,
@@ -104,9 +106,10 @@ class StackCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """A trace, not a long log that happens to hold one (the log cut serves that)."""
         part = sample(text)
-        if not self.signal.search(part):
+        if not line_hits(self.signal, part, 1):
             return False
-        return len(_FRAME.findall(part)) * 5 >= count_lines(part)
+        frames = len(_at_line_start(_FRAME).findall("\n" + part))  # one per line, as findall counts
+        return frames * 5 >= count_lines(part)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc(text)
