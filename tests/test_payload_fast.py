@@ -64,6 +64,46 @@ def test_json_notable_items_with_many_layouts_and_deep_errors() -> None:
     assert json_cut._notable_items(arr)[0] == [18, 390, 403]
 
 
+def _json_result(text: str, loads: Any) -> tuple[str, str]:
+    try:
+        return "ok", repr(loads(text))  # repr tells 1 from 1.0 from True, -0.0 from 0.0, key order
+    except RecursionError:
+        return "error", "RecursionError"
+    except ValueError:
+        return "error", "ValueError"
+
+
+_JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-2**70, 2**70), st.floats(),
+              st.text(), st.text(alphabet=st.characters(max_codepoint=0xDFFF))),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=3), inner, max_size=4)),
+    max_leaves=15)
+_JSON_NOISE = st.sampled_from(['"', "[", "]", "{", "}", ",", ":", "1e400", "NaN", "-0", "01", "\\ud800",
+                               '"\\ud83d\\ude00"', "\t", "\u00a0", "\ufeff", "9" * 19, "-9223372036854775809",
+                               '{"a":1,"a":2}', "1.5E+3", "\ud800", " "])
+
+
+@st.composite
+def _json_texts(draw: st.DrawFn) -> str:
+    text = json.dumps(draw(_JSON_VALUES), ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1])))
+    for _ in range(draw(st.integers(0, 3))):  # and some that json.loads may refuse
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(_JSON_NOISE) + text[at:]
+    return text
+
+
+@settings(max_examples=500, deadline=None)
+@given(_json_texts())
+def test_json_loads_fast_path_reads_what_json_loads_reads(text: str) -> None:
+    assert _json_result(text, json_cut._loads) == _json_result(text, json.loads)
+
+
+def test_json_loads_fast_path_edges() -> None:
+    for text in ["[18446744073709551616]", "[-9223372036854775809]", "[1e400]", "[NaN]", '["\\ud800"]',
+                 '{"a":1,"b":2,"a":3}', "[-0]", "[-0.0]", "[" * 3000 + "]" * 3000, '["\ud800"]']:
+        assert _json_result(text, json_cut._loads) == _json_result(text, json.loads), text
+
+
 # -- stacktrace: frames found by str methods -------------------------------------------
 
 _FRAME_BITS = st.sampled_from([" ", "\t", "  ", "File \"", "at ", "goroutine 1 [", "goroutine x [",

@@ -14,6 +14,8 @@ from itertools import compress, count, islice, repeat
 from operator import contains, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final
 
+import orjson
+
 from ..model import Hint, Limits
 from ..view import fits
 
@@ -192,6 +194,27 @@ class _Skeleton:
         return found[0], found[1]
 
 
+_DIGITS: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER: Final = b"0" * 19  # 19 digits in a row: maybe an integer past 64 bits
+
+
+def _loads(text: str) -> Any:
+    """What `json.loads(text)` gives, parsed by orjson (several times faster) when it is sure
+    to give the same: orjson refuses NaN, Infinity, lone surrogates and floats that overflow
+    (json.loads takes them: then json.loads runs), and reads integers past 64 bits as floats,
+    so a text holding 19 digits in a row is left to json.loads."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return json.loads(text)
+    if _LONG_NUMBER not in raw.translate(_DIGITS):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 class JsonCut:
     name = "json"
 
@@ -201,7 +224,7 @@ class JsonCut:
 
     def cut(self, text: str, limits: Limits) -> str | None:
         try:
-            value = json.loads(text)
+            value = _loads(text)
         except ValueError:
             return None
         notable: dict[int, list[int]] = {}
