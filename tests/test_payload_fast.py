@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from caveman_batch.payload import Hint, registry
 from caveman_batch.payload.cuts import json_cut, log, stacktrace
 from caveman_batch.payload.cuts._lines import by_priority
-from caveman_batch.payload.view import Doc
+from caveman_batch.payload.view import Doc, clip
 
 # -- json: error items and outliers, a column at a time ---------------------------------
 
@@ -198,3 +198,29 @@ def test_anchored_tells_line_patterns_from_the_rest() -> None:
     assert not _anchored(r"^a|b") and not _anchored(r"a|^b") and not _anchored(r"^(?:a)|b")
     assert not _anchored(r"^[(]a|b") and not _anchored(r"\b(?:x)")
     assert not _anchored(r"^a|^b")  # anchored, but only a whole "^(...)" is recognized
+
+
+# -- diff: the file list is not counted when it cannot fit --------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.sampled_from([0, 3, 12, 30]), st.integers(-10, 120),
+       st.one_of(st.none(), st.integers(-2, 3)), st.sampled_from([None, 20, 25, 32, 45, 80, 300]))
+def test_diff_lead_skipped_only_when_pick_would_drop_it(files: int, name_len: int, slack: int,
+                                                        line_slack: int | None, line_chars: int | None) -> None:
+    from caveman_batch.payload.cuts import diff
+    from caveman_batch.payload.model import Limits
+
+    text = "".join(f"diff --git a/{'d' * name_len}{k} b/{'d' * name_len}{k}\nindex 1..2 100644\n"
+                   f"--- a/x{k}\n+++ b/x{k}\n@@ -1,2 +1,2 @@\n-old {k}\n+new {k}\n context\n" for k in range(files))
+    original = diff._may_fit
+    try:
+        diff._may_fit = lambda names, limits: True  # always count: the lead as before
+        lead = diff.CUT.lead(Doc(text), Limits(10**6))
+        # budgets around what the whole lead takes, where a wrong bound would show
+        size = sum(len(clip(x, line_chars or 10**6)) + 1 for x in lead)
+        limits = Limits(max(size + slack, 60),
+                        None if line_slack is None else max(len(lead) + line_slack, 1), line_chars)
+        whole = diff.CUT.cut(text, limits)
+    finally:
+        diff._may_fit = original
+    assert diff.CUT.cut(text, limits) == whole

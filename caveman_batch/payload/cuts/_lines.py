@@ -72,13 +72,13 @@ class LineCut:
         for prio, pattern in self.keep:
             yield prio, pattern, self.needles.get(pattern.pattern, ())
 
-    def lead(self, doc: Doc) -> list[str]:
+    def lead(self, doc: Doc, limits: Limits) -> list[str]:
         return []
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc(text)
         label, room = self.labeler(doc)
-        lead = self.lead(doc)
+        lead = self.lead(doc, limits)
         view = pick(doc, ordered(self.runs(doc)), limits, lead=lead, label=label,
                     label_room=room, presorted=True, lead_after=self.lead_after)
         return finish(view, limits)

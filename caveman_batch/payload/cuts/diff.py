@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..model import Limits
 from ..view import Doc, Run
 from ._lines import LineCut, Stream, rx
 
@@ -25,24 +26,44 @@ def _context(doc: Doc) -> Iterator[Run]:
                 yield (4, j, j + 1)
 
 
-def _files(doc: Doc) -> list[str]:
-    """One line per changed file: its name and its added/removed line counts."""
+def _files(doc: Doc, limits: Limits) -> list[str]:
+    """One line per changed file: its name and its added/removed line counts.
+
+    None when even the names cannot fit the budget: the lead would be dropped whole, so
+    its counts (four passes over the text) are not worth making."""
     starts = list(doc.positions(_GIT))
     if not starts:
         return []
-    text, out = doc.nl_text, []
+    text = doc.nl_text
+    names = []
     for a, b in zip(starts, [*starts[1:], len(text)]):
-        head = text[a + 1:text.find("\n", a + 1) if text.find("\n", a + 1) >= 0 else b]
-        name = head[len("diff --git "):].partition(" b/")[0].removeprefix("a/")
+        end = text.find("\n", a + 1)
+        head = text[a + 1:end if end >= 0 else b]
+        names.append(head[len("diff --git "):].partition(" b/")[0].removeprefix("a/"))
+    if not _may_fit(names, limits):
+        return []
+    out = []
+    for name, a, b in zip(names, starts, [*starts[1:], len(text)]):
         added = text.count("\n+", a, b) - text.count("\n+++ ", a, b)  # counted in C
         removed = text.count("\n-", a, b) - text.count("\n--- ", a, b)
         out.append(f"  {name} +{added:,} -{removed:,}")
     return out
 
 
+def _may_fit(names: list[str], limits: Limits) -> bool:
+    """Whether a lead of these file lines could pass `pick`'s test for a lead.
+
+    A file line is "  {name} +{a} -{r}" (at least the name and 6 chars) and a clipped line
+    keeps at least 20 chars (its marker), so this undercounts what `pick` counts."""
+    if limits.lines is not None and len(names) + 2 > limits.lines:
+        return False
+    least = sum(min(len(name) + 6, 20) + 1 for name in names)
+    return least <= limits.chars
+
+
 class DiffCut(LineCut):
-    def lead(self, doc: Doc) -> list[str]:
-        files = _files(doc)
+    def lead(self, doc: Doc, limits: Limits) -> list[str]:
+        files = _files(doc, limits)
         return [f"[diff cut: {len(files):,} files changed]", *files] if files else []
 
     def streams(self, doc: Doc) -> list[Stream]:

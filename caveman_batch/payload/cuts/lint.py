@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Final
 
-from ..model import Hint
+from ..model import Hint, Limits
 from ..view import Doc, line_hits, sample
 from ._lines import LineCut, rx
 
@@ -89,7 +89,7 @@ class LintCut(LineCut):
             return len(self.signal.findall(part)) >= self.min_hits
         return line_hits(_SIGNAL_AT_LINES, part, self.min_hits)
 
-    def lead(self, doc: Doc) -> list[str]:
+    def lead(self, doc: Doc, limits: Limits) -> list[str]:
         counts, where = _rules(doc)
         if not counts:
             return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ..model import Hint
+from ..model import Hint, Limits
 from ..view import Doc, sample
 from ._lines import LineCut, Stream, rx
 
@@ -28,7 +28,7 @@ class LogCut(LineCut):
         hits = sum(1 for line in lines if any(w in line for w in _WORDS) and _LEVEL.search(line))
         return hits * 3 >= len(lines)
 
-    def lead(self, doc: Doc) -> list[str]:
+    def lead(self, doc: Doc, limits: Limits) -> list[str]:
         errors = len(doc.grep(_ERRORS, _ERROR_WORDS))
         warnings = len(doc.grep(_WARNS, _WARN_WORDS))
         return [(f"[log cut: {len(doc):,} lines: {errors:,} with an error word, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..model import Limits
 from ..view import Doc, Run
 from ._lines import LineCut, Stream, rx
 
@@ -35,7 +36,7 @@ _PASSING = rx(r"(?:PASSED|\.\.\. ok\r?$|^ok |✓|--- PASS|^PASS )")
 
 
 class TestsCut(LineCut):
-    def lead(self, doc: Doc) -> list[str]:
+    def lead(self, doc: Doc, limits: Limits) -> list[str]:
         passing = sum(map(doc.count, _PASS_NEEDLES))  # one marker per passing line
         return [f"[tests cut: {passing:,} passing tests omitted; failures and summary kept]"] if passing else []
 
