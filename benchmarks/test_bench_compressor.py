@@ -79,14 +79,27 @@ def test_rule_detection(benchmark: BenchmarkFixture, long_descriptions: list[str
     _report(benchmark, sum(len(t.encode()) for t in long_descriptions))
 
 
-def test_reduce_cold(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
+def _reduce_cold(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
     def run() -> list[str]:
         describe._reduce_cached.cache_clear()
         return [describe.reduce(t) for t in long_descriptions]
 
     result = benchmark(run)
     assert sum(map(len, result)) < sum(map(len, long_descriptions))
+    benchmark.extra_info["fastreduce"] = describe._FAST is not None
     _report(benchmark, sum(len(t.encode()) for t in long_descriptions))
+
+
+def test_reduce_cold(benchmark: BenchmarkFixture, long_descriptions: list[str]) -> None:
+    """describe.reduce as the compressor calls it: the C reducer when it is built (see _accel)."""
+    _reduce_cold(benchmark, long_descriptions)
+
+
+def test_reduce_cold_pure_python(benchmark: BenchmarkFixture, long_descriptions: list[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python reference path alone (what CAVEMAN_PURE_PYTHON=1 runs)."""
+    monkeypatch.setattr(describe, "_FAST", None)
+    _reduce_cold(benchmark, long_descriptions)
 
 
 def test_compress_catalogs_cold(benchmark: BenchmarkFixture, bench_corpus: list[bytes]) -> None:

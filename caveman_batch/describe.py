@@ -14,6 +14,13 @@ sentence before it and the character after it, and kept sentences are joined by 
 separator that preceded them, so the reduced text splits into exactly the kept
 sentences. Quoted and code spans are the one non-local thing (their pairing can
 shift when a sentence goes), so texts holding them are re-split and checked.
+
+`reduce` asks the C reducer `_fastreduce` first when it is built (see `_accel`). It
+mirrors `explain(...).text` exactly, with the rule fragments of `rules` and the
+abbreviations below compiled into it on import, and answers None for input it
+does not mirror (a lone surrogate, a limit under 0, a lead limit under 3 bytes);
+that input takes the Python path. `explain` (what `lint` shows) is always the
+Python path, which defines the output; tests/test_fastreduce.py compares the two.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
+from types import ModuleType
 from typing import Final
 
+from . import _accel, rules
 from .rules import RuleScan, opens_with_instruction
 
 SHORT_BYTES: Final = 160
@@ -273,10 +282,29 @@ def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_
         return text  # short and already folded: the common case, decided in C
     if (short_bytes, lead_bytes) == (SHORT_BYTES, LEAD_BYTES):
         return _reduce_cached(text)
+    if _FAST is not None and (fast := _FAST.reduce(text, short_bytes, lead_bytes)) is not None:
+        return fast
     return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text
 
 
 @lru_cache(maxsize=8192)
 def _reduce_cached(text: str) -> str:
     # Registries repeat themselves (shared parameters, servers in several versions).
+    if _FAST is not None and (fast := _FAST.reduce(text, SHORT_BYTES, LEAD_BYTES)) is not None:
+        return fast
     return explain(text).text
+
+
+def _fast_reducer() -> ModuleType | None:
+    """The C reducer configured with this module's rule fragments and abbreviations, or None."""
+    fast = _accel.fastreduce
+    if fast is None:
+        return None
+    try:
+        fast.configure(rules._ALL, _ABBREVIATIONS)
+    except ValueError:  # a fragment outside the regex subset it compiles (tests/test_fastreduce.py fails)
+        return None
+    return fast
+
+
+_FAST: ModuleType | None = _fast_reducer()
