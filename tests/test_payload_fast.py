@@ -224,3 +224,33 @@ def test_diff_lead_skipped_only_when_pick_would_drop_it(files: int, name_len: in
     finally:
         diff._may_fit = original
     assert diff.CUT.cut(text, limits) == whole
+
+
+# -- one split per reduce ------------------------------------------------------------------
+
+@given(st.text(alphabet="ab\n\r", max_size=12))
+def test_doc_line_count_is_count_lines(text: str) -> None:
+    from caveman_batch.payload.view import count_lines
+
+    assert Doc(text).line_count() == count_lines(text) == Doc(text).line_count(split=False)
+    doc = Doc(text)
+    assert doc.line_count(split=False) == count_lines(text) and "lines" not in doc.__dict__
+
+
+def test_reduce_splits_the_text_once_for_every_cut(monkeypatch: Any) -> None:
+    from caveman_batch.payload import Budget, reduce, view
+
+    made: list[str] = []
+    original = view.Doc.__init__
+
+    def init(self: Any, text: str) -> None:
+        made.append(text)
+        original(self, text)
+
+    monkeypatch.setattr(view.Doc, "__init__", init)
+    text = "".join(f"src/a{i}.c:{i}:1: warning: unused x [-Wunused]\n" for i in range(3_000))  # not lint:
+    text += "src/b.c:9:2: error: 'count' undeclared\n"  # build takes it after lint passes on it
+    result = reduce(text, None, Budget(2_000))
+    assert result.strategy == "build"
+    assert sum(1 for t in made if t == text) == 1
+    assert view._SHARED.get() is None  # nothing kept after the reduce

@@ -14,7 +14,7 @@ from ..errors import CavemanError
 from ..store import Store
 from .model import Budget, Cut, Hint, Limits, PayloadResult, Stats
 from .registry import cuts
-from .view import count_lines, fits
+from .view import count_lines, fits, shared
 
 TEXT_TYPE: Final = "text/plain; charset=utf-8"
 BINARY_TYPE: Final = "application/octet-stream"
@@ -31,17 +31,23 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
     text, raw, ctype = _decode(data)
     hint = hint or Hint()
     whole = Limits(budget.max_chars, budget.max_lines, budget.max_line_chars)
-    before = (len(text), count_lines(text))
-    if fits(text, whole):
-        return PayloadResult(text, "none", "fits the budget; unchanged",
-                             Stats(*before[:1], len(text), before[1], before[1], "nothing"))
-    name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
+    with shared(text) as doc:  # split once: the line count here, the lines for the cuts
+        before = (len(text), doc.line_count(split=not _json_like(text)))
+        if fits(text, whole):
+            return PayloadResult(text, "none", "fits the budget; unchanged",
+                                 Stats(*before[:1], len(text), before[1], before[1], "nothing"))
+        name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
     handle, note = _commit(store, raw, ctype, warnings)
     after = (len(body), count_lines(body))
     view = body + "\n" + footer(before, after, name, handle)
     omitted = f"{before[1] - min(after[1], before[1]):,} of {before[1]:,} lines"
     stats = Stats(before[0], len(view), before[1], count_lines(view), omitted)
     return PayloadResult(view, name, note, stats, handle, tuple(warnings))
+
+
+def _json_like(text: str) -> bool:
+    """Likely a JSON document: parsed by its cut, not split into lines (then only counted)."""
+    return text[:1] in ("{", "[") or text.lstrip()[:1] in ("{", "[")
 
 
 def _decode(data: str | bytes) -> tuple[str, bytes, str]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from functools import cache
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import cache, cached_property
 from itertools import accumulate, islice, repeat
 from operator import add
 from typing import Final
@@ -72,17 +74,38 @@ class Doc:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.nl_text = "\n" + text
-        self.lines = text.split("\n")
-        if self.lines and self.lines[-1] == "" and len(self.lines) > 1:
-            self.lines.pop()  # a final newline ends the last line, it does not start one
         self._greps: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         self._ends: list[int] | None = None
         self._cursor = (0, 0)  # (line, its offset): where the last `offset` call left off
         self._counts: dict[str, int] = {}
 
+    @cached_property
+    def lines(self) -> list[str]:
+        """The lines, split on first use."""
+        lines = self.text.split("\n")
+        if lines and lines[-1] == "" and len(lines) > 1:
+            lines.pop()  # a final newline ends the last line, it does not start one
+        return lines
+
+    @cached_property
+    def nl_text(self) -> str:
+        """The text behind a newline, so every line, the first too, follows one."""
+        return "\n" + self.text
+
+    @classmethod
+    def of(cls, text: str) -> Doc:
+        """The Doc `reduce` made of `text` (see `shared`), else a new one."""
+        doc = _SHARED.get()
+        return doc if doc is not None and doc.text is text else cls(text)
+
     def __len__(self) -> int:
         return len(self.lines)
+
+    def line_count(self, split: bool = True) -> int:
+        """`count_lines(text)`: from the lines, split now if `split` and not yet split."""
+        if split or "lines" in self.__dict__:
+            return len(self.lines) if self.text else 0
+        return count_lines(self.text)
 
     def _starts(self) -> list[int]:
         """Where each line starts in `text`, and one past the end (built once, in C)."""
@@ -163,6 +186,21 @@ class Doc:
             found = self._search(pattern, needles) if needles else list(self.igrep(pattern))
             self._greps[key] = found
         return found
+
+
+_SHARED: ContextVar[Doc | None] = ContextVar("caveman_batch_payload_doc", default=None)
+
+
+@contextmanager
+def shared(text: str) -> Iterator[Doc]:
+    """A Doc of `text` that `Doc.of(text)` hands every cut while the block runs: the text
+    is split into lines once per reduce, and its line count comes with the split."""
+    doc = Doc(text)
+    token = _SHARED.set(doc)
+    try:
+        yield doc
+    finally:
+        _SHARED.reset(token)
 
 
 _NL_CACHE: dict[str, re.Pattern[str]] = {}

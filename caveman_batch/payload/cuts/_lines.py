@@ -76,7 +76,7 @@ class LineCut:
         return []
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        doc = Doc(text)
+        doc = Doc.of(text)
         label, room = self.labeler(doc)
         lead = self.lead(doc, limits)
         view = pick(doc, ordered(self.runs(doc)), limits, lead=lead, label=label,

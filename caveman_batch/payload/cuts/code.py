@@ -28,7 +28,7 @@ class CodeCut:
         return len(_SIGNAL.findall(sample(text))) >= 3
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        doc = Doc(text)
+        doc = Doc.of(text)
         width = len(str(len(doc)))
         numbered = Doc("\n".join(f"{i + 1:>{width}}| {line}" for i, line in enumerate(doc.lines)))
         runs = [(0, i, i + 1) for i in doc.grep(_IMPORT)]

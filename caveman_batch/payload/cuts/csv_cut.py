@@ -38,7 +38,7 @@ class CsvCut:
         return _delimiter(lines) is not None
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        doc = Doc(text)
+        doc = Doc.of(text)
         n = len(doc)
         runs: list[Run] = [(0, 0, 1)]  # the header
         for k in range(1, n):  # then rows from both ends, alternating

@@ -50,7 +50,7 @@ class SizeCut:
         return True
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        doc = Doc(text)
+        doc = Doc.of(text)
         return finish(pick(doc, _runs(len(doc), self.mode), limits, presorted=True), limits)
 
 

@@ -112,7 +112,7 @@ class StackCut(LineCut):
         return frames * 5 >= count_lines(part)
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        doc = Doc(text)
+        doc = Doc.of(text)
         all_frames, messages = _frames(doc), doc.grep(_MESSAGE)
         frames = _dep_frames(doc, all_frames)
         dep = _dep_lines(doc, frames)

@@ -12,7 +12,7 @@ from operator import itemgetter, ne
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import fits, sample
+from ..view import Doc, fits, sample
 
 _PATH: Final = re.compile(r"^(?:\.{1,2}|~)?/?[^ \t/][^\n]*$")
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
@@ -86,7 +86,7 @@ class TreeCut:
         return pathy * 10 >= len(lines) * 8
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        groups = _groups(text, text.split("\n"))
+        groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
         total = sum(n for n, _ in groups.values())
         for per_dir in _PER_DIR:
             view = _render(groups, per_dir, total)
