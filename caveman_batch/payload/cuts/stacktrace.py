@@ -30,11 +30,12 @@ _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
                "at sun.", "at kotlin.", "at scala.", "/go/pkg/mod/", "GOROOT", "/usr/local/go/src/",
                ".rustup/", "/rustc/")
-# each group's needles all contain its probe: an absent probe rules them all out
+# each group's needles all contain its probe: an absent probe rules them all out (a
+# one-char probe is a memchr; "(" and "G" are rare in Python's frames, "at " in all but Java's)
 _DEP_PROBES: Final = tuple(
     (probe, tuple(n for n in _DEP if probe in n))
-    for probe in ("-packages", "node_modules", "/usr/", "lib/python", "<frozen ", "(node:", "at j",
-                  "at s", "at kotlin.", "/go/pkg/mod/", "GOROOT", "rust"))
+    for probe in ("-packages", "node_modules", "/usr/", "lib/python", "<frozen ", "(", "at ", "/go/pkg/mod/",
+                  "G", "rust"))
 assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
@@ -49,14 +50,15 @@ _GO_FRAME = rx(r"^(?:goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
 def _frames(doc: Doc) -> list[int]:
     """The indexes of the lines `_FRAME` matches, by str methods over the lines.
 
-    A blank-led line whose rest starts with 'File "' or 'at ' is a frame: two C-level
-    passes over the lines, several times cheaper than the regex tried at every line
-    (a trace is mostly frames, so most lines get that far). Go's frames are searched
-    only when the text has them."""
+    A blank-led line whose rest starts with 'File "' or 'at ' is a frame: the lines
+    holding either come from two C-level passes, several times cheaper than the regex
+    tried at every line, and only those are looked at. Go's frames are searched only
+    when the text has them."""
     lines = doc.lines
-    rest = map(str.lstrip, lines, repeat(" \t"))
-    found = [i for i in compress(count(), map(str.startswith, rest, repeat(('File "', "at "))))
-             if lines[i][0] in " \t"]
+    holding = {*compress(count(), map(contains, lines, repeat('File "'))),
+               *compress(count(), map(contains, lines, repeat("at ")))}
+    found = [i for i in sorted(holding)
+             if lines[i][0] in " \t" and lines[i].lstrip(" \t").startswith(('File "', "at "))]
     if "goroutine " in doc.text or ".go:" in doc.text:
         found = sorted({*found, *doc.igrep(_GO_FRAME)})
     return found
