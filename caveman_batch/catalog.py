@@ -165,9 +165,12 @@ def serialize(doc: Any) -> bytes:
 # -- where the tools are --------------------------------------------------------
 
 
+_TOOL_KEYS: Final = frozenset({"description", *SCHEMA_KEYS})
+
+
 def _is_tool(obj: Any) -> bool:
     return (isinstance(obj, dict) and isinstance(obj.get("name"), str)
-            and any(k in obj for k in ("description", *SCHEMA_KEYS)))
+            and not _TOOL_KEYS.isdisjoint(obj.keys()))
 
 
 def _has_schema(obj: Any) -> bool:
@@ -176,10 +179,11 @@ def _has_schema(obj: Any) -> bool:
 
 def _tool_of(item: Any) -> dict[str, Any] | None:
     if isinstance(item, dict):
-        fn = item.get("function")
-        if item.get("type") == "function" and isinstance(fn, dict):
-            return fn
-        if _is_tool(item):
+        if item.get("type") == "function":
+            fn = item.get("function")
+            if isinstance(fn, dict):
+                return fn
+        if isinstance(item.get("name"), str) and not _TOOL_KEYS.isdisjoint(item.keys()):
             return item
     return None
 

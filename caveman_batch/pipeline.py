@@ -323,16 +323,15 @@ def _reuse(doc: Document, previous: dict[str, Any], config: Config) -> Result | 
 def _read_output(out: Path, where: dict[str, Any], digest: str,
                  previous: dict[str, Any]) -> bytes | None:
     """The previous run's output bytes, if still in place and intact."""
-    path = out / where["path"]
     try:
         if "offset" in where:  # a JSONL/array output: one open file for all its documents
-            handles: dict[Path, BinaryIO] = previous.setdefault(_HANDLES, {})
-            if path not in handles:
-                handles[path] = open(path, "rb")
-            handles[path].seek(where["offset"])
-            data = handles[path].read(where["length"])
+            fds: dict[str, int] = previous.setdefault(_HANDLES, {})
+            fd = fds.get(where["path"])
+            if fd is None:
+                fd = fds[where["path"]] = os.open(out / where["path"], os.O_RDONLY)
+            data = os.pread(fd, where["length"], where["offset"])
         else:
-            data = path.read_bytes()
+            data = (out / where["path"]).read_bytes()
     except OSError:
         return None
     return data if hashlib.sha256(data).hexdigest() == digest else None
@@ -342,8 +341,8 @@ _HANDLES: Final = "\0open handles"  # a key no sha256 can be
 
 
 def _close_previous(previous: dict[str, Any]) -> None:
-    for fh in previous.pop(_HANDLES, {}).values():
-        fh.close()
+    for fd in previous.pop(_HANDLES, {}).values():
+        os.close(fd)
 
 
 # -- committing and publishing ---------------------------------------------------------------

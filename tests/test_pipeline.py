@@ -307,3 +307,16 @@ def test_whole_corpora_as_a_registry(corpora: Path, tmp_path: Path) -> None:
     with open_store(f"lmdb://{tmp_path}/s1") as store:
         for row in rows:
             assert ccr.recover(store, row["handle"]) == Path(row["source"]["path"]).read_bytes()
+
+
+def test_touch_rewrites_a_record_at_most_once_an_hour(tmp_path: Path) -> None:
+    hour = ccr.TOUCH_GRANULARITY_MS
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        record = ccr.prepare(b'{"tools": []}', now_ms=10 * hour)
+        ccr.commit(store, [record])
+        digest, key = record.digest, record.key
+        before = store.get(key)
+        ccr.touch(store, [digest], now_ms=11 * hour)  # seen within the hour: left as it is
+        assert store.get(key) == before
+        ccr.touch(store, [digest], now_ms=11 * hour + 1)
+        assert ccr.decode_header(store.get(key)).last_seen_ms == 11 * hour + 1
