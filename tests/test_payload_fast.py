@@ -163,6 +163,7 @@ _ROUTE_TOKENS = [
     "Traceback (most recent call last):", '  File "x.py", line 1, in f', "    at f (a.js:1:2)",
     "goroutine 1 [running]:", "\tmain.go:12 +0x1d", "commit 0123456789abcdef0123", "Collecting pkg",
     "npm WARN x", "INFO ok", "WARN x", "Exception", "ERRORS", "plain", "", " ", "\r", "a:b", "😀",
+    "INFO WARN x ERROR", "xINFO", "DEBUG\tTRACE",
 ]
 
 

@@ -55,6 +55,11 @@ def _notable_items(arr: list[Any]) -> tuple[list[int], list[int]]:
     n = len(arr)
     first, kind = arr[0], type(arr[0])
     if kind is dict and all(map(is_, map(type, arr), repeat(dict))):
+        uniform = _uniform(arr)
+        if uniform is not None:  # one key set, so one shape: no outliers
+            found: set[int] = set()
+            _check_layout(*uniform, range(n), 0, found)
+            return sorted(found), []
         same = list(map(eq, map(dict.keys, arr), repeat(first.keys())))  # same key set = same shape
         return _errors_among(arr, 0, same), list(islice(compress(count(), map(not_, same)), 64))
     dicts = list(compress(count(), map(is_, map(type, arr), repeat(dict))))
@@ -75,9 +80,13 @@ def _errors_among(items: list[dict[str, Any]], depth: int, same: list[bool] | No
     if depth > 2 or not items:
         return []
     n = len(items)
-    if same is None:
-        same = list(map(eq, map(dict.keys, items), repeat(items[0].keys())))
     found: set[int] = set()
+    if same is None:
+        uniform = _uniform(items)
+        if uniform is not None:
+            _check_layout(*uniform, range(n), depth, found)
+            return sorted(found)
+        same = list(map(eq, map(dict.keys, items), repeat(items[0].keys())))
     rows, where = (items, range(n)) if all(same) else _take(items, list(compress(count(), same)))
     _check_columns(rows, where, depth, found)
     if len(where) < n:
@@ -93,13 +102,36 @@ def _take(items: list[Any], where: list[int]) -> tuple[list[Any], list[int]]:
     return [items[i] for i in where], where
 
 
+def _uniform(items: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[Sequence[Any]]] | None:
+    """(the first dict's keys, the column of values of each) when every dict has exactly
+    those keys (same size, and none missing when the values are taken out), else None."""
+    first = items[0]
+    if not all(map(eq, map(len, items), repeat(len(first)))):
+        return None
+    layout = tuple(first)
+    if not layout:
+        return layout, []
+    get = itemgetter(*layout)
+    try:
+        values = list(map(get, items))
+    except KeyError:
+        return None
+    return layout, (list(zip(*values)) if len(layout) > 1 else [values])
+
+
 def _check_columns(rows: list[dict[str, Any]], where: Sequence[int], depth: int, found: set[int]) -> None:
     """`_is_error` over rows sharing one key set, a column at a time; hits go to `found`."""
     layout = tuple(rows[0])
     if not layout:
         return
     get = itemgetter(*layout)
-    columns = zip(*map(get, rows)) if len(layout) > 1 else [list(map(get, rows))]
+    columns = list(zip(*map(get, rows))) if len(layout) > 1 else [list(map(get, rows))]
+    _check_layout(layout, columns, where, depth, found)
+
+
+def _check_layout(layout: tuple[str, ...], columns: list[Sequence[Any]], where: Sequence[int], depth: int,
+                  found: set[int]) -> None:
+    """`_is_error` over rows given as columns (one per key of `layout`); hits go to `found`."""
     for key, column in zip(layout, columns):
         low = key.lower()
         if low in _ERROR_KEYS:

@@ -18,15 +18,25 @@ _ERRORS: Final = rx(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE|Traceback|Excep
 _WARNS: Final = rx(r"\b(?:WARN|WARNING)\b")
 
 
+def _level_lines(part: str) -> int:
+    """How many lines of `part` hold a level word: searched over the whole part, and on
+    from the next line after each hit (a line counts once)."""
+    hits, pos, search, find = 0, 0, _LEVEL.search, part.find
+    while (m := search(part, pos)) is not None:
+        hits += 1
+        pos = find("\n", m.end()) + 1
+        if not pos:
+            break
+    return hits
+
+
 class LogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
-        """Most lines carry a level word (substring tests first: a word regex is slow)."""
+        """Most lines carry a level word (none without one of the words in it at all)."""
         part = sample(text)
         if not any(w in part for w in _WORDS):  # every level word holds one of these
             return False
-        lines = part.split("\n")
-        hits = sum(1 for line in lines if any(w in line for w in _WORDS) and _LEVEL.search(line))
-        return hits * 3 >= len(lines)
+        return _level_lines(part) * 3 >= part.count("\n") + 1
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
         errors = len(doc.grep(_ERRORS, _ERROR_WORDS))
