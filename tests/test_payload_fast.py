@@ -255,3 +255,12 @@ def test_reduce_splits_the_text_once_for_every_cut(monkeypatch: Any) -> None:
     assert result.strategy == "build"
     assert sum(1 for t in made if t == text) == 1
     assert view._SHARED.get() is None  # nothing kept after the reduce
+
+
+@given(st.text(alphabet="ab\n", max_size=30), st.lists(st.integers(0, 40), max_size=12))
+def test_doc_offset_walks_or_builds_the_table_to_the_same_answers(text: str, asks: list[int]) -> None:
+    doc, starts = Doc(text), [0]
+    for line in doc.lines:
+        starts.append(starts[-1] + len(line) + 1)
+    for line in sorted(asks[: len(asks) // 2]) + asks:  # in order first, then any order
+        assert doc.offset(line) == starts[min(line, len(doc.lines))]

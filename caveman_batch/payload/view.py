@@ -119,11 +119,9 @@ class Doc:
         Asked in increasing order (gap markers are rendered top down), it walks on from
         the last answer, summing line lengths in C, instead of building every offset."""
         line = min(line, len(self.lines))
-        if self._ends is not None:
-            return self._ends[line]
         at, pos = self._cursor
-        if line < at:
-            at, pos = 0, 0
+        if self._ends is not None or line < at:  # asked out of order: build the table once
+            return self._starts()[line]
         pos += sum(map(len, self.lines[at:line])) + (line - at)
         self._cursor = (line, pos)
         return pos
