@@ -21,6 +21,11 @@
  *   rules._SIGNAL             signal_at()
  *   rules.opens_with_instruction  imperative_at()   (_IMPERATIVE)
  *
+ * Three of those stages are exported as well, for the tests and benchmarks that
+ * compare and time them one by one: split_sentences() and units() (find_units(),
+ * without and with the gluing) and rule_units() (states_rule() per span).  They
+ * run the very functions reduce() runs, on a text that is already folded.
+ *
  * The rule fragments have one source of truth, rules.CATEGORIES: configure()
  * receives rules._ALL and compiles the small regex subset the fragments use into
  * a byte-level DFA (subset construction at configure time), matched on the
@@ -1465,12 +1470,16 @@ ends_sentence(const Py_UCS4 *t, Span unit)
     return e > lo && is_terminal(t[e - 1]);
 }
 
-/* Adds sentence [start, end) to the units, gluing as describe.units does. */
+/* Adds sentence [start, end) to w->units: glued as describe.units does when
+ * `glue`, else as it is (describe.split_sentences). */
 static int
-add_sentence(Work *w, Py_ssize_t start, Py_ssize_t end, int *in_item)
+add_sentence(Work *w, Py_ssize_t start, Py_ssize_t end, int glue, int *in_item)
 {
     const Py_UCS4 *t = w->t;
     SpanVec *units = &w->units;
+    if (!glue) {
+        return spanvec_push(units, start, end);
+    }
     if (units->n > 0) {
         /* text[s.start - 1]: start is never 0 once a unit exists */
         int same_line = t[start > 0 ? start - 1 : w->n - 1] != '\n';
@@ -1487,11 +1496,12 @@ add_sentence(Work *w, Py_ssize_t start, Py_ssize_t end, int *in_item)
     return 0;
 }
 
-/* describe.split_sentences glued by describe.units, into w->units, in one
- * scan: the candidate ends come in text order, as _ends() sorts them, and the
+/* describe.split_sentences glued by describe.units (`glue`), or the sentences
+ * alone (!glue: what split_sentences() exports), into w->units, in one scan:
+ * the candidate ends come in text order, as _ends() sorts them, and the
  * protected spans are found on the way.  Sets w->has_openers. */
 static int
-find_units(Work *w)
+find_units(Work *w, int glue)
 {
     const Py_UCS4 *t = w->t;
     Py_ssize_t n = w->n, begin = 0;
@@ -1542,7 +1552,7 @@ find_units(Work *w)
             }
             cut = end;
         }
-        if (cut > begin && add_sentence(w, begin, cut, &in_item) < 0) {
+        if (cut > begin && add_sentence(w, begin, cut, glue, &in_item) < 0) {
             return -1;
         }
         begin = cut;
@@ -1550,7 +1560,7 @@ find_units(Work *w)
             begin++;
         }
     }
-    if (begin < n && add_sentence(w, begin, n, &in_item) < 0) {
+    if (begin < n && add_sentence(w, begin, n, glue, &in_item) < 0) {
         return -1;
     }
     return 0;
@@ -1861,7 +1871,7 @@ reduce_once(Work *w, Py_ssize_t lead_bytes)
     const Py_UCS4 *t = w->t;
     Py_ssize_t n = w->n;
     int have_lead = 0;
-    if (find_units(w) < 0) {
+    if (find_units(w, 1) < 0) {
         return -1;
     }
     w->nout = 0;
@@ -2028,6 +2038,188 @@ done:
 
 
 /* ------------------------------------------------------------------------ */
+/* The stages of reduce(), one at a time (for tests and benchmarks)          */
+/* ------------------------------------------------------------------------ */
+
+/* Does the str `text` (of length n) hold exactly the code points t[0:n]? */
+static int
+same_chars(PyObject *text, const Py_UCS4 *t, Py_ssize_t n)
+{
+    Py_UCS4 diff = 0;
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND: {
+        const Py_UCS1 *data = PyUnicode_1BYTE_DATA(text);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            diff |= t[i] ^ data[i];
+        }
+        break;
+    }
+    case PyUnicode_2BYTE_KIND: {
+        const Py_UCS2 *data = PyUnicode_2BYTE_DATA(text);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            diff |= t[i] ^ data[i];
+        }
+        break;
+    }
+    default:
+        return memcmp(t, PyUnicode_4BYTE_DATA(text), (size_t)n * sizeof(Py_UCS4)) == 0;
+    }
+    return diff == 0;
+}
+
+/* Loads args[0], a folded text, into w->t with the loader reduce() uses.
+ * Returns 1 when reduce() would leave the text to Python (or before
+ * configure()): the caller answers None; 0 when loaded; -1 on error, a
+ * ValueError if the text is not folded (describe.fold(text) != text), since
+ * the offsets are those of the folded text. */
+static int
+load_stage_text(Work *w, PyObject *text, const char *name)
+{
+    memset(w, 0, sizeof(*w));
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "%s() argument 1 must be str, not %.100s",
+                     name, Py_TYPE(text)->tp_name);
+        return -1;
+    }
+    if (config == NULL) {
+        return 1;
+    }
+    w->cfg = config;
+    int loaded = load_folded(w, text);
+    if (loaded != 0) {
+        return loaded;
+    }
+    if (w->n != PyUnicode_GET_LENGTH(text) || !same_chars(text, w->t, w->n)) {
+        PyErr_Format(PyExc_ValueError, "%s() needs a folded text (describe.fold(text) == text)",
+                     name);
+        return -1;
+    }
+    return 0;
+}
+
+/* w->units as a list of (start, end) tuples */
+static PyObject *
+spans_to_list(const SpanVec *spans)
+{
+    PyObject *list = PyList_New(spans->n);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < spans->n; i++) {
+        PyObject *pair = Py_BuildValue("(nn)", spans->v[i].start, spans->v[i].end);
+        if (pair == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, pair);
+    }
+    return list;
+}
+
+/* split_sentences(text) (glue 0) and units(text) (glue 1): find_units(), as
+ * reduce_once() runs it */
+static PyObject *
+stage_spans(PyObject *text, int glue, const char *name)
+{
+    Work w;
+    PyObject *result = NULL;
+    int loaded = load_stage_text(&w, text, name);
+    if (loaded == 0 && find_units(&w, glue) == 0) {
+        result = spans_to_list(&w.units);
+    }
+    else if (loaded == 1) {
+        result = Py_NewRef(Py_None);
+    }
+    work_clear(&w);
+    return result;
+}
+
+static PyObject *
+fastreduce_split_sentences(PyObject *module, PyObject *text)
+{
+    return stage_spans(text, 0, "split_sentences");
+}
+
+static PyObject *
+fastreduce_units(PyObject *module, PyObject *text)
+{
+    return stage_spans(text, 1, "units");
+}
+
+/* One (start, end) of rule_units(): two ints with 0 <= start <= end <= n. */
+static int
+read_span(PyObject *item, Py_ssize_t n, Span *span)
+{
+    PyObject *pair = PySequence_Fast(item, "rule_units() spans must be (start, end) pairs");
+    if (pair == NULL) {
+        return -1;
+    }
+    int ok = -1;
+    if (PySequence_Fast_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_ValueError, "rule_units() spans must be (start, end) pairs");
+        goto done;
+    }
+    PyObject *const *items = PySequence_Fast_ITEMS(pair);
+    span->start = PyNumber_AsSsize_t(items[0], PyExc_IndexError);
+    if (span->start == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    span->end = PyNumber_AsSsize_t(items[1], PyExc_IndexError);
+    if (span->end == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    if (span->start < 0 || span->start > span->end || span->end > n) {
+        PyErr_Format(PyExc_IndexError, "rule_units() span (%zd, %zd) is not within the text "
+                     "(length %zd)", span->start, span->end, n);
+        goto done;
+    }
+    ok = 0;
+done:
+    Py_DECREF(pair);
+    return ok;
+}
+
+/* rule_units(text, spans): states_rule() on each span, as reduce_once() asks */
+static PyObject *
+fastreduce_rule_units(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Work w;
+    PyObject *seq = NULL, *result = NULL;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "rule_units() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int loaded = load_stage_text(&w, args[0], "rule_units");
+    if (loaded != 0) {
+        work_clear(&w);
+        return loaded < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    seq = PySequence_Fast(args[1], "rule_units() argument 2 must be a sequence of spans");
+    if (seq == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    result = PyList_New(count);
+    if (result == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Span span;
+        if (read_span(PySequence_Fast_GET_ITEM(seq, i), w.n, &span) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        int rule = states_rule(w.cfg, w.t, w.n, span.start, span.end);
+        PyList_SET_ITEM(result, i, Py_NewRef(rule ? Py_True : Py_False));
+    }
+done:
+    Py_XDECREF(seq);
+    work_clear(&w);
+    return result;
+}
+
+
+/* ------------------------------------------------------------------------ */
 /* The module                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -2093,8 +2285,32 @@ PyDoc_STRVAR(reduce_doc,
 "input is outside what this module mirrors exactly (the caller then runs the\n"
 "Python path). None also before configure().");
 
+PyDoc_STRVAR(split_sentences_doc,
+"split_sentences(text, /)\n--\n\n"
+"The (start, end) of each of describe.split_sentences(text)'s sentences, by the\n"
+"scan reduce() runs; text must be folded (describe.fold(text) == text, else\n"
+"ValueError). None where reduce() would leave the text to Python.");
+
+PyDoc_STRVAR(units_doc,
+"units(text, /)\n--\n\n"
+"The (start, end) of each of describe.units(text), by the scan reduce() runs;\n"
+"text must be folded (else ValueError). None where reduce() would leave the\n"
+"text to Python.");
+
+PyDoc_STRVAR(rule_units_doc,
+"rule_units(text, spans, /)\n--\n\n"
+"For each (start, end) in spans: does text[start:end] state a rule, as\n"
+"describe._reduce_once asks (rules.RuleScan(text).states_rule(start, end) or\n"
+"rules.opens_with_instruction(text[start:end])), by the test reduce() runs.\n"
+"text must be folded (else ValueError); a span outside it raises IndexError.\n"
+"None where reduce() would leave the text to Python.");
+
 static PyMethodDef fastreduce_methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fastreduce_reduce, METH_FASTCALL, reduce_doc},
+    {"split_sentences", fastreduce_split_sentences, METH_O, split_sentences_doc},
+    {"units", fastreduce_units, METH_O, units_doc},
+    {"rule_units", (PyCFunction)(void (*)(void))fastreduce_rule_units, METH_FASTCALL,
+     rule_units_doc},
     {"configure", (PyCFunction)(void (*)(void))fastreduce_configure, METH_FASTCALL,
      configure_doc},
     {"configuration", fastreduce_configuration, METH_NOARGS, configuration_doc},
@@ -2170,7 +2386,8 @@ PyDoc_STRVAR(module_doc,
 "The description reducer of caveman_batch.describe, in C.\n\n"
 "reduce() returns exactly describe.explain(...).text, or None when unsure; the\n"
 "caller then runs the Python path. configure() must be given rules._ALL and\n"
-"describe._ABBREVIATIONS first (describe.py does that on import).");
+"describe._ABBREVIATIONS first (describe.py does that on import).\n"
+"split_sentences(), units() and rule_units() run reduce()'s own stages alone.");
 
 static struct PyModuleDef fastreduce_module = {
     PyModuleDef_HEAD_INIT,

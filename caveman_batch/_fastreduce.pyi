@@ -1,6 +1,6 @@
 """Type stub for the C extension caveman_batch._fastreduce (source: _fastreduce.c)."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, TypedDict
 
 class _Configuration(TypedDict):
@@ -25,3 +25,19 @@ def configuration() -> _Configuration | None:
 
 def reduce(text: str, short_bytes: int, lead_bytes: int, /) -> str | None:
     """describe.explain(text, short_bytes=..., lead_bytes=...).text, or None to run the Python path."""
+
+# The stages of reduce(), run alone by the same code (for tests and benchmarks). Each takes a
+# folded text (describe.fold(text) == text, else ValueError) and answers None where reduce()
+# would leave the text to Python (or before configure()). Offsets are str indices.
+
+def split_sentences(text: str, /) -> list[tuple[int, int]] | None:
+    """(start, end) of each sentence of describe.split_sentences(text)."""
+
+def units(text: str, /) -> list[tuple[int, int]] | None:
+    """(start, end) of each unit of describe.units(text)."""
+
+def rule_units(text: str, spans: Sequence[tuple[int, int]], /) -> list[bool] | None:
+    """Per span: RuleScan(text).states_rule(s, e) or opens_with_instruction(text[s:e]).
+
+    What describe._reduce_once asks of each unit. A span outside the text raises IndexError.
+    """

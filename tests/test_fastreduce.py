@@ -7,6 +7,10 @@ the bench generator, on random text biased to the hard parts (hypothesis), for
 linear time, and for the one source of truth of what it mirrors: the rule
 fragments and abbreviations it compiles come from rules.py and describe.py, and
 the patterns it mirrors by hand must still read as they did when it was written.
+
+The stages reduce() runs are exported alone (split_sentences, units, rule_units, which
+the benchmarks time) and are checked the same way against describe.split_sentences,
+describe.units and RuleScan.states_rule / opens_with_instruction, on folded text.
 """
 
 from __future__ import annotations
@@ -332,6 +336,100 @@ def test_bench_generator(tmp_path: Path) -> None:
     check_all(texts_under(tmp_path), "bench_data.generate")
 
 
+# -- the stages alone: split_sentences, units, rule_units -------------------------------------
+
+
+def spans_of(sentences: list[describe.Sentence]) -> list[tuple[int, int]]:
+    return [(s.start, s.end) for s in sentences]
+
+
+def py_rule_units(folded: str, spans: list[tuple[int, int]]) -> list[bool]:
+    """What describe._reduce_once asks of each unit."""
+    scan = rules.RuleScan(folded)
+    return [scan.states_rule(s, e) or rules.opens_with_instruction(folded[s:e]) for s, e in spans]
+
+
+def assert_same_stages(folded: str) -> bool:
+    """The C stages of folded text equal the Python ones, or all are None; True if C answered."""
+    sentences = fast.split_sentences(folded)
+    units = fast.units(folded)
+    if sentences is None:  # one loader: None for one is None for all
+        assert units is None and fast.rule_units(folded, []) is None, folded
+        return False
+    assert sentences == spans_of(describe.split_sentences(folded)), f"sentences differ on {folded!r}"
+    assert units == spans_of(describe.units(folded)), f"units differ on {folded!r}"
+    assert fast.rule_units(folded, units) == py_rule_units(folded, units), f"rules differ on {folded!r}"
+    # states_rule asks about any span in order: sentences are finer spans of the same text
+    assert fast.rule_units(folded, sentences) == py_rule_units(folded, sentences), folded
+    return True
+
+
+def check_stages(texts: list[str], label: str) -> None:
+    """Every long folded description (what reduce runs the stages on), as check_all."""
+    folded = [f for f in dict.fromkeys(map(describe.fold, texts))
+              if len(f.encode("utf-8", "surrogatepass")) > S]
+    none = none_bytes = 0
+    for text in folded:
+        if not assert_same_stages(text):
+            none += 1
+            none_bytes += len(text.encode("utf-8", "surrogatepass"))
+    total_bytes = sum(len(f.encode("utf-8", "surrogatepass")) for f in folded)
+    print(f"\n{label}: {len(folded)} long folded descriptions ({total_bytes:,} B); "
+          f"stages None for {none} ({none_bytes:,} B)")
+    assert none <= MAX_NONE_SHARE * max(len(folded), 1), f"None for {none} of {len(folded)}"
+    assert none_bytes <= MAX_NONE_SHARE * max(total_bytes, 1)
+
+
+@pytest.mark.slow
+def test_stages_on_corpora(corpora: Path) -> None:
+    texts = texts_under(corpora)
+    assert len(texts) > 1000
+    check_stages(texts, "shared corpora")
+
+
+def test_stages_on_bench_samples() -> None:
+    check_stages(texts_under(REPO / "bench_data" / "samples"), "bench_data/samples")
+
+
+def test_stages_on_bench_generator(tmp_path: Path) -> None:
+    generate_registry(tmp_path, seed=99, servers=30)
+    check_stages(texts_under(tmp_path), "bench_data.generate")
+
+
+@pytest.mark.parametrize("text", [
+    "", "x", "Lists files.", f"Lists files. {F1} {F2}", f"Valid values:\n- A\n- B\n\n{F1} {F2}",
+    f"Steps:\n1. Open it.\n2. Close it.\n\n{F1}\n- use it. Then more", 'He said "Stop. Now" ok. Next.',
+    f"İstanbul must. {F1} ΟΔΟΣ. Wait… Next. e.g. Apples. J. R. Tolkien. ⚠ Careful. IMPORTANT: yes.",
+])
+def test_stages_targeted(text: str) -> None:
+    assert describe.fold(text) == text
+    assert assert_same_stages(text)
+
+
+def test_stages_refuse_what_reduce_would_not_split() -> None:
+    long = f"Lists files. {F1} {F2} {F1}"
+    for unfolded in (" " + long, long + "\n", long.replace(" ", "  ", 1), long.replace(" ", "\t", 1),
+                     long.replace(" ", "\n", 1)):
+        assert describe.fold(unfolded) != unfolded
+        for stage in (fast.split_sentences, fast.units, lambda t: fast.rule_units(t, [])):
+            with pytest.raises(ValueError, match="folded"):
+                stage(unfolded)
+    surrogate = long + " \udc00"
+    assert fast.split_sentences(surrogate) is None and fast.units(surrogate) is None
+    assert fast.rule_units(surrogate, [(0, 5)]) is None
+    for bad in ([(0, len(long) + 1)], [(-1, 3)], [(5, 4)]):
+        with pytest.raises(IndexError):
+            fast.rule_units(long, bad)
+    with pytest.raises(ValueError):
+        fast.rule_units(long, [(0, 1, 2)])
+    with pytest.raises(TypeError):
+        fast.rule_units(long, [("0", 1)])
+    with pytest.raises(TypeError):
+        fast.split_sentences(b"bytes")
+    assert fast.rule_units(long, [(0, 12), [0, 12], (3, 3)]) == [False, False, False]
+    assert fast.rule_units(long, [(len(long) - 12, len(long))]) == [False]
+
+
 # -- hypothesis: random text biased to the hard parts --------------------------------------------
 
 PIECES = [
@@ -379,6 +477,12 @@ def test_random_text_matches_python_and_is_idempotent(text: str) -> None:
 @given(hard_text, st.integers(0, 400), st.integers(3, 200))
 def test_random_text_and_thresholds_match_python(text: str, short_bytes: int, lead_bytes: int) -> None:
     assert_same(text, short_bytes, lead_bytes)
+
+
+@HYPOTHESIS
+@given(hard_text)
+def test_random_text_stages_match_python(text: str) -> None:
+    assert_same_stages(describe.fold(text))
 
 
 # -- linear time -------------------------------------------------------------------------------
