@@ -264,3 +264,43 @@ def test_doc_offset_walks_or_builds_the_table_to_the_same_answers(text: str, ask
         starts.append(starts[-1] + len(line) + 1)
     for line in sorted(asks[: len(asks) // 2]) + asks:  # in order first, then any order
         assert doc.offset(line) == starts[min(line, len(doc.lines))]
+
+
+# -- lint: rules counted per distinct message, forms with no hit not searched again --------
+
+_LINT_TOKENS = ["src/a.py:1:2: F401 [*] `os` imported but unused", "b.py:3:4: E501 line too long (90 > 88)",
+                "/home/x/Widget.jsx", "  1:7  error  'x' is defined but never used  no-unused-vars",
+                "  2:1  warning  Unexpected console statement  no-console", "  3:3  error  Parsing error: x",
+                "  4:4  warning  trailing   ", "warning: unused variable `x`", " --> src/lib.rs:3:4",
+                "  = help: https://rust-lang.github.io/rust-clippy/master/index.html#needless_return",
+                "  = note: `#[warn(clippy::needless_return)]` on by default", "✖ 5 problems", "Found 3 errors.", ""]
+
+
+def _plain_rules(doc: Doc) -> tuple[Any, Any]:
+    from collections import Counter, defaultdict
+
+    from caveman_batch.payload.cuts import lint
+
+    text = doc.nl_text
+    counts = Counter(lint._RUFF_RULES.findall(text))
+    counts.update(map(lint._eslint_rule, (rest for _, rest in lint._ESLINT_ALL.findall(text))))
+    if "clippy" in text:
+        counts.update(a or f"clippy::{b}" for a, b in lint._CLIPPY_ALL.findall(text))
+    top = {rule for rule, _ in counts.most_common(lint._TOP)}
+    where: dict[str, list[str]] = defaultdict(list)
+    for rule, loc, offset in lint._problems(doc):
+        if rule in top and len(where[rule]) < 2:
+            where[rule].append(lint._where(doc, loc, offset))
+            if all(len(where[r]) >= 2 or counts[r] < 2 for r in top) and len(where) == len(top):
+                break
+    return list(counts.most_common()), dict(where)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_LINT_TOKENS), max_size=60))
+def test_lint_rules_are_the_plain_counts(lines: list[str]) -> None:
+    from caveman_batch.payload.cuts import lint
+
+    doc = Doc("\n".join(lines))
+    counts, where = lint._rules(doc)
+    assert (list(counts.most_common()), dict(where)) == _plain_rules(doc)

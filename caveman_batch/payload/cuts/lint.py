@@ -23,14 +23,15 @@ _ESLINT_REST = re.compile(r"\n[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]([^\n]*)"
 _CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 
 
-def _problems(doc: Doc) -> Iterator[tuple[str, str, int]]:
-    """(rule, location, offset) of every problem, lazily."""
+def _problems(doc: Doc, found: tuple[bool, bool, bool] = (True, True, True)) -> Iterator[tuple[str, str, int]]:
+    """(rule, location, offset) of every problem, lazily; `found` says which of the ruff,
+    eslint and clippy forms `_counts` saw at all (a form it did not is not searched again)."""
     text = doc.nl_text
-    for m in _RUFF_ALL.finditer(text):
+    for m in _RUFF_ALL.finditer(text) if found[0] else ():
         yield m.group(2), m.group(1), m.start()
-    for m in _ESLINT_ALL.finditer(text):
+    for m in _ESLINT_ALL.finditer(text) if found[1] else ():
         yield _eslint_rule(m.group(2)), m.group(1), m.start()
-    for m in _CLIPPY_ALL.finditer(text) if "clippy" in text else ():
+    for m in _CLIPPY_ALL.finditer(text) if found[2] and "clippy" in text else ():
         yield m.group(1) or f"clippy::{m.group(2)}", "", m.start()
 
 
@@ -38,15 +39,20 @@ def _eslint_rule(rest: str) -> str:
     return rest.rsplit(None, 1)[-1] if rest.strip() else "?"
 
 
-def _counts(doc: Doc) -> Counter[str]:
-    """Problems per rule; `findall` builds the matches in C (most of the cost here)."""
+def _counts(doc: Doc) -> tuple[Counter[str], tuple[bool, bool, bool]]:
+    """Problems per rule, and which forms (ruff, eslint, clippy) had any; `findall` builds
+    the matches in C (most of the cost here)."""
     text = doc.nl_text
-    counts = Counter(_RUFF_RULES.findall(text))  # a list of strings: counted in C
-    for rest, n in Counter(_ESLINT_REST.findall(text)).items():  # each distinct message once
+    ruff = _RUFF_RULES.findall(text) if ": " in text else []  # a list of strings: counted in C
+    counts = Counter(ruff)
+    eslint = Counter(_ESLINT_REST.findall(text))
+    for rest, n in eslint.items():  # each distinct message once
         counts[_eslint_rule(rest)] += n
+    clippy = []
     if "clippy" in text:  # the clippy pattern has no literal to jump to: search only if worth it
-        counts.update(a or f"clippy::{b}" for a, b in _CLIPPY_ALL.findall(text))
-    return counts
+        clippy = _CLIPPY_ALL.findall(text)
+        counts.update(a or f"clippy::{b}" for a, b in clippy)
+    return counts, (bool(ruff), bool(eslint), bool(clippy))
 
 
 def _where(doc: Doc, loc: str, offset: int) -> str:
@@ -61,10 +67,10 @@ def _where(doc: Doc, loc: str, offset: int) -> str:
 
 
 def _rules(doc: Doc) -> tuple[Counter[str], dict[str, list[str]]]:
-    counts = _counts(doc)
+    counts, found = _counts(doc)
     top = {rule for rule, _ in counts.most_common(_TOP)}
     where: dict[str, list[str]] = defaultdict(list)
-    for rule, loc, offset in _problems(doc):  # two examples of each top rule, then stop
+    for rule, loc, offset in _problems(doc, found):  # two examples of each top rule, then stop
         if rule in top and len(where[rule]) < 2:
             where[rule].append(_where(doc, loc, offset))
             if all(len(where[r]) >= 2 or counts[r] < 2 for r in top) and len(where) == len(top):
