@@ -15,6 +15,7 @@ copied through unchanged.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import re
@@ -41,6 +42,11 @@ class Sink:
     prefix: bytes = b""
     suffix: bytes = b""
     count: int = 0
+    # A JSONL file source, once read to its end: its path, size and sha256 (what an
+    # incremental rerun compares to skip the whole stream).
+    source: str | None = None
+    source_size: int = 0
+    source_sha256: str | None = None
 
 
 @dataclass(slots=True)
@@ -103,15 +109,20 @@ def _walk(root: Path, out_dir: Path) -> Iterator[Path]:
 
 
 def iter_stream(found: Discovery, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
-    for path, rel, kind in found.entries:
-        if path is None:
-            yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
-        elif kind == "jsonl":
-            yield from _open_then(path, rel, lambda fh, p=path, r=rel: _jsonl(
-                fh, str(p), Sink(r, "jsonl"), max_bytes, spill_dir))
-        else:
-            yield from _open_then(path, rel, lambda fh, p=path, r=rel: _json_file(
-                fh, p, r, max_bytes, spill_dir))
+    for entry in found.entries:
+        yield from iter_entry(entry, max_bytes, spill_dir)
+
+
+def iter_entry(entry: tuple[Path | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+    """The documents of one discovered source, then the end of its sink."""
+    path, rel, kind = entry
+    if path is None:
+        yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
+    elif kind == "jsonl":
+        yield from _open_then(path, rel, lambda fh: _jsonl(
+            fh, str(path), Sink(rel, "jsonl"), max_bytes, spill_dir))
+    else:
+        yield from _open_then(path, rel, lambda fh: _json_file(fh, path, rel, max_bytes, spill_dir))
 
 
 def _open_then(path: Path, rel: str, body: object) -> Iterator[Item]:
@@ -131,13 +142,15 @@ def _open_then(path: Path, rel: str, body: object) -> Iterator[Item]:
 
 def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     lineno = 0
+    seen = _Fingerprint()
     while True:
         line = fh.readline(max_bytes + 1)
         if not line:
             break
+        seen.update(line)
         lineno += 1
         if len(line) > max_bytes and not line.endswith(b"\n"):
-            spill, size = _spill_line(fh, line, spill_dir)
+            spill, size = _spill_line(fh, line, spill_dir, seen)
             yield Document({"path": label, "line": lineno}, sink, spill=spill, spill_owned=True,
                            size=size)
             continue
@@ -145,10 +158,24 @@ def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path
         if not body.strip():
             continue  # a blank line holds no document
         yield Document({"path": label, "line": lineno}, sink, raw=body, size=len(body))
+    sink.source, sink.source_size, sink.source_sha256 = label, seen.size, seen.digest.hexdigest()
     yield SinkEnd(sink)
 
 
-def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path) -> tuple[Path, int]:
+class _Fingerprint:
+    """sha256 and length of every byte read from a stream."""
+
+    __slots__ = ("digest", "size")
+
+    def __init__(self) -> None:
+        self.digest, self.size = hashlib.sha256(), 0
+
+    def update(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self.size += len(chunk)
+
+
+def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) -> tuple[Path, int]:
     fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
     size = 0
     with os.fdopen(fd, "wb") as out:
@@ -161,6 +188,7 @@ def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path) -> tuple[Path, int]:
             out.write(chunk)
             size += len(chunk)
             chunk = fh.readline(CHUNK)
+            seen.update(chunk)
     return Path(name), size
 
 

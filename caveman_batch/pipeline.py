@@ -13,6 +13,7 @@ names are durably committed. The manifest is renamed into place last.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -28,10 +29,10 @@ from typing import Any, BinaryIO, Final
 
 import orjson
 
-from . import __version__, ccr
+from . import __version__, ccr, fsio
 from .catalog import DEFAULT_OPTIONS, Options, compress
 from .errors import OutputError, UsageError
-from .inputs import Document, Item, Sink, SinkEnd, discover, iter_stream
+from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
 from .store import Store, open_store
 
 TMP_DIR: Final = ".caveman-tmp"
@@ -55,6 +56,11 @@ class Config:
         return self.manifest if self.manifest is not None else self.out / "manifest.jsonl"
 
     @property
+    def streams_path(self) -> Path:
+        """Beside the manifest, hidden: a fingerprint of each JSONL source and its output."""
+        return self.manifest_path.with_name(f".{self.manifest_path.stem}.streams.json")
+
+    @functools.cached_property
     def run_key(self) -> str:
         return f"{__version__}/{self.options.key()}"
 
@@ -151,15 +157,16 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     found = discover(config.sources, out)
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
-    previous = _load_previous(config) if config.incremental else {}
+    previous = _load_previous(config) if config.incremental else _Previous()
     summary = Summary()
     pool = (ProcessPoolExecutor(config.workers, initializer=_worker_init, initargs=(os.getpid(),))
             if config.workers > 1 else None)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
-            batches = _batches(iter_stream(found, config.max_bytes, tmp))
+            batches = _batches(_items(found, config, previous, tmp))
             touched: list[str] = []
             for batch, results in _dispatch(batches, config, previous, pool):
+                touched += [d for item in batch if isinstance(item, ReusedStream) for d in item.digests]
                 _commit(store, results, touched)
                 for row, reused in pub.publish(batch, results):
                     summary.add(row, reused)
@@ -171,7 +178,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-        _close_previous(previous)
+        previous.close()
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
     return summary
@@ -214,7 +221,7 @@ class Result:
     touch: str | None = None  # digest whose last-seen to refresh (reused documents)
 
 
-def _dispatch(batches: Iterable[list[Item]], config: Config, previous: dict[str, Any],
+def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
               pool: ProcessPoolExecutor | None) -> Iterator[tuple[list[Item], list[Result | None]]]:
     """(batch, results) in input order, at most 2 × workers batches in flight."""
     window: deque[tuple[list[Item], list[Result | None], Future[Any] | list[Any], list[int]]] = deque()
@@ -240,8 +247,8 @@ def _settle(entry: Any, config: Config) -> tuple[list[Item], list[Result | None]
     return batch, results
 
 
-def _plan(batch: list[Item], config: Config,
-          previous: dict[str, Any]) -> tuple[list[Result | None], list[int]]:
+def _plan(batch: list[Any], config: Config,
+          previous: _Previous) -> tuple[list[Result | None], list[int]]:
     """Results known without a worker (reused, oversize, unreadable); indexes to compute."""
     results: list[Result | None] = [None] * len(batch)
     todo: list[int] = []
@@ -251,7 +258,7 @@ def _plan(batch: list[Item], config: Config,
         if item.error is not None or item.raw is None:
             results[i] = _unread(item, config)
             continue
-        reused = _reuse(item, previous, config) if previous else None
+        reused = _reuse(item, previous, config) if previous.rows else None
         if reused is not None:
             results[i] = reused
         else:
@@ -289,43 +296,118 @@ def _unread(doc: Document, config: Config) -> Result:
 # -- incremental refresh --------------------------------------------------------------------
 
 
-def _load_previous(config: Config) -> dict[str, Any]:
-    """Previous manifest rows by (sha256, run key): what a rerun may reuse."""
-    found: dict[str, Any] = {}
+@dataclass
+class ReusedStream:
+    """A JSONL source unchanged since the last run, whose output is still in place and
+    intact: its manifest rows are carried over as they were, nothing is read again."""
+
+    rel: str
+    record: dict[str, Any]
+    lines: list[bytes]  # the previous manifest's rows for it, verbatim
+    rows: list[dict[str, Any]]  # the same, parsed
+    digests: list[str]  # originals whose last-seen to refresh
+
+
+@dataclass
+class _Previous:
+    """What the last run left: manifest rows by sha256, and its JSONL streams."""
+
+    rows: dict[str, Any] = field(default_factory=dict)
+    lines: list[bytes] = field(default_factory=list)
+    parsed: list[dict[str, Any] | None] = field(default_factory=list)  # lines, parsed
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _load_previous(config: Config) -> _Previous:
+    """Previous manifest rows of the same run key: what a rerun may reuse."""
+    found = _Previous()
     try:
-        fh = open(config.manifest_path, "rb")
-    except FileNotFoundError:
+        data = config.manifest_path.read_bytes()
+    except OSError:
+        return found  # no manifest (or none readable): nothing to reuse
+    found.lines = data.splitlines()
+    for line in found.lines:
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            row = None  # a manifest we cannot read is only a lost shortcut
+        if not isinstance(row, dict):
+            found.parsed.append(None)
+            continue
+        found.parsed.append(row)
+        if row.get("sha256") and row.get("output") and row.get("run_key") == config.run_key:
+            found.rows[row["sha256"]] = row
+    try:
+        streams = orjson.loads(config.streams_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
         return found
-    with fh:
-        for line in fh:
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue  # a manifest we cannot read is only a lost shortcut
-            if row.get("sha256") and row.get("output") and row.get("run_key") == config.run_key:
-                found[row["sha256"]] = row
+    if (isinstance(streams, dict) and streams.get("run_key") == config.run_key
+            and streams.get("max_bytes") == config.max_bytes
+            and streams.get("manifest_sha256") == hashlib.sha256(data).hexdigest()):
+        found.streams = streams.get("streams") or {}
     return found
 
 
-def _reuse(doc: Document, previous: dict[str, Any], config: Config) -> Result | None:
+def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
+    """The documents of every source; an unchanged JSONL source as one ReusedStream."""
+    for entry in found.entries:
+        reused = _reuse_stream(entry, config, previous)
+        if reused is not None:
+            yield reused
+        else:
+            yield from iter_entry(entry, config.max_bytes, tmp)
+
+
+def _reuse_stream(entry: tuple[Path | None, str, str], config: Config,
+                  previous: _Previous) -> ReusedStream | None:
+    path, rel, kind = entry
+    record = previous.streams.get(rel)
+    if path is None or kind != "jsonl" or not isinstance(record, dict) or record.get("source") != str(path):
+        return None
+    try:
+        first, count = int(record["first_row"]), int(record["rows"])
+        rows = previous.parsed[first:first + count]
+        if (len(rows) != count or path.stat().st_size != record["source_size"]
+                or _file_sha256(path) != record["source_sha256"]
+                or _file_sha256(config.out / rel) != record["output_sha256"]):
+            return None
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    if any(row is None or row.get("run_key") != config.run_key
+           or (row.get("source") or {}).get("path") != str(path) for row in rows):
+        return None
+    return ReusedStream(rel, record, previous.lines[first:first + count], rows,  # type: ignore[arg-type]
+                        [row["sha256"] for row in rows if row.get("handle")])  # type: ignore[union-attr]
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     assert doc.raw is not None
     digest = hashlib.sha256(doc.raw).hexdigest()
-    row = previous.get(digest)
+    row = previous.rows.get(digest)
     if row is None:
         return None
-    data = _read_output(config.out, row["output"], row["out_sha256"], previous)
+    data = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
     if data is None:
         return None
     fresh = dict(row, source=doc.source, output=None)
     return Result(data, fresh, reused=True, touch=digest)
 
 
-def _read_output(out: Path, where: dict[str, Any], digest: str,
-                 previous: dict[str, Any]) -> bytes | None:
+def _read_output(out: Path, where: dict[str, Any], digest: str, fds: dict[str, int]) -> bytes | None:
     """The previous run's output bytes, if still in place and intact."""
     try:
         if "offset" in where:  # a JSONL/array output: one open file for all its documents
-            fds: dict[str, int] = previous.setdefault(_HANDLES, {})
             fd = fds.get(where["path"])
             if fd is None:
                 fd = fds[where["path"]] = os.open(out / where["path"], os.O_RDONLY)
@@ -335,14 +417,6 @@ def _read_output(out: Path, where: dict[str, Any], digest: str,
     except OSError:
         return None
     return data if hashlib.sha256(data).hexdigest() == digest else None
-
-
-_HANDLES: Final = "\0open handles"  # a key no sha256 can be
-
-
-def _close_previous(previous: dict[str, Any]) -> None:
-    for fd in previous.pop(_HANDLES, {}).values():
-        os.close(fd)
 
 
 # -- committing and publishing ---------------------------------------------------------------
@@ -379,7 +453,12 @@ class _Publisher:
         self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
+        self.manifest_sha256 = hashlib.sha256()
+        self.rows = 0
         self.written: set[str] = set()
+        # JSONL outputs: sha256 of what was written, first manifest row; then their records
+        self.hashes: dict[int, tuple[Any, int]] = {}
+        self.records: dict[str, dict[str, Any]] = {}
 
     def __enter__(self) -> _Publisher:
         return self
@@ -390,16 +469,28 @@ class _Publisher:
         self.manifest.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
 
-    def publish(self, batch: list[Item], results: list[Result | None]) -> Iterator[tuple[dict[str, Any], bool]]:
+    def publish(self, batch: list[Any], results: list[Result | None]) -> Iterator[tuple[dict[str, Any], bool]]:
         for item, result in zip(batch, results):
             with _as_output_error(self.out):
                 if isinstance(item, SinkEnd):
                     self._close(item.sink)
                     continue
+                if isinstance(item, ReusedStream):
+                    self.records[item.rel] = dict(item.record, first_row=self.rows)
+                    for line, row in zip(item.lines, item.rows):
+                        self._row(line)
+                        yield row, True
+                    continue
                 assert result is not None
                 result.row["output"] = self._write(item, result)
-                self.manifest.write(orjson.dumps(result.row) + b"\n")
+                self._row(orjson.dumps(result.row))
             yield result.row, result.reused
+
+    def _row(self, line: bytes) -> None:
+        line += b"\n"
+        self.manifest.write(line)
+        self.manifest_sha256.update(line)
+        self.rows += 1
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
@@ -411,10 +502,13 @@ class _Publisher:
         if sink.count:
             fh.write(b"," if sink.kind == "array" else b"")
         start = fh.tell()
-        self._emit(fh, doc, result)
+        hashed = self.hashes.get(id(sink))
+        self._emit(fh, doc, result, hashed[0] if hashed else None)
         length = fh.tell() - start
         if sink.kind == "jsonl":
             fh.write(b"\n")
+            if hashed:
+                hashed[0].update(b"\n")
         sink.count += 1
         return {"path": sink.rel, "offset": start, "length": length}
 
@@ -431,13 +525,18 @@ class _Publisher:
         return {"path": doc.sink.rel}
 
     @staticmethod
-    def _emit(fh: BinaryIO, doc: Document, result: Result) -> None:
+    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
         if result.data is not None:
             fh.write(result.data)
+            if digest is not None:
+                digest.update(result.data)
             return
         assert doc.spill is not None
         with open(doc.spill, "rb") as src:
-            shutil.copyfileobj(src, fh, 1 << 20)
+            while chunk := src.read(1 << 20):
+                fh.write(chunk)
+                if digest is not None:
+                    digest.update(chunk)
         if doc.spill_owned:
             doc.spill.unlink(missing_ok=True)
 
@@ -448,6 +547,8 @@ class _Publisher:
             fh = open(temp, "wb")
             fh.write(sink.prefix)
             self.streams[key] = (fh, temp)
+            if sink.kind == "jsonl" and not sink.prefix:
+                self.hashes[key] = (hashlib.sha256(), self.rows)
         return self.streams[key]
 
     def _close(self, sink: Sink) -> None:
@@ -461,6 +562,12 @@ class _Publisher:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
         self.written.add(sink.rel)
+        hashed = self.hashes.pop(id(sink), None)
+        if hashed is not None and sink.source_sha256 is not None and sink.source != "<stdin>":
+            self.records[sink.rel] = {
+                "source": sink.source, "source_size": sink.source_size,
+                "source_sha256": sink.source_sha256, "output_sha256": hashed[0].hexdigest(),
+                "first_row": hashed[1], "rows": self.rows - hashed[1]}
 
     def finish(self) -> None:
         with _as_output_error(self.out):
@@ -468,6 +575,14 @@ class _Publisher:
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
+            # after the manifest, and tied to it by its sha256: a stale one is ignored
+            if not self.records:
+                self.config.streams_path.unlink(missing_ok=True)
+                return
+            fsio.atomic_write(self.config.streams_path, orjson.dumps({
+                "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
+                "manifest_sha256": self.manifest_sha256.hexdigest(), "streams": self.records,
+            }, option=orjson.OPT_INDENT_2))
 
 
 def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:

@@ -258,7 +258,7 @@ def test_stdin_jsonl_end_to_end(tmp_path: Path) -> None:
 
 def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     src = tmp_path / "big.jsonl"
-    generate_registry(None, seed=11, servers=40, jsonl=src, target_bytes=12_000_000, oversize_bytes=0)
+    generate_registry(None, seed=11, servers=40, jsonl=src, target_bytes=40_000_000, oversize_bytes=0)
     out, store_url = tmp_path / "o", f"lmdb://{tmp_path}/ccr"
     args = ("compress", str(src), str(SAMPLES / "registry"), "-o", str(out), "--store", store_url,
             "--workers", "2", "--quiet")
@@ -267,7 +267,7 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     deadline = time.time() + 60
     while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
         time.sleep(0.02)
-    time.sleep(0.3)  # well inside the run: originals being committed, the stream half-written
+    time.sleep(0.2)  # well inside the run: originals being committed, the stream half-written
     workers = psutil.Process(proc.pid).children()
     assert len(workers) == 2
     proc.send_signal(signal.SIGKILL)
@@ -320,3 +320,58 @@ def test_touch_rewrites_a_record_at_most_once_an_hour(tmp_path: Path) -> None:
         assert store.get(key) == before
         ccr.touch(store, [digest], now_ms=11 * hour + 1)
         assert ccr.decode_header(store.get(key)).last_seen_ms == 11 * hour + 1
+
+
+def _jsonl_registry(tmp: Path) -> Path:
+    src = tmp / "registry.jsonl"
+    generate_registry(None, seed=5, servers=12, jsonl=src, oversize_bytes=0)
+    return src
+
+
+def test_unchanged_jsonl_source_is_reused_whole(tmp_path: Path) -> None:
+    src = _jsonl_registry(tmp_path)
+    out, first = _run(tmp_path, src, incremental=True)
+    before = _tree(out)
+    assert ".manifest.streams.json" in before  # the fingerprint of the source and its output
+    _, again = _run(tmp_path, src, incremental=True)
+    assert _tree(out) == before  # the same bytes: manifest rows carried over verbatim
+    assert again.reused == again.documents == first.documents
+    assert (again.ok, again.error, again.tokens_after) == (first.ok, first.error, first.tokens_after)
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:  # every handle still recovers
+        for row in _rows(out / "manifest.jsonl"):
+            if row["handle"]:
+                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+
+
+def test_changed_jsonl_source_or_damaged_output_is_redone_per_document(tmp_path: Path) -> None:
+    src = _jsonl_registry(tmp_path)
+    cap = {"max_bytes": 32 << 20}  # no oversize line: every document can be reused
+    out, first = _run(tmp_path, src, incremental=True, **cap)
+    lines = src.read_bytes().splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"description":"', b'"description":"Changed. ', 1)
+    src.write_bytes(b"".join(lines))
+    _, changed = _run(tmp_path, src, incremental=True, **cap)
+    assert changed.reused == first.documents - 1  # one line changed: the rest reused one by one
+    target = out / "registry.jsonl"
+    damaged = bytearray(target.read_bytes())
+    damaged[10] ^= 0x20
+    target.write_bytes(bytes(damaged))
+    _, repaired = _run(tmp_path, src, incremental=True, **cap)
+    assert repaired.reused == first.documents - 1  # the damaged document is compressed again
+    fresh, _ = _run(tmp_path, src, out_name="fresh", store=f"lmdb://{tmp_path}/s2", **cap)
+    assert target.read_bytes() == (fresh / "registry.jsonl").read_bytes()
+
+
+def test_stale_stream_fingerprint_is_ignored(tmp_path: Path) -> None:
+    src = _jsonl_registry(tmp_path)
+    out, first = _run(tmp_path, src, incremental=True)
+    manifest = out / "manifest.jsonl"
+    oversize = sum("--max-bytes" in (row["reason"] or "") for row in _rows(manifest))
+    assert oversize  # copied through: reused only with the whole stream, never one by one
+    manifest.write_bytes(manifest.read_bytes() + b"\n")  # no longer the manifest it describes
+    _, again = _run(tmp_path, src, incremental=True)
+    assert again.reused == first.documents - oversize  # reused document by document instead
+    _, whole = _run(tmp_path, src, incremental=True)
+    assert whole.reused == first.documents  # the fingerprint is back in step with the manifest
+    _, other_cap = _run(tmp_path, src, incremental=True, max_bytes=SMALL_CAP + 1)
+    assert other_cap.reused == first.documents - oversize  # another --max-bytes: not whole

@@ -256,13 +256,14 @@ class StoreContract:
         assert (info.first_stored, info.last_seen) == (1.0, 5.0)
 
     def test_prune_and_touch(self, store: Store) -> None:
-        ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=90_000)])
+        day = 24 * 3_600_000
+        ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=9 * day)])
         ccr.commit(store, [ccr.prepare(b"kept", now_ms=1_000)])
-        ccr.touch(store, [ccr.digest_of(b"kept")], now_ms=95_000)
-        dry = ccr.prune(store, 60, dry_run=True, now_ms=100_000)
+        ccr.touch(store, [ccr.digest_of(b"kept")], now_ms=9 * day)
+        dry = ccr.prune(store, 7 * 86_400, dry_run=True, now_ms=10 * day)
         assert [r.handle for r in dry] == ["ccr_" + ccr.digest_of(b"old")]
         assert ccr.recover(store, dry[0].handle) == b"old"
-        ccr.prune(store, 60, now_ms=100_000)
+        ccr.prune(store, 7 * 86_400, now_ms=10 * day)
         with pytest.raises(UnknownHandleError):
             ccr.recover(store, dry[0].handle)
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"kept")) == b"kept"
