@@ -55,8 +55,9 @@ def _frames(doc: Doc) -> list[int]:
     tried at every line, and only those are looked at. Go's frames are searched only
     when the text has them."""
     lines = doc.lines
-    holding = {*compress(count(), map(contains, lines, repeat('File "'))),
-               *compress(count(), map(contains, lines, repeat("at ")))}
+    holding = set(compress(count(), map(contains, lines, repeat('File "'))))
+    if "at " in doc.text:  # absent from most Python traces: one scan instead of a pass per line
+        holding.update(compress(count(), map(contains, lines, repeat("at "))))
     found = [i for i in sorted(holding)
              if lines[i][0] in " \t" and lines[i].lstrip(" \t").startswith(('File "', "at "))]
     if "goroutine " in doc.text or ".go:" in doc.text:
