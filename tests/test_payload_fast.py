@@ -304,3 +304,41 @@ def test_lint_rules_are_the_plain_counts(lines: list[str]) -> None:
     doc = Doc("\n".join(lines))
     counts, where = lint._rules(doc)
     assert (list(counts.most_common()), dict(where)) == _plain_rules(doc)
+
+
+# -- tree: find output grouped a run of one parent at a time ------------------------------
+
+def _plain_groups(lines: list[str]) -> dict[str, list[Any]]:
+    from itertools import groupby
+    from operator import itemgetter, methodcaller
+
+    groups: dict[str, list[str]] = {}
+    if not any(line.endswith(":") for line in lines):  # find output
+        split = map(methodcaller("rpartition", "/"), filter(None, lines))
+        for parent, items in groupby(split, key=itemgetter(0)):
+            groups.setdefault(parent or ".", []).extend(map(itemgetter(2), items))
+    else:  # ls -R blocks
+        current: str | None = None
+        for line in lines:
+            if not line:
+                continue
+            if line.endswith(":") and "/" in line or line in (".:",):
+                current = line[:-1]
+                groups.setdefault(current, [])
+            elif current is not None:
+                groups[current].append(line)
+            else:
+                parent, _, name = line.rstrip("/").rpartition("/")
+                groups.setdefault(parent or ".", []).append(name or line)
+    return {d: [len(names), names[:8]] for d, names in groups.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["./a", "./a/x", "./a/y", "./b/x", "a/b/c/", "/r/s", "x", "", ".", "./a:",
+                                 "a/b:", ".:", "/", "//", "./b/./y"]), max_size=60),
+       st.booleans())
+def test_tree_groups_are_the_plain_grouping(lines: list[str], final_newline: bool) -> None:
+    from caveman_batch.payload.cuts import tree
+
+    text = "\n".join(lines) + ("\n" if final_newline else "")
+    assert tree._groups(text, Doc(text).lines) == _plain_groups(text.split("\n"))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, cached_property
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, islice
 from operator import add
 from typing import Final
 
@@ -132,12 +132,6 @@ class Doc:
         if found is None:
             found = self._counts[needle] = self.text.count(needle)
         return found
-
-    def lines_at(self, offsets: list[int]) -> list[int]:
-        """The lines that sorted `offsets` in `nl_text` (each a newline before a line) begin."""
-        if len(offsets) * 8 < len(self.lines):  # few: counting newlines costs less than the table
-            return list(self._lines_at(offsets))
-        return list(map(bisect_left, repeat(self._starts(), len(offsets)), offsets))
 
     def positions(self, pattern: re.Pattern[str]) -> Iterator[int]:
         """Offsets in `nl_text` of the newline before each line `pattern` matches."""
