@@ -15,8 +15,11 @@ import os
 from types import ModuleType
 
 
+DISABLED: bool = os.environ.get("CAVEMAN_PURE_PYTHON", "") not in ("", "0")
+
+
 def _load(name: str) -> ModuleType | None:
-    if os.environ.get("CAVEMAN_PURE_PYTHON", "") not in ("", "0"):
+    if DISABLED:
         return None
     try:
         return __import__(f"caveman_batch.{name}", fromlist=[name])
