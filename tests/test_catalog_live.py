@@ -110,7 +110,7 @@ def live_catalog(name: str) -> dict[str, Any]:
     try:
         __import__(module)
     except ImportError:
-        pytest.skip(f"{module} is not installed (pip install '.[test]')")
+        pytest.skip(f"{module} is not installed (pip install -e '.[test]')")
     return anyio.run(_list_tools, SERVERS[name])
 
 
