@@ -8,7 +8,7 @@
  *
  * rewrite() below does the three at once and produces the same bytes. It never
  * decides alone: Python tells it where the tools are (a plan computed with
- * orjson.loads + locate_tools), and for anything outside what it handles exactly
+ * skim() + locate_tools), and for anything outside what it handles exactly
  * (invalid JSON or UTF-8, a BOM, duplicate keys, lone surrogates, NaN, nesting
  * deeper than MAX_NESTING, a structure that disagrees with the plan, a reducer
  * that raises or returns something odd) it returns None, and the caller runs the
@@ -17,7 +17,8 @@
  * Layout of this file: output buffers; the JSON lexer (white space, strings,
  * numbers, literals); the generic object and array readers, which call one
  * function per member or element; the roles a value can have (copied, a tool,
- * a schema, a name map, the path to the tools); the module.
+ * a schema, a name map, the path to the tools); skim() (the top levels of a
+ * document as Python objects, for the plan); the module.
  *
  * Every reader returns FW_OK, FW_DECLINE (give the input back: return None) or
  * FW_ERROR (a Python exception is set and propagates: MemoryError, or a
@@ -103,6 +104,10 @@ buf_byte(Buf *b, char c)
     return 0;
 }
 
+/* The walker's output, written unless it only reads (Walker.quiet, for skim). */
+#define OUT_BYTE(w, c) ((w)->quiet ? 0 : buf_byte(&(w)->out, (c)))
+#define OUT_PUT(w, p, n) ((w)->quiet ? 0 : buf_put(&(w)->out, (p), (n)))
+
 
 /* -- walker state --------------------------------------------------------------- */
 
@@ -117,6 +122,7 @@ typedef struct {
     Py_ssize_t end;             /* its length */
     Py_ssize_t pos;             /* the next byte to read */
     int nesting;                /* containers open around pos */
+    int quiet;                  /* read and check only, write nothing to out (skim) */
 
     Buf out;                    /* the serialized result */
     Buf scratch;                /* the last decoded string that had escapes */
@@ -148,9 +154,17 @@ peek(const Walker *w)
     return w->pos < w->end ? w->src[w->pos] : 0;
 }
 
-/* Word-at-a-time tests on 8 bytes (exact as booleans, not as positions). */
+/* Word-at-a-time tests on 8 bytes. Exact as booleans; as positions, only the
+   first (lowest-addressed) flagged byte is exact: a borrow runs upward only,
+   and only out of a byte that matched. FIRST_HIT gives that byte's index where
+   the byte order is known, else 0 (the byte loop after it then finds it). */
 #define ONES  0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FIRST_HIT(mask) ((Py_ssize_t)(__builtin_ctzll(mask) >> 3))
+#else
+#define FIRST_HIT(mask) ((Py_ssize_t)0)
+#endif
 
 static inline uint64_t
 load8(const unsigned char *p)
@@ -288,9 +302,13 @@ decode_escaped(Walker *w, Py_ssize_t start, Py_ssize_t stop)
     unsigned char *o = (unsigned char *)w->scratch.data;
     Py_ssize_t i = start;
     while (i < stop) {
-        if (s[i] != '\\') {
-            *o++ = s[i++];
-            continue;
+        const unsigned char *slash = memchr(s + i, '\\', (size_t)(stop - i));
+        Py_ssize_t run = (slash != NULL ? (Py_ssize_t)(slash - s) : stop) - i;
+        memcpy(o, s + i, (size_t)run);  /* the text up to the next escape */
+        o += run;
+        i += run;
+        if (i == stop) {
+            break;
         }
         unsigned char e = s[i + 1];
         i += 2;
@@ -358,8 +376,10 @@ read_string(Walker *w, Str *str)
         /* 8 plain bytes at a time: none >= 0x80, below 0x20, '"' or '\\' */
         while (end - i >= 8) {
             uint64_t v = load8(s + i);
-            if ((v & HIGHS) | has_less(v, 0x20) | has_zero(v ^ (ONES * '"'))
-                | has_zero(v ^ (ONES * '\\'))) {
+            uint64_t hit = (v & HIGHS) | has_less(v, 0x20) | has_zero(v ^ (ONES * '"'))
+                           | has_zero(v ^ (ONES * '\\'));
+            if (hit) {
+                i += FIRST_HIT(hit);
                 break;
             }
             i += 8;
@@ -487,22 +507,21 @@ copy_string(Walker *w)
 {
     Str str;
     int rc = read_string(w, &str);
-    return rc == FW_OK ? emit_string(w, &str) : rc;
+    return rc == FW_OK && !w->quiet ? emit_string(w, &str) : rc;
 }
 
 
 /* -- numbers and literals ---------------------------------------------------- */
 
-/* A number is copied as written (parse() keeps every literal: 1.10, 1e3, -0,
-   integers of any size), once it matches the JSON grammar
-   -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+/* Read the number at pos if it matches the JSON grammar
+   -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+   and leave pos after it; *is_float says whether it has a fraction or an exponent. */
 static int
-copy_number(Walker *w)
+scan_number(Walker *w, int *is_float)
 {
     const unsigned char *s = w->src;
     Py_ssize_t end = w->end;
-    Py_ssize_t start = w->pos;
-    Py_ssize_t i = start;
+    Py_ssize_t i = w->pos;
 
 #define DIGIT(k) ((k) < end && s[k] >= '0' && s[k] <= '9')
     if (i < end && s[i] == '-') {
@@ -519,7 +538,9 @@ copy_number(Walker *w)
     else {
         return FW_DECLINE;
     }
+    *is_float = 0;
     if (i < end && s[i] == '.') {
+        *is_float = 1;
         i++;
         if (!DIGIT(i)) {
             return FW_DECLINE;
@@ -529,6 +550,7 @@ copy_number(Walker *w)
         }
     }
     if (i < end && (s[i] == 'e' || s[i] == 'E')) {
+        *is_float = 1;
         i++;
         if (i < end && (s[i] == '+' || s[i] == '-')) {
             i++;
@@ -543,7 +565,21 @@ copy_number(Walker *w)
 #undef DIGIT
     /* "01" or "1x" stop here; the caller then finds no separator and declines */
     w->pos = i;
-    return buf_put(&w->out, (const char *)s + start, i - start) < 0 ? FW_ERROR : FW_OK;
+    return FW_OK;
+}
+
+/* A number is copied as written (parse() keeps every literal: 1.10, 1e3, -0,
+   integers of any size). */
+static int
+copy_number(Walker *w)
+{
+    Py_ssize_t start = w->pos;
+    int is_float;
+    int rc = scan_number(w, &is_float);
+    if (rc != FW_OK) {
+        return rc;
+    }
+    return OUT_PUT(w, (const char *)w->src + start, w->pos - start) < 0 ? FW_ERROR : FW_OK;
 }
 
 static int
@@ -553,7 +589,7 @@ copy_literal(Walker *w, const char *word, Py_ssize_t n)
         return FW_DECLINE;  /* NaN, Infinity, tru, ... */
     }
     w->pos += n;
-    return buf_put(&w->out, word, n) < 0 ? FW_ERROR : FW_OK;
+    return OUT_PUT(w, word, n) < 0 ? FW_ERROR : FW_OK;
 }
 
 
@@ -743,6 +779,10 @@ typedef int (*member_fn)(Walker *w, KeyKind kind, const char *key, Py_ssize_t ke
 typedef int (*element_fn)(Walker *w, Py_ssize_t index, void *ctx);
 
 static int copy_value(Walker *w);
+static int copy_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+                       void *ctx);
+static int skim_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+                       void *ctx);
 
 /* Read the object at pos (a '{'), calling on_member for each member's value. */
 static int
@@ -757,7 +797,7 @@ walk_object(Walker *w, member_fn on_member, void *ctx)
     int rc;
 
     w->pos++;
-    if (buf_byte(&w->out, '{') < 0) {
+    if (OUT_BYTE(w, '{') < 0) {
         return FW_ERROR;
     }
     skip_ws(w);
@@ -770,12 +810,12 @@ walk_object(Walker *w, member_fn on_member, void *ctx)
                 return FW_DECLINE;
             }
             Py_ssize_t mark = w->out.len;  /* where a dropped member is cut off */
-            if (kept && buf_byte(&w->out, ',') < 0) {
+            if (kept && OUT_BYTE(w, ',') < 0) {
                 return FW_ERROR;
             }
             Str key;
             if ((rc = read_string(w, &key)) != FW_OK
-                || (rc = emit_string(w, &key)) != FW_OK
+                || (!w->quiet && (rc = emit_string(w, &key)) != FW_OK)
                 || (rc = push_key(w, &key)) != FW_OK) {
                 return rc;
             }
@@ -784,13 +824,16 @@ walk_object(Walker *w, member_fn on_member, void *ctx)
                 return FW_DECLINE;
             }
             w->pos++;
-            if (buf_byte(&w->out, ':') < 0) {
+            if (OUT_BYTE(w, ':') < 0) {
                 return FW_ERROR;
             }
             skip_ws(w);
             const KeyRef *ref = &w->keys[w->nkeys - 1];
             const char *name = w->keybytes.data + ref->off;
-            rc = on_member(w, classify_key(name, ref->len), name, ref->len, ctx);
+            /* the readers that copy or skim a member ignore what its key means */
+            KeyKind kind = on_member == copy_member || on_member == skim_member
+                           ? K_OTHER : classify_key(name, ref->len);
+            rc = on_member(w, kind, name, ref->len, ctx);
             if (rc == FW_DROP) {
                 w->out.len = mark;
             }
@@ -818,7 +861,7 @@ walk_object(Walker *w, member_fn on_member, void *ctx)
     w->nkeys = first_key;
     w->keybytes.len = first_byte;
     w->nesting--;
-    return buf_byte(&w->out, '}') < 0 ? FW_ERROR : FW_OK;
+    return OUT_BYTE(w, '}') < 0 ? FW_ERROR : FW_OK;
 }
 
 /* Read the array at pos (a '['), calling on_element for each element; *count
@@ -833,7 +876,7 @@ walk_array(Walker *w, element_fn on_element, void *ctx, Py_ssize_t *count)
     int rc;
 
     w->pos++;
-    if (buf_byte(&w->out, '[') < 0) {
+    if (OUT_BYTE(w, '[') < 0) {
         return FW_ERROR;
     }
     skip_ws(w);
@@ -842,7 +885,7 @@ walk_array(Walker *w, element_fn on_element, void *ctx, Py_ssize_t *count)
     }
     else {
         for (;;) {
-            if (n && buf_byte(&w->out, ',') < 0) {
+            if (n && OUT_BYTE(w, ',') < 0) {
                 return FW_ERROR;
             }
             if ((rc = on_element(w, n, ctx)) != FW_OK) {
@@ -865,7 +908,7 @@ walk_array(Walker *w, element_fn on_element, void *ctx, Py_ssize_t *count)
         *count = n;
     }
     w->nesting--;
-    return buf_byte(&w->out, ']') < 0 ? FW_ERROR : FW_OK;
+    return OUT_BYTE(w, ']') < 0 ? FW_ERROR : FW_OK;
 }
 
 
@@ -1125,7 +1168,7 @@ tool_element(Walker *w, Py_ssize_t index, void *ctx)
 {
     const Plan *plan = ctx;
     if (index >= plan->nkinds) {
-        return FW_DECLINE;  /* orjson saw fewer elements */
+        return FW_DECLINE;  /* the plan has fewer elements */
     }
     switch (plan->kinds[index]) {
     case KIND_DATA:
@@ -1176,6 +1219,185 @@ path_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *
         return path_value(w, plan, step->level + 1);
     }
     return copy_value(w);
+}
+
+
+/* -- skim: the top levels of a document as Python objects ------------------- */
+
+/* catalog._fast_compress needs the plan (where the tools are) before rewrite()
+   runs, and locate_tools looks only at the top few levels of a catalog. skim()
+   reads the document with the readers above, as strictly as rewrite() does (it
+   refuses exactly the documents rewrite() refuses whatever the plan), and builds
+   Python objects down to a given depth only: a container deeper than that is
+   read, checked and skipped (Walker.quiet: nothing is written), and comes back
+   as an empty dict or list. The bulk of a catalog, its schemas, is never built. */
+
+#define KEY_CACHE 64        /* recent ASCII keys, per call: "name", "type", ... */
+#define KEY_CACHE_MAX_LEN 32
+
+typedef struct {
+    PyObject *container;   /* the dict or list being filled */
+    int depth;             /* its depth: the root is 0 */
+    int max_depth;         /* containers deeper than this come back empty */
+    PyObject **keys;       /* the call's key cache: KEY_CACHE str or NULL */
+} SkimLevel;
+
+/* The key as a str: from the cache when it holds it (a str caches its hash,
+   so the dict does not hash it again), else decoded. A new reference. */
+static PyObject *
+skim_key(PyObject **cache, const char *key, Py_ssize_t len)
+{
+    if (len > KEY_CACHE_MAX_LEN) {
+        return PyUnicode_DecodeUTF8(key, len, NULL);
+    }
+    /* a slot from the length and three bytes: a miss only costs a decode */
+    const unsigned char *k = (const unsigned char *)key;
+    size_t h = len == 0 ? 0 : (size_t)len * 31 + k[0] * 7u + k[len / 2] * 3u + k[len - 1];
+    PyObject **slot = &cache[h % KEY_CACHE];
+    PyObject *hit = *slot;
+    if (hit != NULL && PyUnicode_GET_LENGTH(hit) == len
+        && memcmp(PyUnicode_DATA(hit), key, (size_t)len) == 0) {
+        return Py_NewRef(hit);  /* cached keys are ASCII: length == bytes */
+    }
+    PyObject *name = PyUnicode_DecodeUTF8(key, len, NULL);
+    if (name != NULL && PyUnicode_IS_ASCII(name)) {
+        Py_XSETREF(*slot, Py_NewRef(name));
+    }
+    return name;
+}
+
+static int skim_value(Walker *w, int depth, int max_depth, PyObject **keys, PyObject **value);
+
+static int
+skim_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    SkimLevel *level = ctx;
+    /* decoded before the value is read (that may move the key bytes); the
+       lexer has checked the UTF-8 and refused lone surrogates */
+    PyObject *name = skim_key(level->keys, key, key_len);
+    if (name == NULL) {
+        return FW_ERROR;
+    }
+    PyObject *value;
+    int rc = skim_value(w, level->depth + 1, level->max_depth, level->keys, &value);
+    if (rc == FW_OK) {
+        /* a duplicate key replaces the value here, and walk_object then declines */
+        if (PyDict_SetItem(level->container, name, value) < 0) {
+            rc = FW_ERROR;
+        }
+        Py_DECREF(value);
+    }
+    Py_DECREF(name);
+    return rc;
+}
+
+static int
+skim_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    SkimLevel *level = ctx;
+    PyObject *value;
+    int rc = skim_value(w, level->depth + 1, level->max_depth, level->keys, &value);
+    if (rc == FW_OK) {
+        if (PyList_Append(level->container, value) < 0) {
+            rc = FW_ERROR;
+        }
+        Py_DECREF(value);
+    }
+    return rc;
+}
+
+/* The number literal s[:n] (scan_number has checked it) as json.loads gives
+   it: an int, or a float (1e400 is inf). An integer too long for int()
+   (sys.get_int_max_str_digits, 4300 digits) comes back as None: json.loads
+   refuses it, and locate_tools never looks at a number's value anyway. */
+static int
+number_object(const char *s, Py_ssize_t n, int is_float, PyObject **value)
+{
+    if (!is_float && n <= 18) {  /* up to 18 digits fit in 63 bits */
+        long long v = 0;
+        Py_ssize_t i = s[0] == '-';
+        for (; i < n; i++) {
+            v = v * 10 + (s[i] - '0');
+        }
+        *value = PyLong_FromLongLong(s[0] == '-' ? -v : v);
+        return *value != NULL ? FW_OK : FW_ERROR;
+    }
+    char small[64];
+    char *text = n < (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return FW_ERROR;
+    }
+    memcpy(text, s, (size_t)n);
+    text[n] = '\0';
+    if (is_float) {
+        double d = PyOS_string_to_double(text, NULL, NULL);  /* overflow: +-inf, as float() */
+        *value = d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
+    }
+    else {
+        *value = PyLong_FromString(text, NULL, 10);
+        if (*value == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();  /* over the int digit limit */
+            *value = Py_NewRef(Py_None);
+        }
+    }
+    if (text != small) {
+        PyMem_Free(text);
+    }
+    return *value != NULL ? FW_OK : FW_ERROR;
+}
+
+/* Read the value at pos (white space skipped), at depth `depth`, into *value
+   (a new reference) when FW_OK. */
+static int
+skim_value(Walker *w, int depth, int max_depth, PyObject **keys, PyObject **value)
+{
+    unsigned char c = peek(w);
+    int rc;
+
+    if (c == '{' || c == '[') {
+        PyObject *container = c == '{' ? PyDict_New() : PyList_New(0);
+        if (container == NULL) {
+            return FW_ERROR;
+        }
+        if (depth > max_depth) {
+            rc = copy_value(w);  /* checked and skipped: it stays empty */
+        }
+        else {
+            SkimLevel level = {container, depth, max_depth, keys};
+            rc = c == '{' ? walk_object(w, skim_member, &level)
+                          : walk_array(w, skim_element, &level, NULL);
+        }
+        if (rc != FW_OK) {
+            Py_DECREF(container);
+            return rc;
+        }
+        *value = container;
+        return FW_OK;
+    }
+    if (c == '"') {
+        Str str;
+        if ((rc = read_string(w, &str)) != FW_OK) {
+            return rc;
+        }
+        *value = PyUnicode_DecodeUTF8(str.ptr, str.len, NULL);
+        return *value != NULL ? FW_OK : FW_ERROR;
+    }
+    PyObject *constant = c == 't' ? Py_True : c == 'f' ? Py_False : c == 'n' ? Py_None : NULL;
+    if (constant != NULL) {
+        if ((rc = copy_literal(w, c == 't' ? "true" : c == 'f' ? "false" : "null",
+                               c == 'f' ? 5 : 4)) != FW_OK) {
+            return rc;
+        }
+        *value = Py_NewRef(constant);
+        return FW_OK;
+    }
+    Py_ssize_t start = w->pos;
+    int is_float;
+    if ((rc = scan_number(w, &is_float)) != FW_OK) {
+        return rc;  /* no value starts with c */
+    }
+    return number_object((const char *)w->src + start, w->pos - start, is_float, value);
 }
 
 
@@ -1307,8 +1529,66 @@ fastwalk_rewrite(PyObject *module, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(skim_doc,
+"skim(raw, max_depth, /)\n"
+"--\n"
+"\n"
+"The JSON document `raw` as Python objects down to depth max_depth (the root is\n"
+"depth 0): every dict or list deeper than that is checked and skipped, and comes\n"
+"back empty. Scalars are real values (an int over the int() digit limit is None).\n"
+"None for any document rewrite() refuses whatever the plan: not strict JSON or\n"
+"UTF-8, a BOM, duplicate keys, lone surrogates, more than MAX_NESTING open\n"
+"containers. (The document null is None too: no catalog either way.)");
+
+static PyObject *
+fastwalk_skim(PyObject *module, PyObject *args)
+{
+    PyObject *raw;
+    int max_depth;
+
+    if (!PyArg_ParseTuple(args, "O!i:skim", &PyBytes_Type, &raw, &max_depth)) {
+        return NULL;
+    }
+    Walker w;
+    memset(&w, 0, sizeof(w));
+    w.src = (const unsigned char *)PyBytes_AS_STRING(raw);
+    w.end = PyBytes_GET_SIZE(raw);
+    w.quiet = 1;
+
+    PyObject *keys[KEY_CACHE] = {NULL};
+    PyObject *value = NULL;
+    int rc = FW_OK;
+    if (w.end >= 3 && memcmp(w.src, "\xEF\xBB\xBF", 3) == 0) {
+        rc = FW_DECLINE;  /* as rewrite() */
+    }
+    if (rc == FW_OK) {  /* no NULL base pointer, even for "" keys */
+        rc = buf_reserve(&w.keybytes, 256) < 0 ? FW_ERROR : FW_OK;
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        rc = skim_value(&w, 0, max_depth, keys, &value);
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        if (w.pos != w.end) {
+            Py_CLEAR(value);
+            rc = FW_DECLINE;  /* a second value, or trailing data */
+        }
+    }
+    if (rc == FW_DECLINE) {
+        value = Py_NewRef(Py_None);
+    }
+    /* FW_ERROR: the exception is set, value is NULL */
+    for (int i = 0; i < KEY_CACHE; i++) {
+        Py_XDECREF(keys[i]);
+    }
+    walker_free(&w);
+    return value;
+}
+
 static PyMethodDef fastwalk_methods[] = {
     {"rewrite", fastwalk_rewrite, METH_VARARGS, rewrite_doc},
+    {"skim", fastwalk_skim, METH_VARARGS, skim_doc},
     {NULL, NULL, 0, NULL}
 };
 

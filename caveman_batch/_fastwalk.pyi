@@ -13,3 +13,13 @@ def rewrite(raw: bytes, path: tuple[str, ...], kinds: bytes | int, drop_annotati
     the array there (0 data, 1 the element is a tool, 2 its "function" member is), or the
     int 1 or 2 when the value at path is a single tool.
     """
+
+def skim(raw: bytes, max_depth: int, /) -> object | None:
+    """The JSON document as Python objects down to depth max_depth (the root is 0), or None.
+
+    Every dict or list deeper than that is checked and skipped, and comes back empty (of
+    its type). Scalars are real values (an integer over int()'s digit limit is None).
+    None for any document rewrite() refuses whatever the plan: not strict JSON or UTF-8,
+    a BOM, duplicate keys, lone surrogates, more than MAX_NESTING containers open. (The
+    document null is None too: no catalog either way.)
+    """

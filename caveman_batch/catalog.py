@@ -371,20 +371,43 @@ def _finish(raw: bytes, out: bytes, shape: str, ntools: int, reduced: int, dropp
     return out, result
 
 
+# How deep _fastwalk.skim builds the document for the plan (the root is depth 0; a
+# deeper dict or list comes back empty, a scalar anywhere it returns is its real value).
+# locate_tools and _plan read, per shape, at most:
+#   jsonrpc-tools-list  root 0 -> "result" 1 -> "tools" 2 -> item 3: _tool_of reads the
+#                       item's keys and tests its members' values (4): "type" == "function"
+#                       and "name" a str (scalars: real), "function" a dict (its type; _plan
+#                       then only compares it by identity). Listed tools never go through
+#                       _has_schema, so nothing at depth 4 is looked into.
+#   mcp-tools, openai-functions  root 0 -> "tools"/"functions" 1 -> item 2 -> members 3.
+#   openai-tools, tool-array  root 0 -> item 1 -> "function" 2 -> _has_schema tests the
+#                       types of its members (3).
+#   single-tool         root 0 -> "function" 1 -> _has_schema: members (2).
+# ("jsonrpc" in doc reads a key only; no number's value is ever read, so skim's None for
+# an integer over int()'s digit limit changes nothing.) So every container down to depth
+# 3 must hold its members; at depth 4 only the type counts, and an empty dict or list has
+# it. With 2, a JSON-RPC item would come back empty: no tool
+# (tests/test_fastwalk.py::test_skim_depth_is_the_smallest_that_plans_alike).
+SKIM_DEPTH: Final = 3
+
+
 def _fast_compress(raw: bytes, options: Options) -> tuple[bytes, str, int, int, int] | None:
     """The C path: (output, shape, tools, descriptions reduced, annotations dropped), or None.
 
-    orjson parses (fast, and loose where parse() is strict: the C walker re-checks
-    everything parse() checks); locate_tools on its result gives the plan. None means
-    "run the reference path": that path then gives the result or the passthrough reason.
+    _fastwalk.skim parses as strictly as the C walker, building only the top SKIM_DEPTH
+    levels (all locate_tools looks at); locate_tools on its result gives the plan. None
+    means "run the reference path": that path then gives the result or the passthrough
+    reason.
     """
     fastwalk = _accel.fastwalk
     if fastwalk is None or type(raw) is not bytes:
         return None
+    doc = fastwalk.skim(raw, SKIM_DEPTH)
+    if doc is None:
+        return None  # not a document rewrite() takes: the reference path says why
     try:
-        doc = orjson.loads(raw)
         shape, tools = locate_tools(doc)
-    except (orjson.JSONDecodeError, Passthrough):
+    except Passthrough:
         return None
     plan = _plan(doc, shape, tools)
     if plan is None:

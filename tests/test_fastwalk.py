@@ -102,6 +102,74 @@ def rewrite_c(raw: bytes, path: tuple[str, ...] = ("tools",), kinds: bytes | int
     return fastwalk.rewrite(raw, path, kinds, drop, short_bytes, reducer)
 
 
+def skim(raw: bytes, max_depth: int) -> Any:
+    assert fastwalk is not None
+    return fastwalk.skim(raw, max_depth)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def truncated(value: Any, max_depth: int, depth: int = 0) -> Any:
+    """`value` with every dict and list deeper than max_depth emptied (the root is depth 0)."""
+    if isinstance(value, dict):
+        return {} if depth > max_depth else {k: truncated(v, max_depth, depth + 1)
+                                              for k, v in value.items()}
+    if isinstance(value, list):
+        return [] if depth > max_depth else [truncated(v, max_depth, depth + 1) for v in value]
+    return value
+
+
+def nesting(value: Any) -> int:
+    """Containers open at the deepest point of `value` (what MAX_NESTING bounds)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in node)
+    return deepest
+
+
+def _int_or_none(literal: str) -> int | None:
+    limit = sys.get_int_max_str_digits()
+    return int(literal) if not limit or len(literal.lstrip("-")) <= limit else None
+
+
+def skim_reference(raw: bytes, max_depth: int) -> Any:
+    """What skim(raw, max_depth) must give: None for any document rewrite() refuses whatever
+    the plan (what parse() refuses, a BOM, lone surrogates, more than MAX_DEPTH containers
+    open), else json.loads' value truncated to max_depth."""
+    if raw.startswith(BOM):
+        return None
+    try:
+        doc = parse(raw)
+        serialize(doc)  # refuses lone surrogates
+    except Passthrough:
+        return None
+    if nesting(doc) > MAX_DEPTH:
+        return None
+    return truncated(json.loads(raw, parse_int=_int_or_none), max_depth)
+
+
+def tagged(value: Any) -> Any:
+    """`value` in a form whose equality also sees types and key order (1, 1.0, True; -0.0)."""
+    if isinstance(value, dict):
+        return "dict", [(k, tagged(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return "list", [tagged(v) for v in value]
+    if isinstance(value, float):
+        return "float", repr(value)
+    return type(value).__name__, value
+
+
+def assert_skim_refuses(raw: bytes) -> None:
+    for max_depth in (-1, 0, catalog.SKIM_DEPTH, MAX_DEPTH + 1):
+        assert skim(raw, max_depth) is None, max_depth
+
+
 def one_tool(**fields: Any) -> dict[str, Any]:
     return {"tools": [{"name": "t", **fields}]}
 
@@ -235,8 +303,11 @@ def test_mutations_under_the_seed_plan(data: st.DataObject) -> None:
     assert plan is not None
     done = rewrite_c(raw, *plan)
     event("C accepted" if done is not None else "C declined")
+    skimmed = skim(raw, catalog.SKIM_DEPTH)
+    assert tagged(skimmed) == tagged(skim_reference(raw, catalog.SKIM_DEPTH))
     if done is None:
         return
+    assert skimmed is not None  # what rewrite() takes, skim() takes
     try:
         fits = _plan_of(raw) == plan  # parse() must not raise: the C walker is as strict
     except Passthrough as exc:
@@ -271,6 +342,8 @@ def test_deep_nesting_declines_quickly() -> None:
     assert rewrite_c(deep, (), b"") is None
     schema = b'{"not":' * 100_000 + b"{}" + b"}" * 100_000
     assert rewrite_c(b'{"tools":[{"name":"t","inputSchema":' + schema + b"}]}") is None
+    assert_skim_refuses(deep)
+    assert_skim_refuses(b'{"tools":[{"name":"t","inputSchema":' + schema + b"}]}")
     assert time.perf_counter() - started < 1.0
     check_same(b'{"tools":[' + deep + b"]}")
 
@@ -284,6 +357,8 @@ def test_nesting_at_the_limit(depth: int) -> None:
            + b"]" * inner + b"}]}")
     done = rewrite_c(raw)
     assert (done is None) == (depth > MAX_DEPTH)
+    for max_depth in (-1, catalog.SKIM_DEPTH, MAX_DEPTH + 5):
+        assert (skim(raw, max_depth) is None) == (depth > MAX_DEPTH)
     check_same(raw)
     schema = b'{"description":"deep  x","type":"string"}'
     for _ in range(depth - 4):  # root, array, tool, inputSchema
@@ -321,6 +396,7 @@ def test_a_big_object_and_a_late_duplicate() -> None:
 ])
 def test_duplicate_keys_decline(raw: bytes) -> None:
     assert rewrite_c(raw) is None
+    assert_skim_refuses(raw)
     check_same(raw)
 
 
@@ -355,6 +431,7 @@ def test_lone_surrogates_decline(string: bytes, where: str) -> None:
                               + b"}}]}",
     }[where]
     assert rewrite_c(raw) is None
+    assert_skim_refuses(raw)
     check_same(raw)
 
 
@@ -366,6 +443,7 @@ def test_lone_surrogates_decline(string: bytes, where: str) -> None:
 ])
 def test_what_is_not_one_strict_json_document_declines(raw: bytes) -> None:
     assert rewrite_c(raw, kinds=b"") is None
+    assert_skim_refuses(raw)
     check_same(raw)
 
 
@@ -378,6 +456,7 @@ def test_what_is_not_one_strict_json_document_declines(raw: bytes) -> None:
 def test_what_is_not_strict_json_declines(value: bytes) -> None:
     for raw in (b'{"tools":[],"x":' + value + b"}", b'{"tools":[],"x":[' + value + b"]}"):
         assert rewrite_c(raw, kinds=b"") is None
+        assert_skim_refuses(raw)
         check_same(raw)
 
 
@@ -391,6 +470,7 @@ def test_invalid_utf8_declines(bad: bytes) -> None:
                 b'{"tools":[{"name":"t","description":"a' + bad + b'"}]}',
                 b'{"tools":[{"name":"t","a' + bad + b'":1}]}'):
         assert rewrite_c(raw) is None
+        assert_skim_refuses(raw)
         check_same(raw)
 
 
@@ -401,6 +481,7 @@ def test_invalid_utf8_declines(bad: bytes) -> None:
 def test_valid_utf8_edges_pass(good: bytes) -> None:
     raw = b'{"tools":[{"name":"t","x":"a' + good + b'b","description":"' + good + b'"}]}'
     assert rewrite_c(raw) is not None
+    assert skim(raw, 5) == json.loads(raw)
     check_same(raw)
 
 
@@ -594,6 +675,232 @@ def test_bad_arguments_raise_type_errors() -> None:
     with pytest.raises(TypeError):
         fastwalk.rewrite(b"{}", (), 1, True, 160.0, describe.reduce)  # type: ignore[arg-type]
     assert compress(bytearray(b'{"tools":[]}'))[1].status == "passthrough"  # type: ignore[arg-type]
+
+
+# -- skim: the top of the document, for the plan ----------------------------------------
+
+
+def check_skim(raw: bytes, depths: tuple[int, ...] = (catalog.SKIM_DEPTH,)) -> bool:
+    """skim(raw, d) is the reference (and orjson's value, truncated, where orjson reads it)
+    for each d; True if skim took the document."""
+    taken = False
+    for max_depth in depths:
+        got = skim(raw, max_depth)
+        assert tagged(got) == tagged(skim_reference(raw, max_depth)), max_depth
+        if got is None:
+            continue
+        taken = True
+        try:
+            full = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # 1e400, integers beyond a double
+            continue
+        assert tagged(as_orjson_reads(got)) == tagged(truncated(full, max_depth))
+    return taken
+
+
+def as_orjson_reads(value: Any) -> Any:
+    """`value` with the integers orjson reads as floats (outside -2**63 .. 2**64 - 1)
+    made floats."""
+    if isinstance(value, dict):
+        return {k: as_orjson_reads(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_orjson_reads(v) for v in value]
+    if type(value) is int and not -(2**63) <= value < 2**64:
+        return float(value)
+    return value
+
+
+def plan_of(doc: Any) -> Any:
+    """What _fast_compress decides from a document: shape, tool count and plan, or why not."""
+    try:
+        shape, tools = catalog.locate_tools(doc)
+    except Passthrough as exc:
+        return str(exc)
+    return shape, len(tools), catalog._plan(doc, shape, tools)
+
+
+def plans_alike(raw: bytes, max_depth: int = catalog.SKIM_DEPTH) -> bool:
+    """The plan from skim(raw, max_depth) is the plan from the whole document (parse())."""
+    skimmed = skim(raw, max_depth)
+    assert skimmed is not None or skim_reference(raw, 0) is None
+    return skimmed is None or plan_of(skimmed) == plan_of(parse(raw))
+
+
+ALL_DEPTHS = (-1, 0, 1, 2, catalog.SKIM_DEPTH, catalog.SKIM_DEPTH + 1, MAX_DEPTH + 1)
+
+
+def test_skim_every_corpus_catalog(corpora: Path) -> None:
+    docs = list(corpus_documents(corpora))
+    taken = 0
+    for i, (name, raw) in enumerate(docs):
+        depths = ALL_DEPTHS if i % 5 == 0 else (catalog.SKIM_DEPTH, MAX_DEPTH + 1)
+        taken += check_skim(raw, depths)
+        assert plans_alike(raw), name
+    assert taken >= len(docs) - 5
+
+
+def test_skim_samples_and_a_generated_registry(tmp_path: Path) -> None:
+    generate_registry(tmp_path / "tree", seed=7, servers=24, oversize_bytes=64 * 1024,
+                      jsonl=tmp_path / "all.jsonl", array=tmp_path / "all-array.json")
+    docs = list(corpus_documents(SAMPLES)) + list(corpus_documents(tmp_path))
+    refused = [raw for _, raw in docs if not check_skim(raw, ALL_DEPTHS)]
+    assert len(refused) < len(docs) // 4
+    for raw in refused:  # the samples broken on purpose
+        with pytest.raises(Passthrough):
+            parse(raw)
+    assert all(plans_alike(raw) for _, raw in docs)
+
+
+@LAW
+@given(encoded(st.one_of(json_data, catalogish, catalogs())), st.integers(-1, 7))
+def test_skim_random_json(raw: bytes, max_depth: int) -> None:
+    event("taken" if check_skim(raw, (max_depth, catalog.SKIM_DEPTH)) else "refused")
+
+
+@LAW
+@given(mutated(), st.integers(-1, 5))
+def test_skim_mutated_catalogs(raw: bytes, max_depth: int) -> None:
+    event("taken" if check_skim(raw, (max_depth,)) else "refused")
+
+
+@LAW
+@given(encoded(catalogs()))
+def test_skim_plans_alike_on_generated_catalogs(raw: bytes) -> None:
+    assert plans_alike(raw)
+    skimmed = skim(raw, catalog.SKIM_DEPTH)
+    plan = plan_of(skimmed) if skimmed is not None else None
+    event(plan[0] if isinstance(plan, tuple) else "refused" if plan is None else "no plan")
+
+
+FUNCTION = {"name": "f", "description": "A  b.", "parameters": {"type": "object", "title": "x",
+                                                                  "properties": {"a": {}}}}
+SHAPES = {
+    "jsonrpc": {"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+        {"name": "a", "description": "x  y", "inputSchema": {"type": "object"}},
+        {"type": "function", "function": FUNCTION}, {"type": "function", "function": "junk"},
+        {"name": 5, "description": "not a tool"}, "junk", 3,
+        {"name": "b", "type": "function", "function": {"name": "inner"}}], "nextCursor": "c"},
+        "tools": "decoy"},
+    "jsonrpc-wrapped-only": {"jsonrpc": "2.0", "result": {"tools": [
+        {"type": "function", "function": {"name": "f"}}]}},
+    "jsonrpc-no-tools": {"jsonrpc": "2.0", "result": {"tools": [{"type": "web_search"}]}},
+    "result-without-jsonrpc": {"result": {"tools": [{"name": "a", "description": "x"}]},
+                               "tools": [{"name": "b", "inputSchema": {}}]},
+    "mcp": {"tools": [{"name": "a", "description": "x  y", "inputSchema": {"type": "object"}},
+                      {"type": "function", "function": FUNCTION}, {"nameless": 1}]},
+    "functions": {"functions": [FUNCTION, {"name": "g", "parameters": []}, "junk"]},
+    "openai-tools": [{"type": "function", "function": FUNCTION}, {"type": "web_search"},
+                     {"type": "file_search", "vector_store_ids": ["v"]}],
+    "openai-tools-no-schema": [{"type": "function", "function": {"name": "f"}},
+                               {"type": "web_search_preview"}],
+    "tool-array": [{"name": "f", "description": "A  b.", "input_schema": {"type": "object"}},
+                   {"type": "other", "description": "not  a tool"}],
+    "tool-array-schema-not-object": [{"name": "f", "input_schema": []}],
+    "tool-array-untyped-other": [{"name": "f", "input_schema": {}}, {"x": 1}],
+    "single": {"name": "single", "description": "One  tool.", "inputSchema": {"title": "t"}},
+    "single-wrapped": {"type": "function", "function": FUNCTION, "description": "outer  stays"},
+    "single-wrapped-no-schema": {"type": "function", "function": {"name": "f", "parameters": 1}},
+    "single-no-schema": {"name": "package", "description": "a package.json", "version": "1.0"},
+    "single-schema-in-list": {"name": "t", "parameters": [{"type": "object"}]},
+}
+KNOWN = {"jsonrpc", "jsonrpc-wrapped-only", "result-without-jsonrpc", "mcp", "functions",
+         "openai-tools", "openai-tools-no-schema", "tool-array", "single", "single-wrapped"}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_skim_plans_alike_on_every_shape(name: str) -> None:
+    raw = dumps(SHAPES[name])
+    assert plans_alike(raw)
+    assert isinstance(plan_of(parse(raw)), tuple) == (name in KNOWN)
+    check_same(raw)
+
+
+def test_skim_depth_is_the_smallest_that_plans_alike() -> None:
+    """One level less and JSON-RPC items come back empty: their tools are not found."""
+    too_shallow = [name for name, doc in SHAPES.items()
+                   if not plans_alike(dumps(doc), catalog.SKIM_DEPTH - 1)]
+    assert "jsonrpc" in too_shallow and "jsonrpc-wrapped-only" in too_shallow
+    for max_depth in (catalog.SKIM_DEPTH, catalog.SKIM_DEPTH + 1, MAX_DEPTH + 1):
+        assert all(plans_alike(dumps(doc), max_depth) for doc in SHAPES.values())
+
+
+def test_skim_returns_deep_containers_empty_of_their_type() -> None:
+    raw = b'{"a": {"b": [{"c": [1, {"d": 2}]}, []], "e": {}}, "f": [[["g"]]], "h": "i"}'
+    full = json.loads(raw)
+    assert skim(raw, MAX_DEPTH) == full
+    assert skim(raw, -1) == {}
+    assert skim(b"[1, [2]]", -1) == []
+    assert skim(raw, 0) == {"a": {}, "f": [], "h": "i"}
+    assert skim(raw, 1) == {"a": {"b": [], "e": {}}, "f": [[]], "h": "i"}
+    assert skim(raw, 2) == {"a": {"b": [{}, []], "e": {}}, "f": [[[]]], "h": "i"}
+    for max_depth in ALL_DEPTHS:
+        assert skim(raw, max_depth) == truncated(full, max_depth)
+    for scalar in (b'"x"', b"1", b"-2.5", b"true", b"false", b" null "):
+        assert skim(scalar, -1) == json.loads(scalar)
+
+
+def test_skim_numbers_are_json_loads_values() -> None:
+    literals = [b"0", b"-0", b"7", b"-7", b"1.10", b"1e3", b"1E+3", b"1e-0", b"-0.0", b"10.0",
+                b"2.5E-10", b"123456789012345678", b"-123456789012345678", b"1234567890123456789",
+                b"-9223372036854775809", b"123456789012345678901234567890", b"1e999", b"-1e999",
+                b"-1e-999", b"0.000000000000000000000000000001", b"1" + b"0" * 4299]
+    raw = b"[" + b",".join(literals) + b"]"
+    assert tagged(skim(raw, 0)) == tagged(json.loads(raw))
+    huge = b"9" * 5000  # over int()'s digit limit: json.loads refuses it, skim gives None
+    assert skim(b'{"n":' + huge + b',"m":-' + huge + b"}", 0) == {"n": None, "m": None}
+    assert skim(b'{"n":[' + huge + b"]}", 0) == {"n": []}
+
+
+def test_skim_refuses_what_hides_deep() -> None:
+    deep = b'{"tools":[{"name":"t","inputSchema":{"properties":{"a":{"enum":[%s]}}}}]}'
+    assert skim(deep % b"1", 0) == {"tools": []}
+    for bad in (b'{"x":1,"x":2}', b'"\\ud800"', b"NaN", b"01", b'"\t"', b"1,", b'"\xff"',
+                b'{"\\u0078":1,"x":2}'):
+        assert_skim_refuses(deep % bad)
+
+
+def test_skim_bad_arguments() -> None:
+    assert fastwalk is not None
+    with pytest.raises(TypeError):
+        fastwalk.skim("{}", 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        fastwalk.skim(bytearray(b"{}"), 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        fastwalk.skim(b"{}", 3.0)  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        fastwalk.skim(b"{}", 2**40)
+
+
+def test_skim_keeps_no_memory() -> None:
+    """20k calls over every exit path (a value; None after building objects; a cached key
+    released) keep no memory."""
+    good = dumps({"tools": [{"name": f"t{i}", "description": "d", "inputSchema": {
+        "type": "object", "properties": {f"p{j}": {"type": "string"} for j in range(20)}}}
+        for i in range(5)], "k": list(range(30)), "z": "@@", "x" * 40: 1.5})
+    late_dup = good[:-1] + b',"z":1}'
+    late_bad = good.replace(b'"@@"', b'"\\ud800"')
+    late_huge = good.replace(b'"@@"', b"9" * 5000)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            assert skim(good, catalog.SKIM_DEPTH) is not None
+            assert skim(late_dup, catalog.SKIM_DEPTH) is None
+            assert skim(late_bad, 10) is None
+            assert skim(late_huge, 1)["z"] is None
+
+    run(200)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run(200)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        run(5_000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes kept after 20k calls"
 
 
 # -- no leaks -----------------------------------------------------------------------
