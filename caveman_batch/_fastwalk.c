@@ -29,6 +29,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The bytes hash of CPython (SipHash, seeded per process): public as Py_HashBuffer
+   from 3.14, the same function as _Py_HashBytes before that. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define fw_hash_bytes(p, n) Py_HashBuffer((p), (Py_ssize_t)(n))
+#else
+#define fw_hash_bytes(p, n) _Py_HashBytes((p), (Py_ssize_t)(n))
+#endif
+
 #include <stdint.h>
 #include <string.h>
 
@@ -747,7 +755,7 @@ check_unique(Walker *w, Py_ssize_t first)
     int rc = FW_OK;
     for (Py_ssize_t i = 0; i < n && rc == FW_OK; i++) {
         /* CPython's own (randomized) bytes hash: crafted keys cannot all collide */
-        size_t h = (size_t)_Py_HashBytes(base + keys[i].off, keys[i].len);
+        size_t h = (size_t)fw_hash_bytes(base + keys[i].off, keys[i].len);
         for (;;) {
             h &= size - 1;
             if (slots[h] < 0) {
