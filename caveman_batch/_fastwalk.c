@@ -30,11 +30,11 @@
 #include <Python.h>
 
 /* The bytes hash of CPython (SipHash, seeded per process): public as Py_HashBuffer
-   from 3.14, the same function as _Py_HashBytes before that. */
+   from 3.14; before that, the same function through PyHash_GetFuncDef(). */
 #if PY_VERSION_HEX >= 0x030E0000
 #define fw_hash_bytes(p, n) Py_HashBuffer((p), (Py_ssize_t)(n))
 #else
-#define fw_hash_bytes(p, n) _Py_HashBytes((p), (Py_ssize_t)(n))
+#define fw_hash_bytes(p, n) (PyHash_GetFuncDef()->hash((p), (Py_ssize_t)(n)))
 #endif
 
 #include <stdint.h>

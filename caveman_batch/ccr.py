@@ -275,16 +275,8 @@ def store_original(store: Store, original: bytes, content_type: str = "applicati
     return commit(store, [prepare(original, content_type)])[0]
 
 
-TOUCH_GRANULARITY_MS: Final = 3_600_000
-
-
 def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
-    """Refresh last-seen of existing records (incremental runs that skip work).
-
-    Like a file system's relatime, a record seen within the last hour is left as it
-    is: retention is counted in days, and a nightly rerun over an unchanged
-    registry then reads its records without rewriting them.
-    """
+    """Refresh last-seen of existing records (incremental runs that skip work)."""
     stamp = _now_ms() if now_ms is None else now_ms
 
     def bump(key: bytes, old: bytes | None, _new: bytes) -> bytes | None:
@@ -294,7 +286,7 @@ def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> No
             h = decode_header(old)
         except ValueError:
             return None
-        if h.last_seen_ms >= stamp - TOUCH_GRANULARITY_MS:
+        if h.last_seen_ms >= stamp:
             return None
         return encode_record(h.original_length, h.content_type, h.first_stored_ms, stamp,
                              old[h.payload_offset:])

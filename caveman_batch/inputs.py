@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from .catalog import _tool_of
+from .errors import UsageError
 
 CHUNK: Final = 1 << 20
 _WRAPPER = re.compile(rb'\A\s*\{\s*"(servers|items|catalogs|registry)"\s*:\s*\[')
@@ -79,18 +80,29 @@ def discover(sources: list[str], out_dir: Path) -> Discovery:
     """Resolve SRC arguments into (path, output rel path, kind) in a stable order."""
     found = Discovery()
     single = len(sources) == 1
+    owners: dict[str, Path | None] = {}  # output path -> the source written there
+
+    def add(path: Path | None, rel: str, kind: str) -> None:
+        if rel in owners:
+            owner = owners[rel]
+            if owner is not None and path is not None and owner.resolve() == path.resolve():
+                return  # the same source named twice: read once
+            raise UsageError(f"{owner or '-'} and {path or '-'} would both be written to "
+                             f"{rel} in the output folder: give them separate runs")
+        owners[rel] = path
+        found.entries.append((path, rel, kind))
+
     for src in sources:
         if src == "-":
-            found.entries.append((None, "stdin.jsonl", "jsonl"))
+            add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)
         if path.is_dir():
             base = "" if single else path.resolve().name + "/"
             for file in _walk(path, out_dir):
-                rel = base + file.relative_to(path).as_posix()
-                found.entries.append((file, rel, _kind(file)))
+                add(file, base + file.relative_to(path).as_posix(), _kind(file))
         else:
-            found.entries.append((path, path.name, _kind(path)))
+            add(path, path.name, _kind(path))
     return found
 
 

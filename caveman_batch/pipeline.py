@@ -152,17 +152,18 @@ Progress = Callable[[Summary], None]
 def run(config: Config, progress: Progress | None = None) -> Summary:
     """Run one batch job; raises StoreError/OutputError (nothing half-done published)."""
     started = time.perf_counter()
-    out = _prepare_out(config.out)
-    tmp = out / TMP_DIR
-    found = discover(config.sources, out)
+    found = discover(config.sources, config.out)
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
+    out = _prepare_out(config.out)
+    tmp = out / TMP_DIR
     previous = _load_previous(config) if config.incremental else _Previous()
     summary = Summary()
     pool = (ProcessPoolExecutor(config.workers, initializer=_worker_init, initargs=(os.getpid(),))
             if config.workers > 1 else None)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
+            previous.store = store  # reuse only what this store still holds
             batches = _batches(_items(found, config, previous, tmp))
             touched: list[str] = []
             for batch, results in _dispatch(batches, config, previous, pool):
@@ -313,10 +314,16 @@ class _Previous:
     """What the last run left: manifest rows by sha256, and its JSONL streams."""
 
     rows: dict[str, Any] = field(default_factory=dict)
-    lines: list[bytes] = field(default_factory=list)
-    parsed: list[dict[str, Any] | None] = field(default_factory=list)  # lines, parsed
-    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # rel -> (fingerprint record, its manifest rows verbatim, the same parsed)
+    streams: dict[str, tuple[dict[str, Any], list[bytes], list[dict[str, Any] | None]]] = field(
+        default_factory=dict)
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
+    store: Store | None = None
+
+    def holds(self, digests: Iterable[str]) -> bool:
+        """Does the store still hold every one of these originals (not pruned, same store)?"""
+        assert self.store is not None
+        return all(self.store.get(d.encode("ascii")) is not None for d in digests)
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -325,33 +332,58 @@ class _Previous:
 
 
 def _load_previous(config: Config) -> _Previous:
-    """Previous manifest rows of the same run key: what a rerun may reuse."""
+    """Previous manifest rows of the same run key: what a rerun may reuse.
+
+    The manifest is streamed; the rows of the JSONL streams its fingerprint file
+    names are kept verbatim (to be carried over whole), other rows only if reusable.
+    """
     found = _Previous()
+    manifest_sha256, records = _read_fingerprint(config)
+    ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
+    kept: dict[str, tuple[list[bytes], list[dict[str, Any] | None]]] = {rel: ([], []) for rel in records}
+    digest = hashlib.sha256()
+    at = 0  # index into ranges: the next stream whose rows may come
     try:
-        data = config.manifest_path.read_bytes()
+        fh = open(config.manifest_path, "rb")
     except OSError:
         return found  # no manifest (or none readable): nothing to reuse
-    found.lines = data.splitlines()
-    for line in found.lines:
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            row = None  # a manifest we cannot read is only a lost shortcut
-        if not isinstance(row, dict):
-            found.parsed.append(None)
-            continue
-        found.parsed.append(row)
-        if row.get("sha256") and row.get("output") and row.get("run_key") == config.run_key:
-            found.rows[row["sha256"]] = row
+    with fh:
+        for index, line in enumerate(fh):
+            digest.update(line)
+            line = line.rstrip(b"\n")
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                row = None  # a manifest we cannot read is only a lost shortcut
+            if not isinstance(row, dict):
+                row = None
+            elif row.get("sha256") and row.get("output") and row.get("run_key") == config.run_key:
+                found.rows[row["sha256"]] = row
+            while at < len(ranges) and index >= ranges[at][1]:
+                at += 1
+            if at < len(ranges) and ranges[at][0] <= index:
+                lines, rows = kept[ranges[at][2]]
+                lines.append(line)
+                rows.append(row)
+    if records and digest.hexdigest() == manifest_sha256:
+        found.streams = {rel: (record, *kept[rel]) for rel, record in records.items()}
+    return found
+
+
+def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, Any]]]:
+    """(sha256 of the manifest it belongs to, stream records) of this run key, or (None, {})."""
     try:
         streams = orjson.loads(config.streams_path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
-        return found
-    if (isinstance(streams, dict) and streams.get("run_key") == config.run_key
+        return None, {}
+    if not (isinstance(streams, dict) and streams.get("run_key") == config.run_key
             and streams.get("max_bytes") == config.max_bytes
-            and streams.get("manifest_sha256") == hashlib.sha256(data).hexdigest()):
-        found.streams = streams.get("streams") or {}
-    return found
+            and isinstance(streams.get("streams"), dict)):
+        return None, {}
+    records = {rel: r for rel, r in streams["streams"].items()
+               if isinstance(r, dict) and type(r.get("first_row")) is int and type(r.get("rows")) is int
+               and r["first_row"] >= 0 and r["rows"] >= 0}
+    return streams.get("manifest_sha256"), records
 
 
 def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
@@ -367,23 +399,25 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
 def _reuse_stream(entry: tuple[Path | None, str, str], config: Config,
                   previous: _Previous) -> ReusedStream | None:
     path, rel, kind = entry
-    record = previous.streams.get(rel)
-    if path is None or kind != "jsonl" or not isinstance(record, dict) or record.get("source") != str(path):
+    if path is None or kind != "jsonl" or rel not in previous.streams:
+        return None
+    record, lines, rows = previous.streams.pop(rel)  # once: its rows are released after use
+    if record.get("source") != str(path) or not path.is_file():
         return None
     try:
-        first, count = int(record["first_row"]), int(record["rows"])
-        rows = previous.parsed[first:first + count]
-        if (len(rows) != count or path.stat().st_size != record["source_size"]
+        if (len(rows) != record["rows"] or path.stat().st_size != record["source_size"]
                 or _file_sha256(path) != record["source_sha256"]
                 or _file_sha256(config.out / rel) != record["output_sha256"]):
             return None
     except (OSError, KeyError, TypeError, ValueError):
         return None
-    if any(row is None or row.get("run_key") != config.run_key
-           or (row.get("source") or {}).get("path") != str(path) for row in rows):
+    if any(row is None or row.get("run_key") != config.run_key or not isinstance(row.get("source"), dict)
+           or row["source"].get("path") != str(path) for row in rows):
         return None
-    return ReusedStream(rel, record, previous.lines[first:first + count], rows,  # type: ignore[arg-type]
-                        [row["sha256"] for row in rows if row.get("handle")])  # type: ignore[union-attr]
+    digests = [row["sha256"] for row in rows if row.get("handle")]  # type: ignore[union-attr]
+    if not previous.holds(digests):
+        return None  # pruned, or another store: every document goes through again
+    return ReusedStream(rel, record, lines, rows, digests)  # type: ignore[arg-type]
 
 
 def _file_sha256(path: Path) -> str:
@@ -395,7 +429,7 @@ def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     assert doc.raw is not None
     digest = hashlib.sha256(doc.raw).hexdigest()
     row = previous.rows.get(digest)
-    if row is None:
+    if row is None or not previous.holds([digest]):
         return None
     data = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
     if data is None:
@@ -575,7 +609,9 @@ class _Publisher:
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
-            # after the manifest, and tied to it by its sha256: a stale one is ignored
+        # After the manifest, and tied to it by its sha256 (a stale one is ignored). Only a
+        # shortcut for the next run: failing to write it does not fail this one.
+        try:
             if not self.records:
                 self.config.streams_path.unlink(missing_ok=True)
                 return
@@ -583,6 +619,9 @@ class _Publisher:
                 "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
                 "manifest_sha256": self.manifest_sha256.hexdigest(), "streams": self.records,
             }, option=orjson.OPT_INDENT_2))
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.config.streams_path.unlink(missing_ok=True)
 
 
 def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,8 @@ def test_accelerators_are_built_where_a_compiler_is() -> None:
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): a pure-Python install")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no Python headers (Python.h): a pure-Python install")
     assert all(_accel.status().values()), (
         f"a C compiler is here but the accelerators are not importable ({_accel.status()}): "
         "install with pip install -e '.[test]', or run python setup.py build_ext --inplace")

@@ -21,16 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-mcp = pytest.importorskip("mcp")
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-
-from caveman_batch.catalog import compress  # noqa: E402
-from caveman_batch.profile import profile  # noqa: E402
-from test_catalog_corpora import CORPUS_NAMES, catalogs, compressed, structure_problems  # noqa: E402
+from caveman_batch.catalog import compress
+from caveman_batch.profile import profile
+from test_catalog_corpora import CORPUS_NAMES, catalogs, compressed, structure_problems
 
 # The issue's own list: obligation and prohibition, limits and ranges, formats and
 # standards, defaults, exclusivity and choice, warnings and deprecation, selection guidance.
@@ -96,6 +91,10 @@ SERVERS = {
 
 
 async def _list_tools(argv: list[str]) -> dict[str, Any]:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
     params = StdioServerParameters(command=sys.executable, args=argv)
     with anyio.fail_after(60):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -107,10 +106,9 @@ async def _list_tools(argv: list[str]) -> dict[str, Any]:
 @functools.cache
 def live_catalog(name: str) -> dict[str, Any]:
     module = {"time": "mcp_server_time", "git": "mcp_server_git", "fetch": "mcp_server_fetch"}[name]
-    try:
-        __import__(module)
-    except ImportError:
-        pytest.skip(f"{module} is not installed (pip install -e '.[test]')")
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("mcp", reason="the MCP SDK is a test extra (pip install -e '.[test]')")
+    pytest.importorskip(module, reason=f"{module} is a test extra (pip install -e '.[test]')")
     return anyio.run(_list_tools, SERVERS[name])
 
 

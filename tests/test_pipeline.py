@@ -309,19 +309,6 @@ def test_whole_corpora_as_a_registry(corpora: Path, tmp_path: Path) -> None:
             assert ccr.recover(store, row["handle"]) == Path(row["source"]["path"]).read_bytes()
 
 
-def test_touch_rewrites_a_record_at_most_once_an_hour(tmp_path: Path) -> None:
-    hour = ccr.TOUCH_GRANULARITY_MS
-    with open_store(f"lmdb://{tmp_path}/ccr") as store:
-        record = ccr.prepare(b'{"tools": []}', now_ms=10 * hour)
-        ccr.commit(store, [record])
-        digest, key = record.digest, record.key
-        before = store.get(key)
-        ccr.touch(store, [digest], now_ms=11 * hour)  # seen within the hour: left as it is
-        assert store.get(key) == before
-        ccr.touch(store, [digest], now_ms=11 * hour + 1)
-        assert ccr.decode_header(store.get(key)).last_seen_ms == 11 * hour + 1
-
-
 def _jsonl_registry(tmp: Path) -> Path:
     src = tmp / "registry.jsonl"
     generate_registry(None, seed=5, servers=12, jsonl=src, oversize_bytes=0)
@@ -375,3 +362,34 @@ def test_stale_stream_fingerprint_is_ignored(tmp_path: Path) -> None:
     assert whole.reused == first.documents  # the fingerprint is back in step with the manifest
     _, other_cap = _run(tmp_path, src, incremental=True, max_bytes=SMALL_CAP + 1)
     assert other_cap.reused == first.documents - oversize  # another --max-bytes: not whole
+
+
+def test_rerun_into_another_store_commits_the_originals_again(tmp_path: Path) -> None:
+    """A handle is never published for an original the store does not hold (pruned, moved)."""
+    src = _jsonl_registry(tmp_path)
+    reg = tmp_path / "reg"
+    shutil.copytree(SAMPLES / "registry", reg)
+    out, first = _run(tmp_path, src, reg, incremental=True)
+    other = f"sqlite:///{tmp_path}/other.db"
+    _, again = _run(tmp_path, src, reg, incremental=True, store=other)
+    assert again.reused == 0 and again.documents == first.documents
+    rows = [r for r in _rows(out / "manifest.jsonl") if r["handle"]]
+    assert rows
+    with open_store(other) as store:
+        for row in rows:
+            assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+
+
+def test_two_sources_for_one_output_path_is_a_usage_error(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(SAMPLES / "registry.jsonl", tmp_path / name / "x.jsonl")
+    code = main(["compress", str(tmp_path / "a" / "x.jsonl"), str(tmp_path / "b" / "x.jsonl"),
+                 "-o", str(tmp_path / "out"), "--store", f"lmdb://{tmp_path}/ccr", "--quiet"])
+    assert code == 1 and "would both be written to x.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    same = tmp_path / "a" / "x.jsonl"  # one source named twice is read once
+    out, summary = _run(tmp_path, same, same, out_name="twice")
+    once, _ = _run(tmp_path, same, out_name="once", store=f"lmdb://{tmp_path}/s2")
+    assert (out / "x.jsonl").read_bytes() == (once / "x.jsonl").read_bytes()
