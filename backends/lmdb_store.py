@@ -145,6 +145,15 @@ class LmdbStore(Store):
         value: bytes | None = self._read(lambda txn: txn.get(key))
         return value
 
+    def missing(self, keys: Sequence[bytes]) -> list[bytes]:
+        # one read transaction, and no value copied out: a cursor only finds the key
+        def absent(txn: Any) -> list[bytes]:
+            cursor = txn.cursor()
+            return [key for key in keys if not cursor.set_key(key)]
+
+        found: list[bytes] = self._read(absent)
+        return found
+
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
         # Short read transactions, resumed by key: a long scan never pins old pages.
         start, inclusive = prefix, True

@@ -275,6 +275,12 @@ def store_original(store: Store, original: bytes, content_type: str = "applicati
     return commit(store, [prepare(original, content_type)])[0]
 
 
+def missing(store: Store, digests: Sequence[str]) -> list[str]:
+    """The digests, of these, whose original the store does not hold."""
+    absent = set(store.missing([d.encode("ascii") for d in digests]))
+    return [d for d in digests if d.encode("ascii") in absent]
+
+
 def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
     """Refresh last-seen of existing records (incremental runs that skip work)."""
     stamp = _now_ms() if now_ms is None else now_ms

@@ -163,11 +163,12 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
             if config.workers > 1 else None)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
-            previous.store = store  # reuse only what this store still holds
+            previous.store = store  # a stream is reused whole only if this store holds its originals
             batches = _batches(_items(found, config, previous, tmp))
             touched: list[str] = []
             for batch, results in _dispatch(batches, config, previous, pool):
                 touched += [d for item in batch if isinstance(item, ReusedStream) for d in item.digests]
+                _heal(store, batch, results)
                 _commit(store, results, touched)
                 for row, reused in pub.publish(batch, results):
                     summary.add(row, reused)
@@ -320,11 +321,6 @@ class _Previous:
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
     store: Store | None = None
 
-    def holds(self, digests: Iterable[str]) -> bool:
-        """Does the store still hold every one of these originals (not pruned, same store)?"""
-        assert self.store is not None
-        return all(self.store.get(d.encode("ascii")) is not None for d in digests)
-
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
@@ -415,7 +411,8 @@ def _reuse_stream(entry: tuple[Path | None, str, str], config: Config,
            or row["source"].get("path") != str(path) for row in rows):
         return None
     digests = [row["sha256"] for row in rows if row.get("handle")]  # type: ignore[union-attr]
-    if not previous.holds(digests):
+    assert previous.store is not None
+    if ccr.missing(previous.store, digests):
         return None  # pruned, or another store: every document goes through again
     return ReusedStream(rel, record, lines, rows, digests)  # type: ignore[arg-type]
 
@@ -429,7 +426,7 @@ def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     assert doc.raw is not None
     digest = hashlib.sha256(doc.raw).hexdigest()
     row = previous.rows.get(digest)
-    if row is None or not previous.holds([digest]):
+    if row is None:
         return None
     data = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
     if data is None:
@@ -471,6 +468,18 @@ def _commit(store: Store, results: list[Result | None], touched: list[str]) -> N
     touched += [r.touch for r in results if r is not None and r.touch]
     if len(touched) >= TOUCH_BATCH:
         _flush_touches(store, touched)
+
+
+def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
+    """A reused document whose original the store lacks (pruned, another store) gets it
+    committed again, from the bytes in hand, before its row names the handle."""
+    reused = [(item, r) for item, r in zip(batch, results) if r is not None and r.touch]
+    if not reused:
+        return
+    absent = set(ccr.missing(store, [r.touch for _, r in reused if r.touch]))
+    for item, result in reused:
+        if result.touch in absent:
+            result.record = ccr.prepare(item.raw)
 
 
 def _flush_touches(store: Store, touched: list[str]) -> None:

@@ -98,6 +98,10 @@ class Store(ABC):
     def get(self, key: bytes) -> bytes | None:
         """The value under `key`, or None."""
 
+    def missing(self, keys: Sequence[bytes]) -> list[bytes]:
+        """The keys, of these, that hold no value (a backend may answer in one read)."""
+        return [key for key in keys if self.get(key) is None]
+
     @abstractmethod
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
         """Keys starting with `prefix`, in ascending byte order."""

@@ -255,6 +255,11 @@ class StoreContract:
         info = ccr.info(store, "ccr_" + ccr.digest_of(b"abc"))
         assert (info.first_stored, info.last_seen) == (1.0, 5.0)
 
+    def test_missing_names_the_absent_keys_in_order(self, store: Store) -> None:
+        store.commit([(b"k1", b"v1"), (b"k3", b"v3")])
+        assert store.missing([b"k0", b"k1", b"k2", b"k3", b"k4"]) == [b"k0", b"k2", b"k4"]
+        assert store.missing([]) == []
+
     def test_prune_and_touch(self, store: Store) -> None:
         day = 24 * 3_600_000
         ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=9 * day)])
