@@ -183,7 +183,7 @@ def _tool_of(item: Any) -> dict[str, Any] | None:
             fn = item.get("function")
             if isinstance(fn, dict):
                 return fn
-        if isinstance(item.get("name"), str) and not _TOOL_KEYS.isdisjoint(item.keys()):
+        if _is_tool(item):
             return item
     return None
 

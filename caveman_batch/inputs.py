@@ -1,7 +1,8 @@
 """Where `compress` finds its documents, read incrementally under a size cap.
 
-`iter_stream(sources, …)` yields, in a stable order, `Document`s (one catalog each)
-and `SinkEnd` markers (an output that has seen its last document). Sources are
+`discover(sources, …)` lists them in a stable order; `iter_entry(entry, …)` yields one
+source's `Document`s (one catalog each) and then a `SinkEnd` marker (an output that
+has seen its last document). Sources are
 directories (walked in sorted order for *.json and *.jsonl, hidden folders and the
 output folder skipped), single files, JSONL files, "-" (JSONL on stdin), and JSON
 registry files whose top level is an array of catalogs or a {"servers": [...]}-style
@@ -43,8 +44,9 @@ class Sink:
     prefix: bytes = b""
     suffix: bytes = b""
     count: int = 0
-    # A JSONL file source, once read to its end: its path, size and sha256 (what an
-    # incremental rerun compares to skip the whole stream).
+    # A JSONL file source (stdin never is) is fingerprinted: once read to its end, its
+    # path, size and sha256 (what an incremental rerun compares to skip the whole stream).
+    fingerprint: bool = False
     source: str | None = None
     source_size: int = 0
     source_sha256: str | None = None
@@ -120,11 +122,6 @@ def _walk(root: Path, out_dir: Path) -> Iterator[Path]:
                 yield here / name
 
 
-def iter_stream(found: Discovery, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
-    for entry in found.entries:
-        yield from iter_entry(entry, max_bytes, spill_dir)
-
-
 def iter_entry(entry: tuple[Path | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     """The documents of one discovered source, then the end of its sink."""
     path, rel, kind = entry
@@ -132,7 +129,7 @@ def iter_entry(entry: tuple[Path | None, str, str], max_bytes: int, spill_dir: P
         yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "jsonl":
         yield from _open_then(path, rel, lambda fh: _jsonl(
-            fh, str(path), Sink(rel, "jsonl"), max_bytes, spill_dir))
+            fh, str(path), Sink(rel, "jsonl", fingerprint=True), max_bytes, spill_dir))
     else:
         yield from _open_then(path, rel, lambda fh: _json_file(fh, path, rel, max_bytes, spill_dir))
 
@@ -154,7 +151,7 @@ def _open_then(path: Path, rel: str, body: object) -> Iterator[Item]:
 
 def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     lineno = 0
-    seen = _Fingerprint()
+    seen = _Fingerprint(sink.fingerprint)
     while True:
         line = fh.readline(max_bytes + 1)
         if not line:
@@ -170,21 +167,23 @@ def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path
         if not body.strip():
             continue  # a blank line holds no document
         yield Document({"path": label, "line": lineno}, sink, raw=body, size=len(body))
-    sink.source, sink.source_size, sink.source_sha256 = label, seen.size, seen.digest.hexdigest()
+    if seen.digest is not None:
+        sink.source, sink.source_size, sink.source_sha256 = label, seen.size, seen.digest.hexdigest()
     yield SinkEnd(sink)
 
 
 class _Fingerprint:
-    """sha256 and length of every byte read from a stream."""
+    """sha256 and length of every byte read from a stream (nothing when not active)."""
 
     __slots__ = ("digest", "size")
 
-    def __init__(self) -> None:
-        self.digest, self.size = hashlib.sha256(), 0
+    def __init__(self, active: bool) -> None:
+        self.digest, self.size = (hashlib.sha256() if active else None), 0
 
     def update(self, chunk: bytes) -> None:
-        self.digest.update(chunk)
-        self.size += len(chunk)
+        if self.digest is not None:
+            self.digest.update(chunk)
+            self.size += len(chunk)
 
 
 def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) -> tuple[Path, int]:

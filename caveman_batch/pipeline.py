@@ -590,7 +590,7 @@ class _Publisher:
             fh = open(temp, "wb")
             fh.write(sink.prefix)
             self.streams[key] = (fh, temp)
-            if sink.kind == "jsonl" and not sink.prefix:
+            if sink.fingerprint:
                 self.hashes[key] = (hashlib.sha256(), self.rows)
         return self.streams[key]
 
@@ -606,7 +606,7 @@ class _Publisher:
         os.replace(temp, target)
         self.written.add(sink.rel)
         hashed = self.hashes.pop(id(sink), None)
-        if hashed is not None and sink.source_sha256 is not None and sink.source != "<stdin>":
+        if hashed is not None and sink.source_sha256 is not None:
             self.records[sink.rel] = {
                 "source": sink.source, "source_size": sink.source_size,
                 "source_sha256": sink.source_sha256, "output_sha256": hashed[0].hexdigest(),

@@ -251,6 +251,7 @@ def test_stdin_jsonl_end_to_end(tmp_path: Path) -> None:
     assert summary["documents"] == 10
     rows = _rows(tmp_path / "o" / "manifest.jsonl")
     assert rows[0]["source"] == {"path": "<stdin>", "line": 1}
+    assert not (tmp_path / "o" / ".manifest.streams.json").exists()  # stdin is never reused whole
     handle = rows[0]["handle"]
     got = _cli("recover", handle, "--store", f"lmdb://{tmp_path}/ccr")
     assert got.stdout == data.splitlines()[0]
