@@ -6,9 +6,9 @@ compressed as an MCP list, a JSON-RPC response, OpenAI functions, OpenAI tools a
 Anthropic tool array. Every form must keep its selection profile and its structure,
 stay idempotent, and lose no rule sentence.
 
-"Rule sentence" is decided here by a detector that shares nothing with
-caveman_batch.rules: the word list of the issue that specified the compressor, and a
-plain sentence splitter of its own. The same detector also runs over every catalog
+"Rule sentence" is decided by caveman_batch.testing.issue_rules, a detector that
+shares nothing with caveman_batch.rules: the word list of the issue that specified the
+compressor, and a plain sentence splitter of its own. The same detector also runs over every catalog
 of ../shared/corpora (skipped when absent).
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,49 +24,8 @@ import pytest
 
 from caveman_batch.catalog import compress
 from caveman_batch.profile import profile
+from caveman_batch.testing.issue_rules import independent_rule_sentences, lost_rule_sentences
 from test_catalog_corpora import CORPUS_NAMES, catalogs, compressed, structure_problems
-
-# The issue's own list: obligation and prohibition, limits and ranges, formats and
-# standards, defaults, exclusivity and choice, warnings and deprecation, selection guidance.
-ISSUE_RULE_WORDS = (
-    "must", "cannot", "shall", "required", "never", "do not", "does not",
-    "at least", "at most", "maximum", "minimum", "between", "up to", "exceeds", "limit",
-    "format", "iso 8601", "rfc 3339", "absolute path", "pattern",
-    "default", "optional, defaults to",
-    "exactly one", "one of", "only", "mutually exclusive", "unique", "case-sensitive",
-    "warning", "deprecated",
-    "use this tool when", "use this tool for", "use this tool to", "prefer", "instead", "avoid",
-    "should", "should not",
-)
-_INDEPENDENT_RULE = re.compile(r"\b(?:" + "|".join(map(re.escape, ISSUE_RULE_WORDS)) + r")\b",
-                               re.IGNORECASE)
-# A sentence ends at . ! ? or … (then closing quotes or brackets) before white space and a
-# character that is not a lower-case letter, except after "e.g." and "i.e."; lines always end one.
-_NAIVE_END = re.compile(r"(?<![ (]e\.g\.)(?<![ (]i\.e\.)(?<=[.!?…])[\"')\]”’]*\s+(?=[^a-z\s])|\n+")
-
-
-def independent_rule_sentences(description: str) -> list[str]:
-    """Sentences of `description` (white space folded) that state a rule by the issue's words."""
-    sentences = (" ".join(part.split()) for part in _NAIVE_END.split(description))
-    return [s for s in sentences if s and _INDEPENDENT_RULE.search(s)]
-
-
-def lost_rule_sentences(before: Any, after: Any) -> list[str]:
-    """Rule sentences of any description in `before` that are missing, word for word, from
-    the description at the same place in `after` (white space folded on both sides)."""
-    lost: list[str] = []
-    if isinstance(before, dict) and isinstance(after, dict):
-        for key, value in before.items():
-            if key == "description" and isinstance(value, str):
-                kept = " ".join(str(after.get(key, "")).split())
-                lost += [s for s in independent_rule_sentences(value) if s not in kept]
-            elif key in after:
-                lost += lost_rule_sentences(value, after[key])
-    elif isinstance(before, list) and isinstance(after, list):
-        for b, a in zip(before, after):
-            lost += lost_rule_sentences(b, a)
-    return lost
-
 
 def test_the_independent_detector_sees_rules_and_splits_plainly() -> None:
     text = ("Fetches a URL. Use this tool when the page is public.\n\nThe timeout must be at most "
