@@ -871,6 +871,24 @@ def test_skim_bad_arguments() -> None:
         fastwalk.skim(b"{}", 2**40)
 
 
+# -- no leaks -----------------------------------------------------------------------
+
+
+def memory_kept(run: Callable[[int], None]) -> int:
+    """Bytes still allocated (tracemalloc sees PyMem) after run(5_000), once warmed up."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run(200)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        run(5_000)
+        gc.collect()
+        return int(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()
+
+
 def test_skim_keeps_no_memory() -> None:
     """20k calls over every exit path (a value; None after building objects; a cached key
     released) keep no memory."""
@@ -889,21 +907,9 @@ def test_skim_keeps_no_memory() -> None:
             assert skim(late_huge, 1)["z"] is None
 
     run(200)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        run(200)
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        run(5_000)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_kept(run)
     assert grown < 64 * 1024, f"{grown} bytes kept after 20k calls"
 
-
-# -- no leaks -----------------------------------------------------------------------
 
 
 def test_no_leaks() -> None:
@@ -931,16 +937,6 @@ def test_no_leaks() -> None:
 
     run(200)
     refs = sys.getrefcount(result_text)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        run(200)
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        run(5_000)  # 20k rewrite calls
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = memory_kept(run)  # 20k rewrite calls
     assert sys.getrefcount(result_text) == refs
     assert grown < 64 * 1024, f"{grown} bytes kept after 20k calls"
