@@ -1,6 +1,6 @@
 """Build the optional C accelerators; everything else is declared in pyproject.toml.
 
-Both accelerators are optional: without a C compiler the install still succeeds and
+The accelerators are optional: without a C compiler the install still succeeds and
 caveman-batch runs its pure-Python reference path (same output, slower). The
 accelerators never decide anything alone: when unsure they hand the input back to
 the Python path (see caveman_batch/_accel.py).
@@ -15,6 +15,8 @@ setup(
         Extension("caveman_batch._fastwalk", ["caveman_batch/_fastwalk.c"],
                   extra_compile_args=_FLAGS, optional=True),
         Extension("caveman_batch._fastreduce", ["caveman_batch/_fastreduce.c"],
+                  extra_compile_args=_FLAGS, optional=True),
+        Extension("caveman_batch._fastcount", ["caveman_batch/_fastcount.c"],
                   extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -29,8 +29,10 @@ def _load(name: str) -> ModuleType | None:
 
 fastwalk: ModuleType | None = _load("_fastwalk")
 fastreduce: ModuleType | None = _load("_fastreduce")
+fastcount: ModuleType | None = _load("_fastcount")
 
 
 def status() -> dict[str, bool]:
     """Which accelerators are active (shown by `caveman-batch --version` and in reports)."""
-    return {"fastwalk": fastwalk is not None, "fastreduce": fastreduce is not None}
+    return {"fastwalk": fastwalk is not None, "fastreduce": fastreduce is not None,
+            "fastcount": fastcount is not None}

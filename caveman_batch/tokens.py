@@ -13,6 +13,8 @@ import re
 from functools import lru_cache
 from typing import Final, Protocol
 
+from ._accel import fastcount as _fastcount
+
 ENCODING: Final = "o200k_base"
 BASIS: Final = "inferred"
 
@@ -31,8 +33,16 @@ def _encoder() -> _Counter:
 
 def count_tokens(text: str | bytes) -> int:
     """Exact o200k_base token count of `text` (bytes are decoded as UTF-8, replacing errors)."""
+    if _fastcount is not None:  # the same count, piece by piece with a cache (_fastcount.c)
+        found: int | None = _fastcount.count(text, _count_text)
+        if found is not None:
+            return found
     if isinstance(text, bytes | bytearray | memoryview):
         text = bytes(text).decode("utf-8", "replace")
+    return _count_text(text)
+
+
+def _count_text(text: str) -> int:
     if not text:
         return 0
     try:
