@@ -1,13 +1,18 @@
 """_fastcount: o200k_base counts piece by piece with a cache, equal to quicktok's whole-text count.
 
 The segmentation is compared with the encoding's own pre-tokenizer pattern (run by the
-regex module, as tiktoken's Python reference does), the counts with quicktok's count of the
-whole text; tests/test_tokens.py compares count_tokens (which runs this module) with
-tiktoken itself.
+regex module, as tiktoken's Python reference does), the loaded ranks with quicktok's
+tokenizer, the counts with quicktok's count of the whole text; tests/test_tokens.py compares
+count_tokens (which runs this module) with tiktoken itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
+import unicodedata
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -17,10 +22,10 @@ import tiktoken_ext.openai_public
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from caveman_batch import _accel
+from caveman_batch import tokens
 from caveman_batch.tokens import _count_text
 
-fc = _accel.fastcount
+fc = tokens._fast()  # the accelerator with the vocabulary loaded (when quicktok's file is the pinned one)
 pytestmark = pytest.mark.skipif(fc is None, reason="the _fastcount C extension is not built or is disabled")
 
 def _o200k_pattern() -> str:
@@ -43,7 +48,8 @@ ASCII_PIECES = [" ", "  ", "   ", "\n", "\r\n", "\r", "\t", "\x0b", "\x0c", "\x1
                 "aB", "HTTPServer", "1", "12", "123", "4567", "/", "//", "{", "\"", "\":\"", "\",\"", "}", "]",
                 ".", "...", "-", "_", "@", "`", "|"]
 UNICODE_PIECES = ["é", "ſ", "K", "\u00a0", "\u0085", "\u2028", "\u3000", "中文", "\u0301", "٣", "😀",
-                  "\ufffd", "—", "’", "ǅ"]
+                  "\ufffd", "—", "’", "ǅ", "ª", "\u02b0", "\u0903", "Ⅻ", "²", "\u200b", "ß", "Ω", "\u20dd"]
+UNASSIGNED = "\u0378"  # no character in any Unicode version: left to quicktok whole
 
 
 def encoder() -> quicktok.Encoding:
@@ -70,6 +76,10 @@ def boundaries(parts: list[str]) -> set[int]:
 # -- the segmentation -------------------------------------------------------------------
 
 
+def assigned(text: str) -> bool:
+    return all(unicodedata.category(c) != "Cn" for c in text)
+
+
 @MANY
 @given(st.lists(st.sampled_from(ASCII_PIECES), max_size=40).map("".join))
 def test_ascii_pieces_are_the_patterns_pieces(text: str) -> None:
@@ -86,15 +96,25 @@ def test_any_ascii_text_splits_as_the_pattern_does(text: str) -> None:
 
 @MANY
 @given(st.lists(st.sampled_from(ASCII_PIECES + UNICODE_PIECES), max_size=40).map("".join))
-def test_regions_start_and_end_on_piece_boundaries(text: str) -> None:
-    """Around non-ASCII text a segment is a run of whole pieces, never a part of one."""
+def test_unicode_text_splits_as_the_pattern_does(text: str) -> None:
+    segments = fast_segments(text)
+    assert [piece for piece, _ in segments] == regex_pieces(text)
+    assert not any(whole for _, whole in segments)
+
+
+@MANY
+@given(st.text(max_size=80))
+def test_random_text_splits_as_the_pattern_does_or_leaves_whole_pieces(text: str) -> None:
+    """A code point this Python's Unicode does not assign widens to a region of whole pieces."""
     segments = fast_segments(text)
     assert "".join(piece for piece, _ in segments) == text
     assert boundaries([piece for piece, _ in segments]) <= boundaries(regex_pieces(text))
     for piece, whole in segments:
-        assert whole == (not piece.isascii())
+        assert whole == (not assigned(piece)) or (whole and not piece.isascii())
         if not whole:
             assert regex_pieces(piece) == [piece]
+    if assigned(text):
+        assert [piece for piece, _ in segments] == regex_pieces(text)
 
 
 def test_examples() -> None:
@@ -102,11 +122,59 @@ def test_examples() -> None:
         return [piece for piece, _ in fast_segments(text)]
 
     assert split('{"name":"get_weather"}') == ['{"', "name", '":"', "get", "_weather", '"}']
-    assert split("HTTPServer don't WE'LL") == ["HTTPServer", " don't", " WE'LL"]
+    assert split("HTTPServer don't WE'LL it'ſ") == ["HTTPServer", " don't", " WE'LL", " it'ſ"]
     assert split("  \n  x  1") == ["  \n", " ", " x", " ", " ", "1"]
     assert split("12345 ,\n/\n") == ["123", "45", " ,\n/\n"]
-    # a region ends after the first ASCII letter that is followed by an ASCII non-letter
-    assert fast_segments("a café, bon.") == [("a", False), (" café, bon", True), (".", False)]
+    assert split("a café—\u00a0\u00a0x \u0301a ªA!") == ["a", " café", "—", "\u00a0", "\u00a0x", " \u0301a", " ª", "A", "!"]
+    # an unassigned code point: a region to the first ASCII letter followed by an ASCII non-letter
+    assert fast_segments(f"a b{UNASSIGNED}c, bon.") == [("a", False), (f" b{UNASSIGNED}c", True), (",", False),
+                                                        (" bon", False), (".", False)]
+    raw = b"ok \xff\xfe end."  # invalid UTF-8: likewise
+    assert fc.segments(raw) == [(0, 2, False), (2, 9, True), (9, 10, False)]
+
+
+# -- the vocabulary ---------------------------------------------------------------------
+
+
+def vocabulary_file() -> bytes:
+    return resources.files("quicktok").joinpath(*tokens.VOCAB_FILE).read_bytes()
+
+
+def test_the_pinned_vocabulary_is_loaded_and_every_rank_is_quicktoks() -> None:
+    if hashlib.sha256(vocabulary_file()).hexdigest() != tokens.VOCAB_SHA256:
+        pytest.skip("quicktok's vocabulary file is not the pinned one: counts go through quicktok "
+                    "(exact, slower to start); check the new file and re-pin tokens.VOCAB_SHA256")
+    assert fc.cache_info()["vocabulary"] == 199_998
+    token = encoder().decode_single_token_bytes
+    assert [r for r in range(199_998) if fc.rank(token(r)) != r] == []
+    assert fc.rank(b"\xff\xff\xff\xffnot a token") is None
+
+
+def test_a_malformed_vocabulary_is_refused_and_the_loaded_one_kept() -> None:
+    good = vocabulary_file()
+    for bad in (b"", b"\x00\x01", good[:-1], good + b"x", good[:4] + good[4:6] + b"\x00" * 10,
+                b"\xff\xff\xff\x7f" + good[4:]):
+        with pytest.raises(ValueError, match="not a vocabulary"):
+            fc.load_ranks(bad)
+    assert fc.cache_info()["vocabulary"] == 199_998
+    assert count("still counting") == encoder().count("still counting")
+
+
+def test_compressing_the_samples_does_not_load_quicktoks_tokenizer(tmp_path: Path) -> None:
+    """quicktok's tokenizer takes ~0.7 s and ~64 MB to load; ordinary catalogs never need it."""
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from caveman_batch import tokens\n"
+            "from caveman_batch.pipeline import Config, run\n"
+            "out = Path(sys.argv[1])\n"
+            "summary = run(Config([sys.argv[2]], out / 'out', f'lmdb://{out}/ccr', workers=1))\n"
+            "assert summary.tokens_before > 1000, summary\n"
+            "print(tokens._encoder.cache_info().currsize)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(root / "bench_data" / "samples")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
 
 
 # -- the counts -------------------------------------------------------------------------
@@ -119,7 +187,7 @@ def count(text: str | bytes) -> int:
 
 
 @MANY
-@given(st.lists(st.sampled_from(ASCII_PIECES + UNICODE_PIECES), max_size=60).map("".join))
+@given(st.lists(st.sampled_from(ASCII_PIECES + UNICODE_PIECES + [UNASSIGNED]), max_size=60).map("".join))
 def test_count_equals_the_whole_text_count(text: str) -> None:
     assert count(text) == count(text.encode()) == encoder().count(text)
 
@@ -130,10 +198,28 @@ def test_count_of_random_unicode(text: str) -> None:
     assert count(text) == count(text.encode()) == encoder().count(text)
 
 
+def test_every_code_point_in_context_equals_quicktok() -> None:
+    """Each character alone, doubled, after a digit, inside words, after an apostrophe and a
+    space, before a mark: every code point of planes 0-3 and 14, a sample of the rest."""
+    dense = (cp for cp in range(0x40000) if not 0xD800 <= cp <= 0xDFFF)
+    points = [*dense, *range(0xE0000, 0xF0000), *range(0x40000, 0x110000, 97)]
+    enc = encoder()
+    mismatched = []
+    for i in range(0, len(points), 1024):
+        chunk = points[i:i + 1024]
+        text = " ".join(f"a{chr(c)}'s {chr(c)}{chr(c)}1{chr(c)}A{chr(c)}b '{chr(c)} {chr(c)}\u0301x !{chr(c)}"
+                        for c in chunk)
+        if count(text) != enc.count(text):
+            mismatched.append(f"U+{chunk[0]:04X}..U+{chunk[-1]:04X}")
+    assert mismatched == []
+
+
 def test_bytes_like_inputs_and_invalid_utf8() -> None:
     raw = "café 日本 😀 <b>&amp;</b> it's".encode()
     assert count(raw) == count(bytearray(raw)) == count(memoryview(raw)) == count(raw.decode())
     assert count(b"ok \xff\xfe end \xed\xa0\x80") == encoder().count("ok \ufffd\ufffd end \ufffd\ufffd\ufffd")
+    assert count(b"\xc3") == encoder().count("\ufffd")  # truncated sequences: one U+FFFD each
+    assert count(b"a\xe2\x82 b\xf0\x9f\x98") == encoder().count("a\ufffd b\ufffd")
     assert count(b"") == count("") == 0
 
 
@@ -141,8 +227,9 @@ def test_lone_surrogates_are_left_to_the_caller() -> None:
     assert fc.count("a\ud800b", _count_text) is None
 
 
-def test_long_pieces_are_counted_without_the_cache() -> None:
-    for text in ("a" * 5000, " " * 5000 + "x", "1" * 999, "{" * 300, "é" * 400, "aé" * 300 + " b"):
+def test_long_pieces() -> None:
+    for text in ("a" * 5000, "ab" * 100, " " * 5000 + "x", "1" * 999, "{" * 300, "é" * 400, "aé" * 300 + " b",
+                 "x" * 255 + " y", "x" * 256 + " y", "x" * 257 + " y"):
         assert count(text) == encoder().count(text), text[:8]
 
 
@@ -163,10 +250,10 @@ def test_fallback_errors_propagate() -> None:
     def broken(text: str) -> int:
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError, match="boom"):
-        fc.count("fresh words here", broken)
+    with pytest.raises(RuntimeError, match="boom"):  # a region goes to the fallback
+        fc.count(f"fresh{UNASSIGNED}words here", broken)
     with pytest.raises(ValueError, match="negative"):
-        fc.count("other fresh words", lambda text: -1)
+        fc.count(f"other{UNASSIGNED}fresh words", lambda text: -1)
     with pytest.raises(TypeError):
         fc.count(12, _count_text)
     fc.cache_clear()
@@ -174,18 +261,12 @@ def test_fallback_errors_propagate() -> None:
 
 def test_the_cache_serves_repeats() -> None:
     fc.cache_clear()
-    calls: list[str] = []
-
-    def counting(text: str) -> int:
-        calls.append(text)
-        return _count_text(text)
-
     doc = '{"type":"string","description":"The name."}'
-    assert fc.count(doc, counting) == fc.count(doc, counting) == encoder().count(doc)
-    first = len(calls)
+    assert count(doc) == encoder().count(doc)
+    first = fc.cache_info()["misses"]
     assert first > 0
-    assert fc.count(doc * 3, counting) == encoder().count(doc * 3)
-    assert len(calls) <= first + 3  # only the chunks across the joins are new
+    assert count(doc * 3) == encoder().count(doc * 3)
+    assert fc.cache_info()["misses"] <= first + 3  # only the chunks across the joins are new
     fc.cache_clear()
 
 
