@@ -11,6 +11,11 @@ are cached per process, so the whole-catalog benchmarks clear the cache before e
 round: the figures are cold. Throughput is MB/s of the bytes in (1 MB = 10**6 B) at the
 median round, one core.
 
+Token counting (exact o200k_base) has rows of its own: the C counter (_fastcount) with its
+piece cache emptied before every round (cold) and kept (warm), quicktok's own count of the
+same text for comparison, and what each costs to start (quicktok's tokenizer is built,
+the C counter reads the vocabulary file).
+
 Production runs the C reducer (_fastreduce) when it is built: the plain rows time it,
 stage by stage (split_sentences; rule_units on the units found beforehand) and whole
 (reduce), each C call loading (folding) its text as reduce() does; the *_pure_python rows
@@ -25,7 +30,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from bench_data.generate import generate_registry
-from caveman_batch import describe, rules
+from caveman_batch import describe, rules, tokens
 from caveman_batch.catalog import Options, compress, parse
 
 NO_TOKENS = Options(count_tokens=False)
@@ -157,9 +162,62 @@ def test_compress_catalogs_cold(benchmark: BenchmarkFixture, bench_corpus: list[
 
 def test_compress_catalogs_with_token_counts(benchmark: BenchmarkFixture,
                                              bench_corpus: list[bytes]) -> None:
+    counter = tokens._fast()
+
     def run() -> int:
         describe._reduce_cached.cache_clear()
+        if counter is not None:
+            counter.cache_clear()
         return sum(compress(raw)[1].tokens_after or 0 for raw in bench_corpus)
 
     assert benchmark(run) > 0
     _report(benchmark, sum(map(len, bench_corpus)))
+
+
+@pytest.fixture
+def counter() -> ModuleType:
+    """The C token counter as count_tokens uses it; its rows skip when it is not built."""
+    found = tokens._fast()
+    if found is None:
+        pytest.skip("caveman_batch._fastcount is not built (see _accel)")
+    return found
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_token_count(benchmark: BenchmarkFixture, bench_corpus: list[bytes], counter: ModuleType,
+                     cache: str) -> None:
+    def run() -> int:
+        if cache == "cold":
+            counter.cache_clear()
+        return sum(tokens.count_tokens(raw) for raw in bench_corpus)
+
+    expected = sum(tokens._count_text(raw.decode()) for raw in bench_corpus)
+    assert benchmark(run) == expected
+    benchmark.extra_info["pieces_encoded_in_C"] = counter.cache_info()["encoded"]
+    _report(benchmark, sum(map(len, bench_corpus)))
+
+
+def test_token_count_quicktok(benchmark: BenchmarkFixture, bench_corpus: list[bytes]) -> None:
+    texts = [raw.decode() for raw in bench_corpus]
+    encoder = tokens._encoder()
+    assert benchmark(lambda: sum(encoder.count(text) for text in texts)) > 0
+    _report(benchmark, sum(map(len, bench_corpus)))
+
+
+def test_token_counter_start_quicktok(benchmark: BenchmarkFixture) -> None:
+    import quicktok
+
+    benchmark.pedantic(lambda: quicktok.Tokenizer(tokens.ENCODING, ""), rounds=3, iterations=1)
+
+
+def test_token_counter_start_c(benchmark: BenchmarkFixture, counter: ModuleType) -> None:
+    import hashlib
+    from importlib import resources
+
+    def start() -> int:
+        vocab = resources.files("quicktok").joinpath(*tokens.VOCAB_FILE).read_bytes()
+        if hashlib.sha256(vocab).hexdigest() != tokens.VOCAB_SHA256:
+            pytest.skip("quicktok's vocabulary file is not the pinned one (tokens.VOCAB_SHA256)")
+        return int(counter.load_ranks(vocab))
+
+    assert benchmark.pedantic(start, rounds=3, iterations=1) == 199_998
