@@ -159,8 +159,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     tmp = out / TMP_DIR
     previous = _load_previous(config) if config.incremental else _Previous()
     summary = Summary()
-    pool = (ProcessPoolExecutor(config.workers, initializer=_worker_init, initargs=(os.getpid(),))
-            if config.workers > 1 else None)
+    pool = _Pool(config.workers) if config.workers > 1 else None
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             previous.store = store  # a stream is reused whole only if this store holds its originals
@@ -179,7 +178,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
             pub.finish()
     finally:
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            pool.shutdown()
         previous.close()
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
@@ -223,19 +222,39 @@ class Result:
     touch: str | None = None  # digest whose last-seen to refresh (reused documents)
 
 
+class _Pool:
+    """The worker processes, started when a batch first has something to compress (a
+    rerun that reuses everything starts none)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = None
+
+    def submit(self, options: Options, raws: list[bytes]) -> Future[Any]:
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
+                                            initargs=(os.getpid(),))
+        return self.pool.submit(work, options, raws)
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
 def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
-              pool: ProcessPoolExecutor | None) -> Iterator[tuple[list[Item], list[Result | None]]]:
+              pool: _Pool | None) -> Iterator[tuple[list[Item], list[Result | None]]]:
     """(batch, results) in input order, at most 2 × workers batches in flight."""
     window: deque[tuple[list[Item], list[Result | None], Future[Any] | list[Any], list[int]]] = deque()
     limit = max(2, 2 * config.workers)
     for batch in batches:
         results, todo = _plan(batch, config, previous)
         raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
-        if pool is None:
+        if pool is None or not raws:
             window.append((batch, results, work(config.options, raws), todo))  # type: ignore[arg-type]
         else:
-            window.append((batch, results, pool.submit(work, config.options, raws), todo))  # type: ignore[arg-type]
-        while len(window) >= limit or (pool is None and window):
+            window.append((batch, results, pool.submit(config.options, raws), todo))  # type: ignore[arg-type]
+        # in order: the oldest as soon as it needs no worker, else once the window is full
+        while window and (len(window) >= limit or not isinstance(window[0][2], Future)):
             yield _settle(window.popleft(), config)
     while window:
         yield _settle(window.popleft(), config)
