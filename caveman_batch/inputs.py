@@ -75,19 +75,20 @@ Item = Document | SinkEnd
 class Discovery:
     """What the sources hold, before anything is read."""
 
-    entries: list[tuple[Path | None, str, str]] = field(default_factory=list)  # (path, rel, kind)
+    # (path as the manifest names it, output rel path, kind); no path: stdin
+    entries: list[tuple[str | None, str, str]] = field(default_factory=list)
 
 
 def discover(sources: list[str], out_dir: Path) -> Discovery:
     """Resolve SRC arguments into (path, output rel path, kind) in a stable order."""
     found = Discovery()
     single = len(sources) == 1
-    owners: dict[str, Path | None] = {}  # output path -> the source written there
+    owners: dict[str, str | None] = {}  # output path -> the source written there
 
-    def add(path: Path | None, rel: str, kind: str) -> None:
+    def add(path: str | None, rel: str, kind: str) -> None:
         if rel in owners:
             owner = owners[rel]
-            if owner is not None and path is not None and owner.resolve() == path.resolve():
+            if owner is not None and path is not None and Path(owner).resolve() == Path(path).resolve():
                 return  # the same source named twice: read once
             raise UsageError(f"{owner or '-'} and {path or '-'} would both be written to "
                              f"{rel} in the output folder: give them separate runs")
@@ -101,45 +102,74 @@ def discover(sources: list[str], out_dir: Path) -> Discovery:
         path = Path(src)
         if path.is_dir():
             base = "" if single else path.resolve().name + "/"
-            for file in _walk(path, out_dir):
-                add(file, base + file.relative_to(path).as_posix(), _kind(file))
+            for file, rel, kind in _walk(path, base, out_dir.resolve()):
+                add(file, rel, kind)
         else:
-            add(path, path.name, _kind(path))
+            add(str(path), path.name, _kind(path.name))
     return found
 
 
-def _kind(path: Path) -> str:
-    return "jsonl" if path.suffix.lower() == ".jsonl" else "json"
+def _kind(name: str) -> str:
+    # as Path.suffix: ".jsonl" alone is a name without a suffix
+    return "jsonl" if name.lower().endswith(".jsonl") and len(name) > len(".jsonl") else "json"
 
 
-def _walk(root: Path, out_dir: Path) -> Iterator[Path]:
-    skip = out_dir.resolve()
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (here / d).resolve() != skip)
+def _walk(root: Path, base: str, skip: Path) -> Iterator[tuple[str, str, str]]:
+    """Catalog files under root (path, output path, kind): a folder's files by name, then
+    its folders by name, as os.walk (symlinked folders not walked into), hidden ones and OUT
+    skipped. Paths spelled as pathlib would (root / rel), but built as plain strings, one
+    scandir per folder and no resolve(): a registry has thousands."""
+    top = str(root)
+    prefix = "" if top == "." else top if top.endswith("/") else top + "/"
+    todo = [(base, "")]
+    while todo:
+        rel, below = todo.pop()  # output path so far; path under root so far
+        folder = prefix + below if below else top
+        try:
+            with os.scandir(folder) as it:
+                found = list(it)
+        except OSError:
+            continue  # unreadable: as os.walk, skipped
+        files, dirs = [], []
+        for entry in found:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            try:
+                is_dir, is_link = entry.is_dir(), entry.is_symlink()
+            except OSError:
+                is_dir, is_link = False, False
+            if not is_dir:
+                if name.lower().endswith((".json", ".jsonl")):
+                    files.append(name)
+            elif not is_link:
+                dirs.append(name)
         for name in sorted(files):
-            if not name.startswith(".") and name.lower().endswith((".json", ".jsonl")):
-                yield here / name
+            yield prefix + below + name, rel + name, _kind(name)
+        for name in sorted(dirs, reverse=True):  # popped in name order
+            # a real folder resolves to its own name: only one named like OUT can be OUT
+            if name != skip.name or Path(prefix + below + name).resolve() != skip:
+                todo.append((rel + name + "/", below + name + "/"))
 
 
-def iter_entry(entry: tuple[Path | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     """The documents of one discovered source, then the end of its sink."""
     path, rel, kind = entry
     if path is None:
         yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "jsonl":
         yield from _open_then(path, rel, lambda fh: _jsonl(
-            fh, str(path), Sink(rel, "jsonl", fingerprint=True), max_bytes, spill_dir))
+            fh, path, Sink(rel, "jsonl", fingerprint=True), max_bytes, spill_dir))
     else:
         yield from _open_then(path, rel, lambda fh: _json_file(fh, path, rel, max_bytes, spill_dir))
 
 
-def _open_then(path: Path, rel: str, body: object) -> Iterator[Item]:
+def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:
     try:
         fh = open(path, "rb")
     except OSError as exc:
         sink = Sink(rel, "file")
-        yield Document({"path": str(path)}, sink, error=f"cannot read: {exc.strerror or exc}")
+        yield Document({"path": path}, sink, error=f"cannot read: {exc.strerror or exc}")
         yield SinkEnd(sink)
         return
     with fh:
@@ -206,7 +236,7 @@ def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) 
 # -- JSON files and registries ---------------------------------------------------------
 
 
-def _json_file(fh: BinaryIO, path: Path, rel: str, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
+def _json_file(fh: BinaryIO, path: str, rel: str, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     size = os.fstat(fh.fileno()).st_size
     head = fh.read(min(size, max_bytes) + 1) if size <= max_bytes else fh.read(CHUNK)
     registry = _registry_prefix(head)
@@ -216,9 +246,9 @@ def _json_file(fh: BinaryIO, path: Path, rel: str, max_bytes: int, spill_dir: Pa
         return
     sink = Sink(rel, "file")
     if size > max_bytes or len(head) > max_bytes:
-        yield Document({"path": str(path)}, sink, spill=path, size=size)
+        yield Document({"path": path}, sink, spill=Path(path), size=size)
     else:
-        yield Document({"path": str(path)}, sink, raw=head, size=len(head))
+        yield Document({"path": path}, sink, raw=head, size=len(head))
     yield SinkEnd(sink)
 
 
@@ -243,7 +273,7 @@ def _registry_prefix(head: bytes) -> int | None:
     return start if is_catalog else None
 
 
-def _registry(fh: BinaryIO, path: Path, rel: str, start: int, max_bytes: int,
+def _registry(fh: BinaryIO, path: str, rel: str, start: int, max_bytes: int,
               spill_dir: Path) -> Iterator[Item]:
     sink = Sink(rel, "array", prefix=fh.read(start))
     reader = _TextReader(fh)
@@ -257,7 +287,7 @@ def _registry(fh: BinaryIO, path: Path, rel: str, start: int, max_bytes: int,
         if index and reader.peek() == ",":
             reader.pos += 1
             reader.skip_ws()
-        doc = _next_item(reader, {"path": str(path), "item": index}, sink, max_bytes, spill_dir)
+        doc = _next_item(reader, {"path": path, "item": index}, sink, max_bytes, spill_dir)
         if doc is None:  # not JSON from here on: the rest goes through as written
             sink.suffix = reader.rest()
             yield SinkEnd(sink)

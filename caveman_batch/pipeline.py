@@ -411,13 +411,14 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
             yield from iter_entry(entry, config.max_bytes, tmp)
 
 
-def _reuse_stream(entry: tuple[Path | None, str, str], config: Config,
+def _reuse_stream(entry: tuple[str | None, str, str], config: Config,
                   previous: _Previous) -> ReusedStream | None:
-    path, rel, kind = entry
-    if path is None or kind != "jsonl" or rel not in previous.streams:
+    source, rel, kind = entry
+    if source is None or kind != "jsonl" or rel not in previous.streams:
         return None
     record, lines, rows = previous.streams.pop(rel)  # once: its rows are released after use
-    if record.get("source") != str(path) or not path.is_file():
+    path = Path(source)
+    if record.get("source") != source or not path.is_file():
         return None
     try:
         if (len(rows) != record["rows"] or path.stat().st_size != record["source_size"]
@@ -427,7 +428,7 @@ def _reuse_stream(entry: tuple[Path | None, str, str], config: Config,
     except (OSError, KeyError, TypeError, ValueError):
         return None
     if any(row is None or row.get("run_key") != config.run_key or not isinstance(row.get("source"), dict)
-           or row["source"].get("path") != str(path) for row in rows):
+           or row["source"].get("path") != source for row in rows):
         return None
     digests = [row["sha256"] for row in rows if row.get("handle")]  # type: ignore[union-attr]
     assert previous.store is not None
