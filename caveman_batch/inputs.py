@@ -44,8 +44,9 @@ class Sink:
     prefix: bytes = b""
     suffix: bytes = b""
     count: int = 0
-    # A JSONL file source (stdin never is) is fingerprinted: once read to its end, its
-    # path, size and sha256 (what an incremental rerun compares to skip the whole stream).
+    # A file source (stdin never is) is fingerprinted: its path, and for a stream once
+    # read to its end its size and sha256 (what an incremental rerun compares to skip the
+    # whole source). A document file's are its document's, known to the publisher.
     fingerprint: bool = False
     source: str | None = None
     source_size: int = 0
@@ -242,9 +243,9 @@ def _json_file(fh: BinaryIO, path: str, rel: str, max_bytes: int, spill_dir: Pat
     registry = _registry_prefix(head)
     if registry is not None:
         fh.seek(0)
-        yield from _registry(fh, path, rel, registry, max_bytes, spill_dir)
+        yield from _registry(_HashingReader(fh), path, rel, registry, max_bytes, spill_dir)
         return
-    sink = Sink(rel, "file")
+    sink = Sink(rel, "file", fingerprint=True, source=path)
     if size > max_bytes or len(head) > max_bytes:
         yield Document({"path": path}, sink, spill=Path(path), size=size)
     else:
@@ -273,9 +274,21 @@ def _registry_prefix(head: bytes) -> int | None:
     return start if is_catalog else None
 
 
-def _registry(fh: BinaryIO, path: str, rel: str, start: int, max_bytes: int,
+class _HashingReader:
+    """A registry file read through `read` only, fingerprinted as it goes."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.seen = fh, _Fingerprint(True)
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
+        self.seen.update(data)
+        return data
+
+
+def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: int,
               spill_dir: Path) -> Iterator[Item]:
-    sink = Sink(rel, "array", prefix=fh.read(start))
+    sink = Sink(rel, "array", prefix=fh.read(start), fingerprint=True)
     reader = _TextReader(fh)
     index = 0
     while True:
@@ -290,12 +303,18 @@ def _registry(fh: BinaryIO, path: str, rel: str, start: int, max_bytes: int,
         doc = _next_item(reader, {"path": path, "item": index}, sink, max_bytes, spill_dir)
         if doc is None:  # not JSON from here on: the rest goes through as written
             sink.suffix = reader.rest()
-            yield SinkEnd(sink)
+            yield _end_fingerprinted(sink, path, fh)
             return
         yield doc
         index += 1
     sink.suffix = b"]" + reader.rest()
-    yield SinkEnd(sink)
+    yield _end_fingerprinted(sink, path, fh)
+
+
+def _end_fingerprinted(sink: Sink, path: str, fh: _HashingReader) -> SinkEnd:
+    assert fh.seen.digest is not None
+    sink.source, sink.source_size, sink.source_sha256 = path, fh.seen.size, fh.seen.digest.hexdigest()
+    return SinkEnd(sink)
 
 
 def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_bytes: int,
@@ -326,7 +345,7 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
 class _TextReader:
     """UTF-8 text over a binary file, decoded chunk by chunk, consumed from the front."""
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: _HashingReader | BinaryIO) -> None:
         self.fh = fh
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self.text = ""

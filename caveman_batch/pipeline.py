@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import threading
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
 from .store import Store, open_store
 
 TMP_DIR: Final = ".caveman-tmp"
+ONE_READ: Final = 1 << 20  # files smaller than this are hashed from one read
 BATCH_DOCS: Final = 64
 BATCH_BYTES: Final = 4 << 20
 
@@ -57,7 +59,7 @@ class Config:
 
     @property
     def streams_path(self) -> Path:
-        """Beside the manifest, hidden: a fingerprint of each JSONL source and its output."""
+        """Beside the manifest, hidden: a fingerprint of each file source and its output."""
         return self.manifest_path.with_name(f".{self.manifest_path.stem}.streams.json")
 
     @functools.cached_property
@@ -162,7 +164,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     pool = _Pool(config.workers) if config.workers > 1 else None
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
-            previous.store = store  # a stream is reused whole only if this store holds its originals
+            previous.absent = _absent(store, previous)
             batches = _batches(_items(found, config, previous, tmp))
             touched: list[str] = []
             for batch, results in _dispatch(batches, config, previous, pool):
@@ -204,9 +206,11 @@ def _batches(items: Iterator[Item]) -> Iterator[list[Item]]:
         if isinstance(item, Document):
             docs += 1
             size += item.size
-            if docs >= BATCH_DOCS or size >= BATCH_BYTES:
-                yield batch
-                batch, docs, size = [], 0, 0
+        elif isinstance(item, ReusedStream):
+            docs += len(item.rows)  # nothing to compute, but progress goes on
+        if docs >= BATCH_DOCS or size >= BATCH_BYTES:
+            yield batch
+            batch, docs, size = [], 0, 0
     if batch:
         yield batch
 
@@ -319,8 +323,9 @@ def _unread(doc: Document, config: Config) -> Result:
 
 @dataclass
 class ReusedStream:
-    """A JSONL source unchanged since the last run, whose output is still in place and
-    intact: its manifest rows are carried over as they were, nothing is read again."""
+    """A file source (a catalog, a JSONL or a registry array) unchanged since the last run,
+    whose output is still in place and intact: its manifest rows are carried over as they
+    were, no document is parsed or compressed again."""
 
     rel: str
     record: dict[str, Any]
@@ -331,14 +336,14 @@ class ReusedStream:
 
 @dataclass
 class _Previous:
-    """What the last run left: manifest rows by sha256, and its JSONL streams."""
+    """What the last run left: manifest rows by sha256, and its fingerprinted sources."""
 
     rows: dict[str, Any] = field(default_factory=dict)
     # rel -> (fingerprint record, its manifest rows verbatim, the same parsed)
     streams: dict[str, tuple[dict[str, Any], list[bytes], list[dict[str, Any] | None]]] = field(
         default_factory=dict)
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
-    store: Store | None = None
+    absent: set[str] = field(default_factory=set)  # their originals the store lacks
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -349,8 +354,8 @@ class _Previous:
 def _load_previous(config: Config) -> _Previous:
     """Previous manifest rows of the same run key: what a rerun may reuse.
 
-    The manifest is streamed; the rows of the JSONL streams its fingerprint file
-    names are kept verbatim (to be carried over whole), other rows only if reusable.
+    The manifest is streamed; the rows of the sources its fingerprint file names are
+    kept verbatim (to be carried over whole), other rows only if reusable.
     """
     found = _Previous()
     manifest_sha256, records = _read_fingerprint(config)
@@ -401,45 +406,77 @@ def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, A
     return streams.get("manifest_sha256"), records
 
 
+def _absent(store: Store, previous: _Previous) -> set[str]:
+    """Originals of the fingerprinted sources' rows that the store lacks (or that no row
+    names right), asked in one read: a source is reused whole only if the store holds all."""
+    digests = {row["sha256"] for _, _, rows in previous.streams.values() for row in rows
+               if row is not None and row.get("handle") and type(row.get("sha256")) is str}
+    wrong = {d for d in digests if len(d) != 64 or not d.isascii()}
+    return wrong.union(ccr.missing(store, sorted(digests - wrong)))
+
+
 def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
-    """The documents of every source; an unchanged JSONL source as one ReusedStream."""
+    """The documents of every source; an unchanged file source as one ReusedStream."""
     for entry in found.entries:
-        reused = _reuse_stream(entry, config, previous)
-        if reused is not None:
+        reused = _candidate(entry, config, previous) if previous.streams else None
+        if reused is not None and _intact(reused, config):
             yield reused
         else:
             yield from iter_entry(entry, config.max_bytes, tmp)
 
 
-def _reuse_stream(entry: tuple[str | None, str, str], config: Config,
-                  previous: _Previous) -> ReusedStream | None:
-    source, rel, kind = entry
-    if source is None or kind != "jsonl" or rel not in previous.streams:
+def _candidate(entry: tuple[str | None, str, str], config: Config,
+               previous: _Previous) -> ReusedStream | None:
+    """A source the fingerprint names, whose rows are this run's and whose originals the
+    store holds: reusable whole if its bytes and its output's are still the same."""
+    source, rel, _ = entry
+    if source is None or rel not in previous.streams:
         return None
     record, lines, rows = previous.streams.pop(rel)  # once: its rows are released after use
-    path = Path(source)
-    if record.get("source") != source or not path.is_file():
+    if record.get("source") != source or len(rows) != record["rows"]:
         return None
-    try:
-        if (len(rows) != record["rows"] or path.stat().st_size != record["source_size"]
-                or _file_sha256(path) != record["source_sha256"]
-                or _file_sha256(config.out / rel) != record["output_sha256"]):
+    digests = []
+    for row in rows:
+        if (row is None or row.get("run_key") != config.run_key
+                or not isinstance(row.get("source"), dict) or row["source"].get("path") != source):
             return None
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-    if any(row is None or row.get("run_key") != config.run_key or not isinstance(row.get("source"), dict)
-           or row["source"].get("path") != source for row in rows):
-        return None
-    digests = [row["sha256"] for row in rows if row.get("handle")]  # type: ignore[union-attr]
-    assert previous.store is not None
-    if ccr.missing(previous.store, digests):
+        if row.get("handle"):
+            if type(row.get("sha256")) is not str:
+                return None
+            digests.append(row["sha256"])
+    if not previous.absent.isdisjoint(digests):
         return None  # pruned, or another store: every document goes through again
     return ReusedStream(rel, record, lines, rows, digests)  # type: ignore[arg-type]
 
 
-def _file_sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+def _intact(reused: ReusedStream, config: Config) -> bool:
+    """The source's bytes (not its times: a file edited with its mtime set back is still
+    seen) and its output's are the ones the fingerprint holds."""
+    record = reused.record
+    size = record.get("source_size")
+    return (type(size) is int
+            and _file_sha256(record["source"], size) == record.get("source_sha256")
+            and _file_sha256(f"{config.out}/{reused.rel}") == record.get("output_sha256"))
+
+
+def _file_sha256(path: str, size: int | None = None) -> str | None:
+    """sha256 of a regular file, or None (unreadable, not a regular file, not `size` bytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block (nor be read)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
+            return None
+        if st.st_size < ONE_READ:  # most catalogs: one read (a file grown since: another digest)
+            return hashlib.sha256(os.read(fd, st.st_size + 1)).hexdigest()
+        with open(fd, "rb", closefd=False) as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
@@ -540,8 +577,8 @@ class _Publisher:
                     continue
                 if isinstance(item, ReusedStream):
                     self.records[item.rel] = dict(item.record, first_row=self.rows)
-                    for line, row in zip(item.lines, item.rows):
-                        self._row(line)
+                    self._rows(item.lines)
+                    for row in item.rows:
                         yield row, True
                     continue
                 assert result is not None
@@ -555,6 +592,13 @@ class _Publisher:
         self.manifest_sha256.update(line)
         self.rows += 1
 
+    def _rows(self, lines: list[bytes]) -> None:
+        if lines:
+            block = b"\n".join(lines) + b"\n"
+            self.manifest.write(block)
+            self.manifest_sha256.update(block)
+            self.rows += len(lines)
+
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
         if result.data is None and doc.spill is None:
@@ -562,10 +606,12 @@ class _Publisher:
         if sink.kind == "file":
             return self._write_file(doc, result)
         fh, _ = self._stream(sink)
-        if sink.count:
-            fh.write(b"," if sink.kind == "array" else b"")
-        start = fh.tell()
         hashed = self.hashes.get(id(sink))
+        if sink.count and sink.kind == "array":
+            fh.write(b",")
+            if hashed:
+                hashed[0].update(b",")
+        start = fh.tell()
         self._emit(fh, doc, result, hashed[0] if hashed else None)
         length = fh.tell() - start
         if sink.kind == "jsonl":
@@ -577,15 +623,31 @@ class _Publisher:
 
     def _write_file(self, doc: Document, result: Result) -> dict[str, Any]:
         target = self.out / doc.sink.rel
-        if result.reused and target.exists():
-            return {"path": doc.sink.rel}  # in place and intact: nothing to write
+        if result.reused and target.exists():  # in place and intact: nothing to write
+            self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
+            return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
+        copied = hashlib.sha256() if result.data is None else None
         with open(temp, "wb") as fh:
-            self._emit(fh, doc, result)
+            self._emit(fh, doc, result, copied)
+            size = fh.tell()
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
         self.written.add(doc.sink.rel)
+        if copied is None:
+            self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
+        else:  # copied through as is: the source's bytes are the output's
+            self._file_record(doc, copied.hexdigest(), copied.hexdigest(), size)
         return {"path": doc.sink.rel}
+
+    def _file_record(self, doc: Document, source_sha256: str | None, output_sha256: str | None,
+                     size: int | None = None) -> None:
+        """A catalog file is its one document: the file's sha256 is the document's."""
+        if doc.sink.fingerprint and source_sha256 and output_sha256:
+            self.records[doc.sink.rel] = {
+                "source": doc.sink.source, "source_size": len(doc.raw or b"") if size is None else size,
+                "source_sha256": source_sha256, "output_sha256": output_sha256,
+                "first_row": self.rows, "rows": 1}
 
     @staticmethod
     def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
@@ -611,7 +673,7 @@ class _Publisher:
             fh.write(sink.prefix)
             self.streams[key] = (fh, temp)
             if sink.fingerprint:
-                self.hashes[key] = (hashlib.sha256(), self.rows)
+                self.hashes[key] = (hashlib.sha256(sink.prefix), self.rows)
         return self.streams[key]
 
     def _close(self, sink: Sink) -> None:
@@ -626,6 +688,8 @@ class _Publisher:
         os.replace(temp, target)
         self.written.add(sink.rel)
         hashed = self.hashes.pop(id(sink), None)
+        if hashed is not None:
+            hashed[0].update(sink.suffix)
         if hashed is not None and sink.source_sha256 is not None:
             self.records[sink.rel] = {
                 "source": sink.source, "source_size": sink.source_size,
@@ -639,7 +703,8 @@ class _Publisher:
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
         # After the manifest, and tied to it by its sha256 (a stale one is ignored). Only a
-        # shortcut for the next run: failing to write it does not fail this one.
+        # shortcut for the next run: failing to write it does not fail this one, and it is
+        # not fsync'd (all it says is checked again before use; one lost costs the shortcut).
         try:
             if not self.records:
                 self.config.streams_path.unlink(missing_ok=True)
@@ -647,7 +712,7 @@ class _Publisher:
             fsio.atomic_write(self.config.streams_path, orjson.dumps({
                 "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
                 "manifest_sha256": self.manifest_sha256.hexdigest(), "streams": self.records,
-            }, option=orjson.OPT_INDENT_2))
+            }, option=orjson.OPT_INDENT_2), durable=False)
         except OSError:
             with contextlib.suppress(OSError):
                 self.config.streams_path.unlink(missing_ok=True)

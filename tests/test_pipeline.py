@@ -18,7 +18,7 @@ import pytest
 
 from bench_data.generate import generate_registry
 from caveman_batch import ccr
-from caveman_batch.catalog import compress
+from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
 from caveman_batch.pipeline import TMP_DIR, Config, run
 from caveman_batch.store import open_store
@@ -78,7 +78,7 @@ def test_directory_tree_is_mirrored(tmp_path: Path) -> None:
     out, _ = _run(tmp_path, SAMPLES / "registry")
     src = sorted(p.relative_to(SAMPLES / "registry").as_posix()
                  for p in (SAMPLES / "registry").rglob("*.json"))
-    got = sorted(p for p in _tree(out) if p != "manifest.jsonl")
+    got = sorted(p for p in _tree(out) if p not in ("manifest.jsonl", ".manifest.streams.json"))
     assert got == src
 
 
@@ -396,3 +396,191 @@ def test_two_sources_for_one_output_path_is_a_usage_error(tmp_path: Path,
     out, summary = _run(tmp_path, same, same, out_name="twice")
     once, _ = _run(tmp_path, same, out_name="once", store=f"lmdb://{tmp_path}/s2")
     assert (out / "x.jsonl").read_bytes() == (once / "x.jsonl").read_bytes()
+
+
+# -- a directory rerun: each unchanged file reused whole through the fingerprint ----------
+
+
+def _dir_registry(tmp: Path) -> Path:
+    """A generated tree, with a registry array and a JSONL file in it: every kind of file."""
+    reg = tmp / "reg"
+    generate_registry(reg, seed=5, servers=12, oversize_bytes=20_000)
+    shutil.copy(SAMPLES / "registry-array.json", reg / "array.json")
+    shutil.copy(SAMPLES / "registry.jsonl", reg / "lines.jsonl")
+    return reg
+
+
+def _catalog_files(reg: Path) -> list[Path]:
+    """The generated one-catalog files small enough to be compressed (not copied through)."""
+    return [p for p in sorted(reg.rglob("*.json"))
+            if "_quirks" not in p.parts and p.name != "array.json" and p.stat().st_size < SMALL_CAP]
+
+
+def _assert_as_fresh(tmp: Path, reg: Path, out: Path, **kw: Any) -> None:
+    """OUT, manifest and fingerprint included, byte for byte what a first run writes."""
+    fresh, _ = _run(tmp, reg, out_name="fresh", store=f"lmdb://{tmp}/fresh-ccr", **kw)
+    assert _tree(out) == _tree(fresh)
+    shutil.rmtree(fresh)
+    shutil.rmtree(tmp / "fresh-ccr")
+
+
+def _not_reusable(out: Path, path: Path) -> int:
+    """Rows of `path` a per-document rerun cannot reuse: copied through, never cached."""
+    return sum(r["source"]["path"] == str(path) and not r["handle"] for r in _rows(out / "manifest.jsonl"))
+
+
+def _rewrite_keeping_times(path: Path, data: bytes) -> None:
+    st = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _flip_one_char(data: bytes) -> bytes:
+    at = data.index(b"description") + 20  # inside a description: a letter for another
+    return data[:at] + (b"x" if data[at:at + 1] != b"x" else b"y") + data[at + 1:]
+
+
+def _age_every_record(store_url: str) -> None:
+    """Set every original's first-stored and last-seen back to 1970."""
+    with open_store(store_url) as store:
+        for key, value in list(store.items()):
+            if len(key) == 64:
+                h = ccr.decode_header(value)
+                store.put(key, ccr.encode_record(h.original_length, h.content_type, 0, 0,
+                                                 value[h.payload_offset:]))
+
+
+def test_unchanged_directory_is_reused_whole(tmp_path: Path) -> None:
+    reg = _dir_registry(tmp_path)
+    out, first = _run(tmp_path, reg, incremental=True)
+    before = _tree(out)
+    fingerprint = json.loads((out / ".manifest.streams.json").read_bytes())
+    assert sorted(fingerprint["streams"]) == sorted(
+        p.relative_to(reg).as_posix() for p in reg.rglob("*.json*"))  # every file, every kind
+    assert any("--max-bytes" in (r["reason"] or "") for r in _rows(out / "manifest.jsonl"))
+    _age_every_record(f"lmdb://{tmp_path}/ccr")
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert _tree(out) == before  # manifest rows and fingerprint carried over verbatim
+    assert again.reused == again.documents == first.documents  # the copied-through ones too
+    assert (again.ok, again.error, again.tokens_after) == (first.ok, first.error, first.tokens_after)
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:  # every original still there, seen now
+        for row in _rows(out / "manifest.jsonl"):
+            if row["handle"]:
+                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+                assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
+    _assert_as_fresh(tmp_path, reg, out)
+
+
+def test_directory_changes_are_redone_the_rest_reused_whole(tmp_path: Path) -> None:
+    reg = _dir_registry(tmp_path)
+    out, first = _run(tmp_path, reg, incremental=True)
+    n = first.documents
+    files = _catalog_files(reg)
+    assert len(files) >= 4
+
+    # a source edited in place, to the same size, its mtime set back: its bytes tell
+    _rewrite_keeping_times(files[0], _flip_one_char(files[0].read_bytes()))
+    _, edited = _run(tmp_path, reg, incremental=True)
+    assert (edited.documents, edited.reused) == (n, n - 1)
+    _assert_as_fresh(tmp_path, reg, out)
+
+    # an output deleted, another altered in place (same size, mtime set back): both healed
+    target = [out / p.relative_to(reg) for p in files[1:3]]
+    target[0].unlink()
+    _rewrite_keeping_times(target[1], _flip_one_char(target[1].read_bytes()))
+    _, healed = _run(tmp_path, reg, incremental=True)
+    assert (healed.documents, healed.reused) == (n, n - 2)
+    _assert_as_fresh(tmp_path, reg, out)
+
+    # one item of the registry array changed: that file is redone document by document
+    array = reg / "array.json"
+    _rewrite_keeping_times(array, _flip_one_char(array.read_bytes()))
+    _, item = _run(tmp_path, reg, incremental=True)
+    assert (item.documents, item.reused) == (n, n - 1 - _not_reusable(out, array))
+    _assert_as_fresh(tmp_path, reg, out)
+
+    # a source added, then another removed
+    added = reg / "zz-new" / "tools.json"
+    added.parent.mkdir()
+    shutil.copy(files[3], added)  # the same bytes as another file: its original is at hand
+    _, grown = _run(tmp_path, reg, incremental=True)
+    assert (grown.documents, grown.reused) == (n + 1, n + 1)
+    assert (out / "zz-new" / "tools.json").read_bytes() == (out / files[3].relative_to(reg)).read_bytes()
+    _assert_as_fresh(tmp_path, reg, out)
+    files[3].unlink()
+    _, shrunk = _run(tmp_path, reg, incremental=True)
+    assert (shrunk.documents, shrunk.reused) == (n, n)
+    stale = out / files[3].relative_to(reg)  # a removed source's output is left, as ever
+    assert stale.exists()
+    stale.unlink()
+    _assert_as_fresh(tmp_path, reg, out)
+
+    _, settled = _run(tmp_path, reg, incremental=True)
+    assert settled.reused == settled.documents == n
+
+
+def test_directory_rerun_with_other_options_redoes_everything(tmp_path: Path) -> None:
+    reg = _dir_registry(tmp_path)
+    out, first = _run(tmp_path, reg, incremental=True)
+    other = Options(lead_bytes=40)
+    _, changed = _run(tmp_path, reg, incremental=True, options=other)
+    assert changed.documents == first.documents and changed.reused == 0
+    _assert_as_fresh(tmp_path, reg, out, options=other)
+    _, back = _run(tmp_path, reg, incremental=True)
+    assert back.reused == 0
+    _, cap = _run(tmp_path, reg, incremental=True, max_bytes=SMALL_CAP + 1)
+    oversize = sum(not r["handle"] for r in _rows(out / "manifest.jsonl"))
+    assert oversize and cap.reused == first.documents - oversize  # document by document
+    _assert_as_fresh(tmp_path, reg, out, max_bytes=SMALL_CAP + 1)
+
+
+def test_directory_rerun_heals_originals_the_store_lacks(tmp_path: Path) -> None:
+    reg = _dir_registry(tmp_path)
+    store_url = f"lmdb://{tmp_path}/ccr"
+    out, first = _run(tmp_path, reg, incremental=True)
+    rows = [r for r in _rows(out / "manifest.jsonl") if r["handle"]]
+    pruned = next(r for r in rows if r["source"]["path"] == str(_catalog_files(reg)[0]))
+    with open_store(store_url) as store:
+        store.delete([pruned["sha256"].encode()])
+        assert ccr.missing(store, [pruned["sha256"]]) == [pruned["sha256"]]
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert again.reused == first.documents  # its output reused, its original committed again
+    _assert_as_fresh(tmp_path, reg, out)
+    other = f"sqlite:///{tmp_path}/other.db"
+    _, moved = _run(tmp_path, reg, incremental=True, store=other)
+    assert moved.documents == first.documents
+    for url in (store_url, other):
+        with open_store(url) as store:
+            for row in rows:
+                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "not-an-object", "foreign", "rows-swapped", "wrong-types"])
+def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> None:
+    reg = _dir_registry(tmp_path)
+    out, first = _run(tmp_path, reg, incremental=True)
+    fingerprint = out / ".manifest.streams.json"
+    record = json.loads(fingerprint.read_bytes())
+    streams = record["streams"]
+    if damage == "garbage":
+        fingerprint.write_bytes(b"\x00{not json")
+    elif damage == "not-an-object":
+        fingerprint.write_bytes(b"[1, 2]")
+    elif damage == "foreign":  # another registry's, and another manifest's
+        other, _ = _run(tmp_path, SAMPLES / "registry", out_name="other", store=f"lmdb://{tmp_path}/s2")
+        shutil.copy(other / ".manifest.streams.json", fingerprint)
+    elif damage == "rows-swapped":  # in step with the manifest, but naming other rows
+        rels = list(streams)
+        firsts = [streams[r]["first_row"] for r in rels]
+        for rel, at in zip(rels, firsts[1:] + firsts[:1]):
+            streams[rel]["first_row"] = at
+        fingerprint.write_text(json.dumps(record))
+    else:
+        for value in streams.values():
+            value.update(source_size=str(value["source_size"]), output_sha256=None)
+        fingerprint.write_text(json.dumps(record))
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert again.documents == first.documents
+    oversize = sum(not r["handle"] for r in _rows(out / "manifest.jsonl"))
+    assert again.reused == first.documents - oversize  # document by document, nothing wrong reused
+    _assert_as_fresh(tmp_path, reg, out)
