@@ -289,21 +289,33 @@ class _HashingReader:
 def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: int,
               spill_dir: Path) -> Iterator[Item]:
     sink = Sink(rel, "array", prefix=fh.read(start), fingerprint=True)
-    reader = _TextReader(fh)
+    reader = _TextReader(fh, start)
     index = 0
+
+    def broken(why: str) -> Iterator[Item]:
+        """The rest of the file, from item `index` on, goes through as written."""
+        if reader.bad_byte is not None:
+            why = f"not UTF-8 at byte {reader.bad_byte}"
+        yield Document({"path": path, "item": index}, sink,
+                       error=f"{why}: the rest of the file, from this item on, is copied through as written")
+        sink.suffix = reader.rest()
+        yield _end_fingerprinted(sink, path, fh)
+
     while True:
         if not reader.skip_ws():
-            break
+            yield from broken("the array ends without its closing bracket")
+            return
         if reader.peek() == "]":
             reader.pos += 1
             break
+        separator = reader.pos
         if index and reader.peek() == ",":
             reader.pos += 1
             reader.skip_ws()
         doc = _next_item(reader, {"path": path, "item": index}, sink, max_bytes, spill_dir)
         if doc is None:  # not JSON from here on: the rest goes through as written
-            sink.suffix = reader.rest()
-            yield _end_fingerprinted(sink, path, fh)
+            reader.pos = separator  # (nothing was compacted away since: no item was taken)
+            yield from broken("not JSON")
             return
         yield doc
         index += 1
@@ -345,21 +357,32 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
 class _TextReader:
     """UTF-8 text over a binary file, decoded chunk by chunk, consumed from the front."""
 
-    def __init__(self, fh: _HashingReader | BinaryIO) -> None:
+    def __init__(self, fh: _HashingReader | BinaryIO, offset: int = 0) -> None:
         self.fh = fh
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self.text = ""
         self.pos = 0
         self.chunk = CHUNK
+        self.offset = offset  # of the next byte to read, in the file
+        self.undecodable = b""  # read but not valid UTF-8: nothing more is decoded after it
+        self.bad_byte: int | None = None  # where in the file UTF-8 failed
 
     def fill(self) -> bool:
+        """Read and decode the next chunk; False at the end, or at bytes that are not UTF-8
+        (kept, with any partial character before them, for rest())."""
+        if self.undecodable:
+            return False
         data = self.fh.read(self.chunk)
         self.chunk = min(self.chunk * 2, 64 * CHUNK)  # an item that keeps growing: fewer retries
         try:
             self.text += self.decoder.decode(data, final=not data)
-        except UnicodeDecodeError:
-            return False
-        return bool(data)
+        except UnicodeDecodeError as exc:
+            held = self.decoder.getstate()[0]
+            self.undecodable = held + data  # never empty: a byte failed
+            self.bad_byte = self.offset - len(held) + exc.start
+            self.decoder.reset()
+        self.offset += len(data)
+        return bool(data) and not self.undecodable
 
     def skip_ws(self) -> bool:
         while True:
@@ -383,7 +406,9 @@ class _TextReader:
         return len(self.text) - self.pos  # characters: a lower bound on bytes
 
     def rest(self) -> bytes:
-        tail = self.text[self.pos:].encode("utf-8")
+        """Every byte not consumed yet, exactly as in the file: the decoded text left, a
+        partial character the decoder holds, bytes that did not decode, the unread rest."""
+        tail = self.text[self.pos:].encode("utf-8") + self.decoder.getstate()[0] + self.undecodable
         return tail + self.fh.read()
 
     def spill_value(self, spill_dir: Path) -> tuple[Path, int]:

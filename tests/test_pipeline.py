@@ -136,6 +136,52 @@ def test_array_registry_streamed_item_by_item(tmp_path: Path) -> None:
         assert ccr.recover(store, rows[7]["handle"]) == expected
 
 
+def _registry_out(tmp_path: Path, raw: bytes) -> tuple[bytes, list[dict[str, Any]]]:
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    return (out / "registry.json").read_bytes(), _rows(out / "manifest.jsonl")
+
+
+EMPTY = b'{"tools":[]}'  # a catalog shape with nothing to compress: passed through as it is
+
+
+def test_array_registry_not_utf8_past_the_first_chunk_loses_nothing(tmp_path: Path) -> None:
+    big = b'{"tools":[],"pad":"' + b"a" * 1_500_000 + b'"}'  # longer than the first chunk read
+    raw = b'{"servers": [' + big + b", " + EMPTY + b', {"tools": [], "bad": "\xff"}, ' + EMPTY + b"]}"
+    produced, rows = _registry_out(tmp_path, raw)
+    assert produced == raw  # the undecodable chunk (and all after it) copied through as written
+    assert [(r["status"], r["source"]["item"]) for r in rows] == [("error", 0)]
+    bad = raw.index(b"\xff")
+    assert rows[0]["reason"].startswith(f"not UTF-8 at byte {bad}: the rest of the file")
+
+
+def test_array_registry_rest_after_the_bracket_keeps_a_split_character(tmp_path: Path) -> None:
+    from caveman_batch.inputs import CHUNK
+
+    head = b'{"s": [' + EMPTY + b'], "note": "'
+    raw = head + b"x" * (CHUNK - len(head) - 1) + "é and more".encode() + b'"}'
+    assert raw[CHUNK - 1:CHUNK + 1] == "é".encode()  # the first chunk read ends inside it
+    produced, rows = _registry_out(tmp_path, raw)
+    assert produced == raw
+    assert [r["status"] for r in rows] == ["passthrough"]
+
+
+@pytest.mark.parametrize(("raw", "item", "reason"), [
+    (b"[" + EMPTY + b"," + EMPTY, 2, "the array ends without its closing bracket"),  # none is added
+    (b"[" + EMPTY + b"," + EMPTY + b",", 2, "not JSON"),  # a trailing separator
+    (b"[" + EMPTY + b",\n  {bad json} ]", 1, "not JSON"),  # the separator before it is kept
+    (b"[" + EMPTY + b"," + EMPTY + b', {"tools": [], "x": "\xc3"}]', 0, "not UTF-8 at byte 48"),  # \xc3 is byte 48
+], ids=["unclosed", "trailing-comma", "broken-item", "not-utf8"])
+def test_array_registry_truncated_or_broken_goes_through_as_written(tmp_path: Path, raw: bytes, item: int,
+                                                                   reason: str) -> None:
+    produced, rows = _registry_out(tmp_path, raw)
+    assert produced == raw
+    assert [r["source"]["item"] for r in rows] == list(range(item + 1))
+    assert rows[-1]["status"] == "error"
+    assert rows[-1]["reason"] == f"{reason}: the rest of the file, from this item on, is copied through as written"
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
