@@ -156,6 +156,18 @@ def test_array_registry_not_utf8_past_the_first_chunk_loses_nothing(tmp_path: Pa
     assert rows[0]["reason"].startswith(f"not UTF-8 at byte {bad}: the rest of the file")
 
 
+def test_array_registry_oversize_item_cut_by_bytes_not_utf8_loses_nothing(tmp_path: Path) -> None:
+    big = b'{"tools":[],"pad":"' + b"a" * 1_500_000 + b'\xff"}'  # over the cap, spilled chunk by chunk
+    raw = b"[" + EMPTY + b", " + big + b", " + EMPTY + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw.replace(b", ", b",", 1)
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["status"] for r in rows] == ["passthrough", "passthrough", "error"]
+    assert rows[2]["reason"].startswith(f"not UTF-8 at byte {raw.index(bytes([0xFF]))}")
+
+
 def test_array_registry_rest_after_the_bracket_keeps_a_split_character(tmp_path: Path) -> None:
     from caveman_batch.inputs import CHUNK
 
