@@ -43,6 +43,9 @@ ZSTD_LEVEL: Final = 3
 HANDLE_PREFIX: Final = "ccr_"
 MIN_PREFIX_HEX: Final = 8
 _HEADER = struct.Struct(">3sBBBHQQQ")
+_CODEC_END: Final = 5  # magic (3), version, codec; then the content type's length
+_LAST_SEEN: Final = struct.Struct(">Q")
+_LAST_SEEN_AT: Final = _HEADER.size - _LAST_SEEN.size  # the header's last field
 _HEX_RE = re.compile(r"[0-9a-f]{8,64}")
 
 
@@ -284,18 +287,19 @@ def missing(store: Store, digests: Sequence[str]) -> list[str]:
 def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
     """Refresh last-seen of existing records (incremental runs that skip work)."""
     stamp = _now_ms() if now_ms is None else now_ms
+    new_last = _LAST_SEEN.pack(stamp)
+    lead = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, 0, 0, 0, 0, 0)[:_CODEC_END]
 
     def bump(key: bytes, old: bytes | None, _new: bytes) -> bytes | None:
-        if old is None:
+        # The header is fixed-size: last-seen is patched in place, the rest kept as stored
+        # (decode_header's checks: magic, version, codec, length; a record that fails them
+        # is left for a read or a commit to refuse or heal).
+        if (old is None or len(old) < _HEADER.size or not old.startswith(lead)
+                or len(old) < _HEADER.size + old[_CODEC_END]):
             return None
-        try:
-            h = decode_header(old)
-        except ValueError:
+        if _LAST_SEEN.unpack_from(old, _LAST_SEEN_AT)[0] >= stamp:
             return None
-        if h.last_seen_ms >= stamp:
-            return None
-        return encode_record(h.original_length, h.content_type, h.first_stored_ms, stamp,
-                             old[h.payload_offset:])
+        return b"".join((old[:_LAST_SEEN_AT], new_last, old[_LAST_SEEN_AT + _LAST_SEEN.size:]))
 
     store.commit([(d.encode("ascii"), b"") for d in digests], merge=bump)
 

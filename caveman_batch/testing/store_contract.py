@@ -260,6 +260,24 @@ class StoreContract:
         assert store.missing([b"k0", b"k1", b"k2", b"k3", b"k4"]) == [b"k0", b"k2", b"k4"]
         assert store.missing([]) == []
 
+    def test_touch_moves_last_seen_forward_only(self, store: Store) -> None:
+        digest, absent = ccr.digest_of(b"abc"), ccr.digest_of(b"absent")
+        ccr.commit(store, [ccr.prepare(b"abc", now_ms=1_000)])
+        stored = store.get(digest.encode())
+        ccr.touch(store, [digest, absent], now_ms=5_000)
+        info = ccr.info(store, "ccr_" + digest)
+        assert (info.first_stored, info.last_seen) == (1.0, 5.0)
+        touched = store.get(digest.encode())
+        assert touched is not None and stored is not None and len(touched) == len(stored)
+        ccr.touch(store, [digest], now_ms=3_000)  # never backwards
+        assert store.get(digest.encode()) == touched
+        assert ccr.recover(store, "ccr_" + digest) == b"abc"
+        assert store.get(absent.encode()) is None  # touch creates nothing
+        for junk in (b"CC", b"XYZ" + touched[3:], touched[:40]):  # short, bad magic, truncated
+            store.put(b"f" * 64, junk)
+            ccr.touch(store, ["f" * 64], now_ms=9_000)
+            assert store.get(b"f" * 64) == junk  # left for a read to refuse, a commit to heal
+
     def test_prune_and_touch(self, store: Store) -> None:
         day = 24 * 3_600_000
         ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=9 * day)])
