@@ -22,6 +22,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from bench_data.generate import generate_registry
+from caveman_batch import describe, tokens
 from caveman_batch.pipeline import Config, Summary, run
 
 MB = 1_000_000
@@ -57,11 +58,22 @@ def registry_tree(data_dir: Path, benchmarks_enabled: bool) -> Path:
     return _tree(data_dir, 50 if benchmarks_enabled else 2)
 
 
+def _cold() -> None:
+    """Empty the per-process caches (description reductions, token counts) as a new process
+    has them: every run is timed as a first run in its own process would be (forked
+    workers inherit the parent's caches, so the parent's are emptied too)."""
+    describe._reduce_cached.cache_clear()
+    counter = tokens._fast()
+    if counter is not None:
+        counter.cache_clear()
+
+
 def _fresh_run(src: Path, work: Path, workers: int, incremental: bool = False) -> Summary:
     out, store = work / "out", work / "ccr"
     if not incremental:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
+    _cold()
     return run(Config([str(src)], out, f"lmdb://{store}", workers=workers, incremental=incremental))
 
 
