@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, Final
 
 import orjson
 
-from . import __version__, ccr, fsio
+from . import __version__, ccr, fsio, tokens
 from .catalog import DEFAULT_OPTIONS, Options, compress
 from .errors import OutputError, UsageError
 from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
@@ -236,6 +236,8 @@ class _Pool:
 
     def submit(self, options: Options, raws: list[bytes]) -> Future[Any]:
         if self.pool is None:
+            if options.count_tokens:
+                tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
                                             initargs=(os.getpid(),))
         return self.pool.submit(work, options, raws)

@@ -62,6 +62,12 @@ def _fast() -> ModuleType | None:
     return fast
 
 
+def warm() -> None:
+    """Load what counting needs now (a parent does this before forking its workers)."""
+    if _fast() is None:
+        _encoder()
+
+
 def count_tokens(text: str | bytes) -> int:
     """Exact o200k_base token count of `text` (bytes are decoded as UTF-8, replacing errors)."""
     fast = _fast()
