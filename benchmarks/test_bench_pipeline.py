@@ -117,43 +117,21 @@ def test_two_workers_scaling(benchmark: BenchmarkFixture, registry: Path, tmp_pa
         benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
 
 
-@pytest.mark.parametrize("path", ["whole-stream", "per-document"])
-def test_incremental_rerun(benchmark: BenchmarkFixture, registry: Path, tmp_path: Path,
-                           benchmarks_enabled: bool, path: str) -> None:
-    """The JSONL source unchanged: reused whole (its fingerprint), or, with the fingerprint
-    removed before each round, document by document (each one hashed, its output checked)."""
+@pytest.mark.parametrize("path", ["whole", "per-document"])
+@pytest.mark.parametrize("kind", ["jsonl", "tree"])
+def test_incremental_rerun(benchmark: BenchmarkFixture, request: pytest.FixtureRequest, tmp_path: Path,
+                           benchmarks_enabled: bool, kind: str, path: str) -> None:
+    """An unchanged registry, a JSONL file or a tree of catalog files: each file source
+    reused whole (the fingerprint), or, with the fingerprint removed before each round,
+    document by document (each one hashed, its output checked)."""
+    source: Path = request.getfixturevalue("registry" if kind == "jsonl" else "registry_tree")
     work = tmp_path / "w"
     started = time.perf_counter()
-    first = _fresh_run(registry, work, 1)
+    first = _fresh_run(source, work, 1)
     first_s = time.perf_counter() - started
     rounds = 3 if benchmarks_enabled else 1
     fingerprint = work / "out" / ".manifest.streams.json"
     assert fingerprint.exists()
-
-    def forget() -> None:
-        if path == "per-document":
-            fingerprint.unlink(missing_ok=True)
-
-    again = benchmark.pedantic(_fresh_run, args=(registry, work, 1, True), setup=forget,
-                               rounds=rounds, iterations=1)
-    assert again.reused == first.documents  # every document published before, none redone
-    stats = getattr(benchmark, "stats", None)
-    if stats is not None:
-        benchmark.extra_info["first_run_s"] = round(first_s, 2)
-        benchmark.extra_info["speedup"] = round(first_s / stats.stats.median, 1)
-
-
-@pytest.mark.parametrize("path", ["whole-tree", "per-document"])
-def test_incremental_rerun_directory(benchmark: BenchmarkFixture, registry_tree: Path,
-                                     tmp_path: Path, benchmarks_enabled: bool, path: str) -> None:
-    """A directory registry unchanged: its files reused through the tree's fingerprint, or,
-    with the fingerprint removed before each round, document by document."""
-    work = tmp_path / "w"
-    started = time.perf_counter()
-    first = _fresh_run(registry_tree, work, 1)
-    first_s = time.perf_counter() - started
-    rounds = 3 if benchmarks_enabled else 1
-    fingerprint = work / "out" / ".manifest.streams.json"
     manifest = (work / "out" / "manifest.jsonl").read_bytes()
     unreadable = sum(b'"output":null' in line for line in manifest.splitlines())
 
@@ -161,7 +139,7 @@ def test_incremental_rerun_directory(benchmark: BenchmarkFixture, registry_tree:
         if path == "per-document":
             fingerprint.unlink(missing_ok=True)
 
-    again = benchmark.pedantic(_fresh_run, args=(registry_tree, work, 1, True), setup=forget,
+    again = benchmark.pedantic(_fresh_run, args=(source, work, 1, True), setup=forget,
                                rounds=rounds, iterations=1)
     assert again.documents == first.documents
     assert again.reused == first.documents - unreadable  # nothing redone but what has no output
