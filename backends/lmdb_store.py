@@ -38,8 +38,12 @@ _KEYS_PER_READ_TXN = 1024
 # would drop the first's locks): share it, counted.
 _OPEN: dict[Path, tuple[lmdb.Environment, int]] = {}
 _OPEN_LOCK = threading.Lock()
+# id(environment) -> where this process maps its data.mdb (see LmdbStore._release)
+_MAPS: dict[int, list[tuple[int, int]]] = {}
+_MAPS_LOCK = threading.Lock()
 # A forked child must never use its parent's environment: it opens its own.
 os.register_at_fork(after_in_child=_OPEN.clear)
+os.register_at_fork(after_in_child=_MAPS.clear)
 
 
 @contextlib.contextmanager
@@ -57,7 +61,6 @@ class LmdbStore(Store):
     def __init__(self, path: Path, env: lmdb.Environment) -> None:
         self._path = path
         self._env: lmdb.Environment | None = env
-        self._mapped: list[tuple[int, int]] | None = None  # the map's address ranges (Linux)
 
     @classmethod
     def open(cls, location: str, create: bool = True) -> LmdbStore:
@@ -111,12 +114,21 @@ class LmdbStore(Store):
         MADV_DONTNEED on a read-only shared file mapping only unmaps: the data stays in
         the page cache and the next access maps it again.
         """
-        if self._mapped is None:
-            self._mapped = _mapping_ranges(self._path / "data.mdb")
-        _release_ranges(self._mapped)
+        env = self._live()
+        with _MAPS_LOCK:
+            ranges = _MAPS.get(id(env))
+            if ranges is None:
+                ranges = _MAPS[id(env)] = _mapping_ranges(self._path / "data.mdb")
+            _release_ranges(ranges)
 
-    def _resized(self) -> None:
-        self._mapped = None  # LMDB mapped the file again, elsewhere
+    def _resize(self, size: int) -> None:
+        """set_mapsize, and forget where the map was: LMDB maps the file again, maybe
+        elsewhere, for every store object sharing this environment (the ranges are kept
+        per environment, and released under the same lock: never a stale address)."""
+        env = self._live()
+        with _MAPS_LOCK:
+            _MAPS.pop(id(env), None)
+            env.set_mapsize(size)
 
     def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
         with self._live().begin(write=True) as txn:
@@ -141,15 +153,13 @@ class LmdbStore(Store):
         """Grow a full map or adopt another process's growth; False if not that."""
         env = self._live()
         if isinstance(cause, lmdb.MapResizedError):
-            env.set_mapsize(0)
-            self._resized()
+            self._resize(0)
             return True
         if isinstance(cause, lmdb.MapFullError):
             size = env.info()["map_size"]
             if size >= MAX_MAP_SIZE:
                 return False
-            env.set_mapsize(min(size * 2, MAX_MAP_SIZE))
-            self._resized()
+            self._resize(min(size * 2, MAX_MAP_SIZE))
             return True
         return False
 
@@ -161,8 +171,7 @@ class LmdbStore(Store):
             except StoreError as exc:
                 if not isinstance(exc.__cause__, lmdb.MapResizedError):
                     raise
-                self._live().set_mapsize(0)
-                self._resized()
+                self._resize(0)
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._read(lambda txn: txn.get(key))
@@ -198,7 +207,9 @@ class LmdbStore(Store):
                 _OPEN[self._path] = (env, count - 1)
                 return
             _OPEN.pop(self._path, None)
-        env.close()
+        with _MAPS_LOCK:
+            _MAPS.pop(id(env), None)
+            env.close()
 
 
 _MADV_DONTNEED = 4
@@ -206,11 +217,13 @@ _RELEASE_EVERY = 16  # records a commit reads or writes between two releases of 
 
 
 def _mapping_ranges(data_file: Path) -> list[tuple[int, int]]:
-    """Where this process maps `data_file` (from /proc/self/maps), [] if unknown."""
-    target = str(data_file)
+    """Where this process maps `data_file` (from /proc/self/maps: the path field equal to
+    the file's real path, not merely ending with it), [] if unknown."""
+    target = os.path.realpath(data_file)
     try:
         with open("/proc/self/maps") as maps:
-            spans = [line.split()[0] for line in maps if line.rstrip().endswith(target)]
+            spans = [fields[0] for fields in (line.rstrip("\n").split(maxsplit=5) for line in maps)
+                     if len(fields) == 6 and fields[5] == target]
         return [(int(a, 16), int(b, 16)) for a, b in (span.split("-") for span in spans)]
     except (OSError, ValueError):
         return []  # not Linux: memory is only less tidy

@@ -390,6 +390,41 @@ def test_lmdb_adopts_growth_by_another_process(tmp_path: Path, monkeypatch: pyte
         assert ccr.audit(store).verified == 1 + len(theirs["handles"]) + len(more)
 
 
+def test_lmdb_map_release_follows_a_resize_by_another_store_object(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two store objects share one environment; when one grows the map, LMDB maps the file
+    again, maybe elsewhere: the other must not release (MADV_DONTNEED) the old address range,
+    which may hold the process's own memory by then (that would zero it)."""
+    import ctypes
+
+    monkeypatch.setattr(lmdb_store, "INITIAL_MAP_SIZE", 4 << 20)
+    url = f"lmdb://{tmp_path}/ccr.lmdb"
+    with open_store(url) as first, open_store(url) as second:
+        env = first._live()  # type: ignore[attr-defined]
+        assert env is second._live()  # type: ignore[attr-defined]
+        first.put(b"a", b"x")
+        data = tmp_path / "ccr.lmdb" / "data.mdb"
+        [(start, end)] = lmdb_store._MAPS[id(env)]
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        below = libc.mmap(start - (4 << 20), 4 << 20, 3, 0x22, -1, 0)  # push the new map elsewhere
+        second.commit([(b"k%d" % i, noise(700 + i, 100_000)) for i in range(80)])  # grows the map
+        assert env.info()["map_size"] > 4 << 20
+        blocks = []
+        for _ in range(64):  # anonymous memory, some of it maybe where the old map was
+            block = libc.mmap(None, 256 << 10, 3, 0x22, -1, 0)
+            ctypes.memset(block, 0xAB, 256 << 10)
+            blocks.append(block)
+        first.put(b"b", b"y")  # releases the map: the live one
+        assert lmdb_store._MAPS[id(env)] == lmdb_store._mapping_ranges(data)
+        assert all(ctypes.string_at(b, 256 << 10) == b"\xab" * (256 << 10) for b in blocks)
+        for block in [*blocks, below]:
+            libc.munmap(ctypes.c_void_p(block), ctypes.c_size_t(256 << 10 if block != below else 4 << 20))
+        assert first.get(b"a") == b"x" and second.get(b"k3") == noise(703, 100_000)
+
+
 def grower_original(index: int) -> bytes:
     return noise(9000 + index, 1 << 20)
 
