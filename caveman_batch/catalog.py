@@ -464,7 +464,9 @@ def _passthrough(raw: bytes, reason: str, shape: str | None, ntools: int,
     result = CompressResult("passthrough", reason, shape, ntools, len(raw), len(raw))
     if options.count_tokens:
         try:
-            result.tokens_before = result.tokens_after = count_tokens(raw.decode("utf-8"))
+            raw.decode("utf-8")
         except UnicodeDecodeError:
             pass  # not text: no honest token count
+        else:
+            result.tokens_before = result.tokens_after = count_tokens(raw)
     return result

@@ -302,19 +302,26 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
         yield _end_fingerprinted(sink, path, fh)
 
     while True:
+        # Where the rest starts if the array breaks before its next item (white space and
+        # separator included): nothing is compacted away until an item is taken.
+        mark = reader.pos
         if not reader.skip_ws():
+            reader.pos = mark
             yield from broken("the array ends without its closing bracket")
             return
         if reader.peek() == "]":
             reader.pos += 1
             break
-        separator = reader.pos
-        if index and reader.peek() == ",":
+        if index:
+            if reader.peek() != ",":
+                reader.pos = mark
+                yield from broken("not JSON (a ',' or a ']' expected)")
+                return
             reader.pos += 1
             reader.skip_ws()
         doc = _next_item(reader, {"path": path, "item": index}, sink, max_bytes, spill_dir)
         if doc is None:  # not JSON from here on: the rest goes through as written
-            reader.pos = separator  # (nothing was compacted away since: no item was taken)
+            reader.pos = mark
             yield from broken("not JSON")
             return
         yield doc
@@ -337,6 +344,10 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
         except ValueError:
             if reader.consumed_bytes() > max_bytes:
                 spill, size = reader.spill_value(spill_dir)
+                if size <= max_bytes:  # a broken item with more behind it, not a big one
+                    raw = spill.read_bytes()
+                    spill.unlink()
+                    return Document(source, sink, raw=raw, size=len(raw))  # compress says why
                 return Document(source, sink, spill=spill, spill_owned=True, size=size)
             if not reader.fill():
                 return None
@@ -385,9 +396,9 @@ class _TextReader:
         return bool(data) and not self.undecodable
 
     def skip_ws(self) -> bool:
+        """Past JSON white space (space, tab, line breaks; not U+00A0 and the like)."""
         while True:
-            stripped = len(self.text) - len(self.text[self.pos:].lstrip())
-            self.pos = max(self.pos, stripped)
+            self.pos = _JSON_WS.match(self.text, self.pos).end()  # type: ignore[union-attr]
             if self.pos < len(self.text):
                 return True
             if not self.fill():
@@ -433,16 +444,20 @@ class _TextReader:
                     return Path(name), size
 
 
-class _ValueScanner:
-    """Finds where one JSON value ends across chunks (strings and escapes respected)."""
+_JSON_WS: Final = re.compile(r"[ \t\n\r]*")
 
-    _STRUCT = re.compile(r'["\\\[\]{}]')
+
+class _ValueScanner:
+    """Finds where one JSON value ends across chunks (strings and escapes respected): a
+    container at its closing bracket, a string at its closing quote, any other value before
+    the ',' or bracket that follows it."""
+
+    _STRUCT = re.compile(r'["\\\[\]{},]')
 
     def __init__(self) -> None:
         self.depth = 0
         self.in_string = False
         self.escape = False
-        self.started = False
 
     def feed(self, text: str) -> int | None:
         i = 0
@@ -459,13 +474,18 @@ class _ValueScanner:
                     self.escape = True
                 elif c == '"':
                     self.in_string = False
+                    if self.depth == 0:
+                        return i
             elif c == '"':
                 self.in_string = True
             elif c in "[{":
                 self.depth += 1
-                self.started = True
             elif c in "]}":
+                if self.depth == 0:
+                    return i - 1  # a bare number or literal, ended by the array's end
                 self.depth -= 1
-                if self.depth == 0 and self.started:
+                if self.depth == 0:
                     return i
+            elif c == "," and self.depth == 0:
+                return i - 1  # a bare number or literal, ended by the separator
         return None

@@ -168,6 +168,29 @@ def test_array_registry_oversize_item_cut_by_bytes_not_utf8_loses_nothing(tmp_pa
     assert rows[2]["reason"].startswith(f"not UTF-8 at byte {raw.index(bytes([0xFF]))}")
 
 
+def test_array_registry_small_broken_item_before_much_more_is_an_error_not_oversize(tmp_path: Path) -> None:
+    raw = b"[" + EMPTY + b",{bad json}," + b",".join([EMPTY] * 3000) + b"]"  # 36 KB behind it
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert len(rows) == 3002 and rows[1]["status"] == "error" and "larger than" not in rows[1]["reason"]
+    assert rows[1]["bytes_before"] == len(b"{bad json}")
+
+
+def test_array_registry_oversize_scalar_items_end_where_they_end(tmp_path: Path) -> None:
+    big = b'"' + b"s" * 20_000 + b'"'
+    raw = b"[" + EMPTY + b"," + big + b"," + b"1" * 20_000 + b"," + EMPTY + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["source"]["item"] for r in rows] == [0, 1, 2, 3]
+    assert [r["bytes_before"] for r in rows] == [len(EMPTY), len(big), 20_000, len(EMPTY)]
+
+
 def test_array_registry_rest_after_the_bracket_keeps_a_split_character(tmp_path: Path) -> None:
     from caveman_batch.inputs import CHUNK
 
@@ -181,10 +204,16 @@ def test_array_registry_rest_after_the_bracket_keeps_a_split_character(tmp_path:
 
 @pytest.mark.parametrize(("raw", "item", "reason"), [
     (b"[" + EMPTY + b"," + EMPTY, 2, "the array ends without its closing bracket"),  # none is added
+    (b"[" + EMPTY + b"," + EMPTY + b"\n", 2, "the array ends without its closing bracket"),
     (b"[" + EMPTY + b"," + EMPTY + b",", 2, "not JSON"),  # a trailing separator
     (b"[" + EMPTY + b",\n  {bad json} ]", 1, "not JSON"),  # the separator before it is kept
+    (b"[" + EMPTY + b" \n ,{bad json}]", 1, "not JSON"),  # and the white space before that
+    (b'{"servers": [   {bad json}]}', 0, "not JSON"),
+    (b"[" + EMPTY + b" " + EMPTY + b"]", 1, "not JSON (a ',' or a ']' expected)"),  # no comma
+    (b"[" + EMPTY + ",\u00a0".encode() + EMPTY + b"]", 1, "not JSON"),  # not JSON white space
     (b"[" + EMPTY + b"," + EMPTY + b', {"tools": [], "x": "\xc3"}]', 0, "not UTF-8 at byte 48"),  # \xc3 is byte 48
-], ids=["unclosed", "trailing-comma", "broken-item", "not-utf8"])
+], ids=["unclosed", "unclosed-newline", "trailing-comma", "broken-item", "space-before-comma",
+        "broken-first-item", "no-comma", "nbsp", "not-utf8"])
 def test_array_registry_truncated_or_broken_goes_through_as_written(tmp_path: Path, raw: bytes, item: int,
                                                                    reason: str) -> None:
     produced, rows = _registry_out(tmp_path, raw)
