@@ -404,7 +404,7 @@ def test_lmdb_map_release_follows_a_resize_by_another_store_object(
         assert env is second._live()  # type: ignore[attr-defined]
         first.put(b"a", b"x")
         data = tmp_path / "ccr.lmdb" / "data.mdb"
-        [(start, end)] = lmdb_store._MAPS[id(env)]
+        [(start, _end)] = lmdb_store._MAPS[id(env)]
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
