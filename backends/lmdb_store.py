@@ -132,9 +132,6 @@ class LmdbStore(Store):
 
     def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
         with self._live().begin(write=True) as txn:
-            if len(items) <= _RELEASE_EVERY:
-                apply_commit(items, merge, txn.get, txn.put, txn.delete)
-                return
             seen = 0
 
             def read(key: bytes) -> bytes | None:

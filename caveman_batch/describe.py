@@ -282,17 +282,20 @@ def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_
         return text  # short and already folded: the common case, decided in C
     if (short_bytes, lead_bytes) == (SHORT_BYTES, LEAD_BYTES):
         return _reduce_cached(text)
-    if _FAST is not None and (fast := _FAST.reduce(text, short_bytes, lead_bytes)) is not None:
-        return fast
-    return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text
+    return _reduced(text, short_bytes, lead_bytes)
 
 
 @lru_cache(maxsize=8192)
 def _reduce_cached(text: str) -> str:
     # Registries repeat themselves (shared parameters, servers in several versions).
-    if _FAST is not None and (fast := _FAST.reduce(text, SHORT_BYTES, LEAD_BYTES)) is not None:
+    return _reduced(text, SHORT_BYTES, LEAD_BYTES)
+
+
+def _reduced(text: str, short_bytes: int, lead_bytes: int) -> str:
+    """The C reducer's answer when it has one, else the reference path's."""
+    if _FAST is not None and (fast := _FAST.reduce(text, short_bytes, lead_bytes)) is not None:
         return fast
-    return explain(text).text
+    return explain(text, short_bytes=short_bytes, lead_bytes=lead_bytes).text
 
 
 def _fast_reducer() -> ModuleType | None:

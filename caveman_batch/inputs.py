@@ -198,9 +198,7 @@ def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path
         if not body.strip():
             continue  # a blank line holds no document
         yield Document({"path": label, "line": lineno}, sink, raw=body, size=len(body))
-    if seen.digest is not None:
-        sink.source, sink.source_size, sink.source_sha256 = label, seen.size, seen.digest.hexdigest()
-    yield SinkEnd(sink)
+    yield _end_fingerprinted(sink, label, seen)
 
 
 class _Fingerprint:
@@ -299,7 +297,7 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
         yield Document({"path": path, "item": index}, sink,
                        error=f"{why}: the rest of the file, from this item on, is copied through as written")
         sink.suffix = reader.rest()
-        yield _end_fingerprinted(sink, path, fh)
+        yield _end_fingerprinted(sink, path, fh.seen)
 
     while True:
         # Where the rest starts if the array breaks before its next item (white space and
@@ -327,12 +325,13 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
         yield doc
         index += 1
     sink.suffix = b"]" + reader.rest()
-    yield _end_fingerprinted(sink, path, fh)
+    yield _end_fingerprinted(sink, path, fh.seen)
 
 
-def _end_fingerprinted(sink: Sink, path: str, fh: _HashingReader) -> SinkEnd:
-    assert fh.seen.digest is not None
-    sink.source, sink.source_size, sink.source_sha256 = path, fh.seen.size, fh.seen.digest.hexdigest()
+def _end_fingerprinted(sink: Sink, path: str, seen: _Fingerprint) -> SinkEnd:
+    """The end of a stream's sink, with what was read of it when it was fingerprinted."""
+    if seen.digest is not None:
+        sink.source, sink.source_size, sink.source_sha256 = path, seen.size, seen.digest.hexdigest()
     return SinkEnd(sink)
 
 

@@ -700,10 +700,15 @@ class _Publisher:
                      size: int | None = None) -> None:
         """A catalog file is its one document: the file's sha256 is the document's."""
         if doc.sink.fingerprint and source_sha256 and output_sha256:
-            self.records[doc.sink.rel] = {
-                "source": doc.sink.source, "source_size": len(doc.raw or b"") if size is None else size,
-                "source_sha256": source_sha256, "output_sha256": output_sha256,
-                "first_row": self.rows, "rows": 1}
+            self._record(doc.sink, len(doc.raw or b"") if size is None else size, source_sha256,
+                         output_sha256, self.rows, 1)
+
+    def _record(self, sink: Sink, size: int, source_sha256: str, output_sha256: str,
+                first_row: int, rows: int) -> None:
+        """A file source's fingerprint, for the next run (see _candidate, _intact_files)."""
+        self.records[sink.rel] = {"source": sink.source, "source_size": size,
+                                  "source_sha256": source_sha256, "output_sha256": output_sha256,
+                                  "first_row": first_row, "rows": rows}
 
     @staticmethod
     def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
@@ -747,10 +752,8 @@ class _Publisher:
         if hashed is not None:
             hashed[0].update(sink.suffix)
         if hashed is not None and sink.source_sha256 is not None:
-            self.records[sink.rel] = {
-                "source": sink.source, "source_size": sink.source_size,
-                "source_sha256": sink.source_sha256, "output_sha256": hashed[0].hexdigest(),
-                "first_row": hashed[1], "rows": self.rows - hashed[1]}
+            self._record(sink, sink.source_size, sink.source_sha256, hashed[0].hexdigest(),
+                         hashed[1], self.rows - hashed[1])
 
     def finish(self) -> None:
         with _as_output_error(self.out):
