@@ -63,7 +63,7 @@ async def _list_tools(argv: list[str]) -> dict[str, Any]:
 
 @functools.cache
 def live_catalog(name: str) -> dict[str, Any]:
-    module = {"time": "mcp_server_time", "git": "mcp_server_git", "fetch": "mcp_server_fetch"}[name]
+    module = SERVERS[name][1]  # ["-m", module]
     anyio = pytest.importorskip("anyio")
     pytest.importorskip("mcp", reason="the MCP SDK is a test extra (pip install -e '.[test]')")
     pytest.importorskip(module, reason=f"{module} is a test extra (pip install -e '.[test]')")

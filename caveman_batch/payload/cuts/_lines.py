@@ -55,7 +55,7 @@ class LineCut:
             return False
         return line_hits(self.signal, part, self.min_hits)
 
-    def runs(self, doc: Doc) -> Iterator[Run] | list[Run]:
+    def runs(self, doc: Doc) -> Iterator[Run]:
         """Every kept line as a run, lazily, lowest priority number first, then in order."""
         return by_priority(self.streams(doc))
 
@@ -79,7 +79,7 @@ class LineCut:
         doc = Doc.of(text)
         label, room = self.labeler(doc)
         lead = self.lead(doc, limits)
-        view = pick(doc, ordered(self.runs(doc)), limits, lead=lead, label=label,
+        view = pick(doc, self.runs(doc), limits, lead=lead, label=label,
                     label_room=room, presorted=True, lead_after=self.lead_after)
         return finish(view, limits)
 
@@ -130,11 +130,6 @@ def by_priority(streams: Iterable[Stream]) -> Iterator[Run]:
     for prio in sorted(groups):
         its = [s() if callable(s) else s for _, s in groups[prio]]
         yield from its[0] if len(its) == 1 else heapq.merge(*its)
-
-
-def ordered(runs: Iterator[Run] | list[Run]) -> Iterator[Run]:
-    """A list of runs sorted by priority; an iterator is already in order (and lazy)."""
-    return iter(sorted(runs)) if isinstance(runs, list) else runs
 
 
 def rx(pattern: str) -> re.Pattern[str]:

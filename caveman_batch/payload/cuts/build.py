@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 from typing import Final
 
 from ..view import Doc, Run
-from ._lines import LineCut, Stream, rx
+from ._lines import LineCut, Stream, _hits, rx
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
@@ -44,15 +45,11 @@ def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
         yield (prio, i, end)
 
 
-def _single(heads: Iterator[int], prio: int) -> Iterator[Run]:
-    return ((prio, i, i + 1) for i in heads)
-
-
 class BuildCut(LineCut):
     def streams(self, doc: Doc) -> list[Stream]:
-        return [(0, lambda: _single(doc.igrep(_SUMMARY), 0)), (1, lambda: _single(doc.igrep(_ERROR), 1)),
+        return [(0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, partial(_hits, doc, _ERROR, (), 1, 0)),
                 (2, lambda: _frame_runs(doc, doc.igrep(_ERROR), 2)),
-                (3, lambda: _single(doc.igrep(_WARNING), 3)),
+                (3, partial(_hits, doc, _WARNING, (), 3, 0)),
                 (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
 
 

@@ -29,7 +29,7 @@ def _context(doc: Doc) -> Iterator[Run]:
 def _files(doc: Doc, limits: Limits) -> list[str]:
     """One line per changed file: its name and its added/removed line counts.
 
-    None when even the names cannot fit the budget: the lead would be dropped whole, so
+    Empty when even the names cannot fit the budget: the lead would be dropped whole, so
     its counts (four passes over the text) are not worth making."""
     starts = list(doc.positions(_GIT))
     if not starts:

@@ -4,9 +4,10 @@ then bodies; file stats (--stat) last."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from ..view import Doc, Run
-from ._lines import LineCut, Stream, rx
+from ._lines import LineCut, Stream, _hits, rx
 
 _COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
 _BODY = rx(r"^    ")
@@ -27,8 +28,8 @@ def _headlines(doc: Doc) -> Iterator[Run]:
 
 class GitLogCut(LineCut):
     def streams(self, doc: Doc) -> list[Stream]:
-        return [(0, lambda: _headlines(doc)), (2, lambda: ((2, i, i + 1) for i in doc.igrep(_META))),
-                (3, lambda: ((3, i, i + 1) for i in doc.igrep(_BODY)))]
+        return [(0, lambda: _headlines(doc)), (2, partial(_hits, doc, _META, (), 2, 0)),
+                (3, partial(_hits, doc, _BODY, (), 3, 0))]
 
 
 CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2)

@@ -25,13 +25,17 @@ _WIDTHS: Final = ((12, 40, 400, 10), (5, 20, 200, 8), (3, 12, 120, 6), (2, 8, 80
                   (0, 2, 30, 2), (0, 1, 20, 2))
 
 
+_EMPTY: Final = (None, False, [], {}, "")
+_STATUS_KEYS: Final = frozenset({"status", "level", "state"})
+
+
 def _is_error(value: Any, depth: int = 0) -> bool:
     if not isinstance(value, dict) or depth > 2:
         return False
     for k, v in value.items():
-        if k.lower() in _ERROR_KEYS and v not in (None, False, [], {}, ""):
+        if k.lower() in _ERROR_KEYS and v not in _EMPTY:
             return True
-        if k.lower() in ("status", "level", "state") and str(v).lower() in _ERROR_VALUES:
+        if k.lower() in _STATUS_KEYS and str(v).lower() in _ERROR_VALUES:
             return True
         if isinstance(v, dict) and _is_error(v, depth + 1):
             return True
@@ -42,8 +46,6 @@ def _shape(value: Any) -> object:
     return tuple(sorted(value)) if isinstance(value, dict) else type(value).__name__
 
 
-_EMPTY: Final = (None, False, [], {}, "")
-_STATUS_KEYS: Final = frozenset({"status", "level", "state"})
 _LAYOUTS: Final = 8  # key sets checked a column at a time; items of rarer ones one by one
 
 
@@ -109,24 +111,24 @@ def _uniform(items: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[Sequenc
     if not all(map(eq, map(len, items), repeat(len(first)))):
         return None
     layout = tuple(first)
-    if not layout:
-        return layout, []
-    get = itemgetter(*layout)
     try:
-        values = list(map(get, items))
+        return layout, _columns(layout, items)
     except KeyError:
         return None
-    return layout, (list(zip(*values)) if len(layout) > 1 else [values])
+
+
+def _columns(layout: tuple[str, ...], items: list[dict[str, Any]]) -> list[Sequence[Any]]:
+    """The column of values of each key of `layout` (KeyError if an item lacks one)."""
+    if not layout:
+        return []
+    values = list(map(itemgetter(*layout), items))
+    return list(zip(*values)) if len(layout) > 1 else [values]
 
 
 def _check_columns(rows: list[dict[str, Any]], where: Sequence[int], depth: int, found: set[int]) -> None:
     """`_is_error` over rows sharing one key set, a column at a time; hits go to `found`."""
     layout = tuple(rows[0])
-    if not layout:
-        return
-    get = itemgetter(*layout)
-    columns = list(zip(*map(get, rows))) if len(layout) > 1 else [list(map(get, rows))]
-    _check_layout(layout, columns, where, depth, found)
+    _check_layout(layout, _columns(layout, rows), where, depth, found)
 
 
 def _check_layout(layout: tuple[str, ...], columns: list[Sequence[Any]], where: Sequence[int], depth: int,

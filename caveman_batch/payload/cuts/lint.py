@@ -85,7 +85,6 @@ _SIGNAL: Final = re.compile(f"^{_SIGNAL_LINES[0]}|^{_SIGNAL_LINES[1]}|clippy::\\
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
 
 
-
 class LintCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """Two signal hits; without "clippy::" in the sample every hit starts a line (one per

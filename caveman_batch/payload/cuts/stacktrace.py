@@ -24,7 +24,8 @@ from ..view import (
 )
 from ._lines import LineCut, rx
 
-_FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
+_GO_FRAMES: Final = r"goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+"  # also searched alone (_frames)
+_FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
@@ -44,7 +45,7 @@ _MESSAGE = rx(
 )
 
 
-_GO_FRAME = rx(r"^(?:goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+)")
+_GO_FRAME = rx(r"^(?:" + _GO_FRAMES + ")")
 
 
 def _frames(doc: Doc) -> list[int]:

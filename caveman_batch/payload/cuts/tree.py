@@ -26,6 +26,11 @@ def _groups(text: str, lines: list[str]) -> Groups:
     """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines)
+    return {d: [len(names), names[:_PER_DIR[0]]] for d, names in _ls_groups(lines).items()}
+
+
+def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
+    """`ls -R` blocks: each directory's entry names, in order."""
     groups: dict[str, list[str]] = {}
     current: str | None = None
     for line in lines:
@@ -39,7 +44,7 @@ def _groups(text: str, lines: list[str]) -> Groups:
         else:
             parent, _, name = line.rstrip("/").rpartition("/")
             groups.setdefault(parent or ".", []).append(name or line)
-    return {d: [len(names), names[:_PER_DIR[0]]] for d, names in groups.items()}
+    return groups
 
 
 def _find_groups(lines: list[str]) -> Groups:
