@@ -51,10 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef Py_ALWAYS_INLINE
-#  define Py_ALWAYS_INLINE
-#endif
-
 #define ELLIPSIS 0x2026
 #define MAX_PASSES 4            /* describe._MAX_PASSES */
 #define ABBREVIATION_WINDOW 16  /* describe._is_abbreviation's bounded look */
@@ -67,23 +63,19 @@
 /* Character predicates, as Python's str methods and `re` define them        */
 /* ------------------------------------------------------------------------ */
 
-/* re's Unicode \w: str.isalnum() or "_" */
-static inline int
-is_word_uni(Py_UCS4 c)
-{
-    if (c < 128) {
-        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
-               || (c >= 'A' && c <= 'Z') || c == '_';
-    }
-    return Py_UNICODE_ISALNUM(c);
-}
-
 /* RE2's \w on UTF-8 bytes: [0-9A-Za-z_]; every non-ASCII byte is a non-word byte */
 static inline int
 is_word_byte(Py_UCS4 c)
 {
     return c < 128 && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
                        || (c >= 'A' && c <= 'Z') || c == '_');
+}
+
+/* re's Unicode \w: str.isalnum() or "_" */
+static inline int
+is_word_uni(Py_UCS4 c)
+{
+    return c < 128 ? is_word_byte(c) : Py_UNICODE_ISALNUM(c);
 }
 
 /* RuleScan's lower-casing, one character at a time.  str.lower() maps every
@@ -540,14 +532,36 @@ parse_alt(Parser *p)
 /* The NFA: byte states (a byte set and one successor), split states (any
  * number of epsilon successors) and one match state.  Built back to front:
  * build(node, next) returns the entry of `node` followed by state `next`. */
+/* Growable int array. */
+typedef struct {
+    int *v;
+    Py_ssize_t n, cap;
+} IntVec;
+
+static int
+intvec_push(IntVec *vec, int x)
+{
+    if (vec->n == vec->cap) {
+        Py_ssize_t cap = vec->cap ? vec->cap * 2 : 64;
+        int *v = PyMem_Realloc(vec->v, (size_t)cap * sizeof(int));
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        vec->v = v;
+        vec->cap = cap;
+    }
+    vec->v[vec->n++] = x;
+    return 0;
+}
+
 enum { ST_BYTE, ST_SPLIT, ST_MATCH };
 
 typedef struct {
     int kind;
     int out;                /* ST_BYTE: the successor */
     int set;                /* ST_BYTE: index into NFA.sets */
-    int *outs;              /* ST_SPLIT: the successors */
-    int nouts, cap;
+    IntVec outs;            /* ST_SPLIT: the successors */
 } NState;
 
 typedef struct {
@@ -561,7 +575,7 @@ static void
 nfa_clear(NFA *nfa)
 {
     for (int i = 0; i < nfa->n; i++) {
-        PyMem_Free(nfa->st[i].outs);
+        PyMem_Free(nfa->st[i].outs.v);
     }
     PyMem_Free(nfa->st);
     PyMem_Free(nfa->sets);
@@ -594,19 +608,7 @@ nfa_state(NFA *nfa, int kind)
 static int
 nfa_add_out(NFA *nfa, int state, int out)
 {
-    NState *s = &nfa->st[state];
-    if (s->nouts == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 2;
-        int *outs = PyMem_Realloc(s->outs, (size_t)cap * sizeof(int));
-        if (outs == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->outs = outs;
-        s->cap = cap;
-    }
-    s->outs[s->nouts++] = out;
-    return 0;
+    return intvec_push(&nfa->st[state].outs, out);
 }
 
 static int
@@ -711,29 +713,6 @@ dfa_clear(DFA *dfa)
     memset(dfa, 0, sizeof(*dfa));
 }
 
-/* Growable int array. */
-typedef struct {
-    int *v;
-    Py_ssize_t n, cap;
-} IntVec;
-
-static int
-intvec_push(IntVec *vec, int x)
-{
-    if (vec->n == vec->cap) {
-        Py_ssize_t cap = vec->cap ? vec->cap * 2 : 64;
-        int *v = PyMem_Realloc(vec->v, (size_t)cap * sizeof(int));
-        if (v == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        vec->v = v;
-        vec->cap = cap;
-    }
-    vec->v[vec->n++] = x;
-    return 0;
-}
-
 static int
 int_compare(const void *a, const void *b)
 {
@@ -792,8 +771,8 @@ closure(Builder *b)
             }
         }
         else {
-            for (int i = st->nouts - 1; i >= 0; i--) {
-                if (intvec_push(&b->stack, st->outs[i]) < 0) {
+            for (Py_ssize_t i = st->outs.n - 1; i >= 0; i--) {
+                if (intvec_push(&b->stack, st->outs.v[i]) < 0) {
                     return -1;
                 }
             }

@@ -780,16 +780,16 @@ check_unique(Walker *w, Py_ssize_t first)
    `key` is the decoded key; it stays valid only until the value is read (reading
    it may move the key stack), so look at it first. Returns FW_DROP to have the
    member left out. */
-typedef int (*member_fn)(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+typedef int (*member_fn)(Walker *w, const char *key, Py_ssize_t key_len,
                          void *ctx);
 
 /* Reads the element `index` of an array (pos at its first byte). */
 typedef int (*element_fn)(Walker *w, Py_ssize_t index, void *ctx);
 
 static int copy_value(Walker *w);
-static int copy_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+static int copy_member(Walker *w, const char *key, Py_ssize_t key_len,
                        void *ctx);
-static int skim_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+static int skim_member(Walker *w, const char *key, Py_ssize_t key_len,
                        void *ctx);
 
 /* Read the object at pos (a '{'), calling on_member for each member's value. */
@@ -838,10 +838,7 @@ walk_object(Walker *w, member_fn on_member, void *ctx)
             skip_ws(w);
             const KeyRef *ref = &w->keys[w->nkeys - 1];
             const char *name = w->keybytes.data + ref->off;
-            /* the readers that copy or skim a member ignore what its key means */
-            KeyKind kind = on_member == copy_member || on_member == skim_member
-                           ? K_OTHER : classify_key(name, ref->len);
-            rc = on_member(w, kind, name, ref->len, ctx);
+            rc = on_member(w, name, ref->len, ctx);  /* what the key means: its reader asks */
             if (rc == FW_DROP) {
                 w->out.len = mark;
             }
@@ -923,7 +920,7 @@ walk_array(Walker *w, element_fn on_element, void *ctx, Py_ssize_t *count)
 /* -- values copied as they are (re-serialized, never walked) ---------------- */
 
 static int
-copy_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+copy_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
     return copy_value(w);
 }
@@ -1039,7 +1036,7 @@ reduce_description(Walker *w)
 
 /* -- schemas (catalog._Walk.schema) ------------------------------------------ */
 
-static int schema_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+static int schema_member(Walker *w, const char *key, Py_ssize_t key_len,
                          void *ctx);
 
 /* A value in schema position at schema depth `depth`: an object is walked,
@@ -1060,7 +1057,7 @@ schema_value(Walker *w, int depth)
 
 /* A member of a name map: the name is data, the value a schema. */
 static int
-name_map_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+name_map_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
     return schema_value(w, *(int *)ctx);
 }
@@ -1073,13 +1070,13 @@ schema_element(Walker *w, Py_ssize_t index, void *ctx)
 }
 
 static int
-schema_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+schema_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
     int sub = *(int *)ctx + 1;
     unsigned char c = peek(w);
     int rc;
 
-    switch (kind) {
+    switch (classify_key(key, key_len)) {
     case K_ANNOTATION:
         /* kept or dropped, an annotation's value is data: never walked */
         rc = copy_value(w);
@@ -1110,8 +1107,9 @@ schema_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void
 /* -- tools (catalog._Walk.tool) ---------------------------------------------- */
 
 static int
-tool_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+tool_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
+    KeyKind kind = classify_key(key, key_len);
     if (kind == K_DESCRIPTION && peek(w) == '"') {
         return reduce_description(w);
     }
@@ -1130,9 +1128,9 @@ tool_value(Walker *w)
 
 /* {"type": "function", "function": TOOL, ...}: the tool is the "function" member. */
 static int
-wrapper_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+wrapper_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
-    if (kind == K_FUNCTION) {
+    if (classify_key(key, key_len) == K_FUNCTION) {
         *(int *)ctx = 1;
         return tool_value(w);
     }
@@ -1190,7 +1188,7 @@ tool_element(Walker *w, Py_ssize_t index, void *ctx)
     }
 }
 
-static int path_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len,
+static int path_member(Walker *w, const char *key, Py_ssize_t key_len,
                        void *ctx);
 
 /* The value at path[:level]. */
@@ -1217,7 +1215,7 @@ path_value(Walker *w, const Plan *plan, Py_ssize_t level)
 }
 
 static int
-path_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+path_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
     PathStep *step = ctx;
     const Plan *plan = step->plan;
@@ -1277,7 +1275,7 @@ skim_key(PyObject **cache, const char *key, Py_ssize_t len)
 static int skim_value(Walker *w, int depth, int max_depth, PyObject **keys, PyObject **value);
 
 static int
-skim_member(Walker *w, KeyKind kind, const char *key, Py_ssize_t key_len, void *ctx)
+skim_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
 {
     SkimLevel *level = ctx;
     /* decoded before the value is read (that may move the key bytes); the

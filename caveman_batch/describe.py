@@ -18,7 +18,8 @@ shift when a sentence goes), so texts holding them are re-split and checked.
 `reduce` asks the C reducer `_fastreduce` first when it is built (see `_accel`). It
 mirrors `explain(...).text` exactly, with the rule fragments of `rules` and the
 abbreviations below compiled into it on import, and answers None for input it
-does not mirror (a lone surrogate, a limit under 0, a lead limit under 3 bytes);
+does not mirror (a lone surrogate, a limit under 0, a lead limit under 3 bytes, a
+capital sigma when a rule fragment holds a Greek letter - none does today);
 that input takes the Python path. `explain` (what `lint` shows) is always the
 Python path, which defines the output; tests/test_fastreduce.py compares the two.
 """
@@ -279,7 +280,7 @@ def reduce(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD_
     """The reduced description (see the module docstring)."""
     if len(text) <= short_bytes and _is_folded(text) and (
             text.isascii() or len(text.encode("utf-8")) <= short_bytes):
-        return text  # short and already folded: the common case, decided in C
+        return text  # short and already folded: the common case, decided by str methods
     if (short_bytes, lead_bytes) == (SHORT_BYTES, LEAD_BYTES):
         return _reduce_cached(text)
     return _reduced(text, short_bytes, lead_bytes)

@@ -64,8 +64,9 @@ def _fast() -> ModuleType | None:
 
 def warm() -> None:
     """Load what counting needs now (a parent does this before forking its workers)."""
-    if _fast() is None:
-        _encoder()
+    fast = _fast()
+    if fast is None or not fast.cache_info()["vocabulary"]:
+        _encoder()  # every count (or every piece not cached) goes to quicktok's tokenizer
 
 
 def count_tokens(text: str | bytes) -> int:
