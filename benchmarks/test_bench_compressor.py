@@ -204,10 +204,33 @@ def test_token_count_quicktok(benchmark: BenchmarkFixture, bench_corpus: list[by
     _report(benchmark, sum(map(len, bench_corpus)))
 
 
+# Resident memory a fresh process gains by loading each counter (probed in a subprocess).
+_RSS_PROBE = """
+import sys, psutil, quicktok
+from caveman_batch import tokens
+before = psutil.Process().memory_info().rss
+if sys.argv[1] == "quicktok":
+    quicktok.get_encoding("o200k_base")
+else:
+    assert tokens._fast().cache_info()["vocabulary"]
+print(psutil.Process().memory_info().rss - before)
+"""
+
+
+def _loaded_mib(which: str) -> float:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _RSS_PROBE, which], capture_output=True, text=True,
+                          check=True, timeout=120)
+    return round(int(done.stdout) / 2**20, 1)
+
+
 def test_token_counter_start_quicktok(benchmark: BenchmarkFixture) -> None:
     import quicktok
 
     benchmark.pedantic(lambda: quicktok.Tokenizer(tokens.ENCODING, ""), rounds=3, iterations=1)
+    benchmark.extra_info["rss_MiB"] = _loaded_mib("quicktok")
 
 
 def test_token_counter_start_c(benchmark: BenchmarkFixture, counter: ModuleType) -> None:
@@ -221,3 +244,4 @@ def test_token_counter_start_c(benchmark: BenchmarkFixture, counter: ModuleType)
         return int(counter.load_ranks(vocab))
 
     assert benchmark.pedantic(start, rounds=3, iterations=1) == 199_998
+    benchmark.extra_info["rss_MiB"] = _loaded_mib("c")

@@ -11,22 +11,27 @@ atomic publication. MB/s is of input bytes (1 MB = 10**6 B) at the median round.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from bench_data.generate import generate_registry
-from caveman_batch import describe, tokens
+from caveman_batch import ccr, describe, tokens
+from caveman_batch.catalog import Options, compress
 from caveman_batch.pipeline import Config, Summary, run
 
 MB = 1_000_000
+_NO_TOKENS = Options(count_tokens=False)
 
 
 def _jsonl(root: Path, megabytes: float) -> Path:
@@ -97,17 +102,19 @@ def test_two_workers_scaling(benchmark: BenchmarkFixture, registry: Path, tmp_pa
     median of the pairs' ratios (timed by hand; pytest-benchmark's figures are of whole pairs)."""
     pairs = 5 if benchmarks_enabled else 1
     ratios: list[float] = []
+    cpu: list[tuple[float, float]] = []  # CPU seconds in all (this process and its workers)
 
-    def one() -> float:
+    def timed(workers: int) -> tuple[Summary, float, float]:
+        before = _cpu_seconds()
         started = time.perf_counter()
-        _fresh_run(registry, tmp_path / "w1", 1)
-        return time.perf_counter() - started
+        summary = _fresh_run(registry, tmp_path / f"w{workers}", workers)
+        return summary, time.perf_counter() - started, _cpu_seconds() - before
 
     def pair() -> Summary:
-        alone = one()
-        started = time.perf_counter()
-        summary = _fresh_run(registry, tmp_path / "w2", 2)
-        ratios.append(alone / (time.perf_counter() - started))
+        _, alone, alone_cpu = timed(1)
+        summary, both, both_cpu = timed(2)  # the pool is shut down: its workers are counted
+        ratios.append(alone / both)
+        cpu.append((alone_cpu, both_cpu))
         return summary
 
     summary = benchmark.pedantic(pair, rounds=pairs, iterations=1)
@@ -115,6 +122,42 @@ def test_two_workers_scaling(benchmark: BenchmarkFixture, registry: Path, tmp_pa
     if getattr(benchmark, "stats", None) is not None:
         benchmark.extra_info["ratios"] = [round(r, 2) for r in ratios]
         benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
+        benchmark.extra_info["cpu_s_1_vs_2_workers"] = [round(statistics.median(c), 2) for c in zip(*cpu)]
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def test_worker_stages(benchmark: BenchmarkFixture, registry: Path, benchmarks_enabled: bool) -> None:
+    """Where a worker's time goes: each stage of `work` timed alone (CPU seconds) over the
+    registry's first 2,000 documents, caches cold; the shares of their medians."""
+    with registry.open("rb") as fh:
+        docs = [line for _, line in zip(range(2000), fh) if line.strip()]
+    outs = [compress(doc, _NO_TOKENS)[0] for doc in docs]
+    stages: dict[str, Callable[[], object]] = {
+        "compress (C parse, rewrite, reduce)": lambda: [compress(doc, _NO_TOKENS) for doc in docs],
+        "token counts (before and after)": lambda: [(tokens.count_tokens(d), tokens.count_tokens(o))
+                                                    for d, o in zip(docs, outs)],
+        "zstd and sha256 of the original": lambda: [ccr.prepare(doc) for doc in docs],
+        "sha256 of the output": lambda: [hashlib.sha256(out).digest() for out in outs],
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in stages}
+
+    def each() -> None:
+        for name, stage in stages.items():
+            _cold()
+            started = time.process_time()
+            stage()
+            seconds[name].append(time.process_time() - started)
+
+    benchmark.pedantic(each, rounds=3 if benchmarks_enabled else 1, iterations=1)
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    total = sum(medians.values())
+    assert total > 0
+    if getattr(benchmark, "stats", None) is not None:
+        benchmark.extra_info["shares_percent"] = {name: round(100 * t / total) for name, t in medians.items()}
 
 
 @pytest.mark.parametrize("path", ["whole", "per-document"])
