@@ -11,6 +11,10 @@ Every read decompresses and re-hashes; a record that does not hash back to its k
 is refused as tampered, never returned, and the next commit of the same original
 heals it. Preparing a record is pure (a worker can do it); committing is the
 parent's job.
+
+A record's last-seen time is the later of its header's and of a small entry beside it,
+`~seen/<digest>` (8 bytes, unix ms), which `touch` writes: an incremental run that
+refreshes thousands of originals writes a few bytes each, not every record again.
 """
 
 from __future__ import annotations
@@ -43,10 +47,19 @@ ZSTD_LEVEL: Final = 3
 HANDLE_PREFIX: Final = "ccr_"
 MIN_PREFIX_HEX: Final = 8
 _HEADER = struct.Struct(">3sBBBHQQQ")
-_CODEC_END: Final = 5  # magic (3), version, codec; then the content type's length
 _LAST_SEEN: Final = struct.Struct(">Q")
 _LAST_SEEN_AT: Final = _HEADER.size - _LAST_SEEN.size  # the header's last field
 _HEX_RE = re.compile(r"[0-9a-f]{8,64}")
+SEEN_PREFIX: Final = b"~seen/"  # "~" sorts after every hex digit: all records, then these
+
+
+def _seen_key(digest: str) -> bytes:
+    return SEEN_PREFIX + digest.encode("ascii")
+
+
+def _seen_ms(value: bytes | None) -> int:
+    """A ~seen entry's time (0: none, or not 8 bytes)."""
+    return _LAST_SEEN.unpack(value)[0] if value is not None and len(value) == _LAST_SEEN.size else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,23 +298,18 @@ def missing(store: Store, digests: Sequence[str]) -> list[str]:
 
 
 def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
-    """Refresh last-seen of existing records (incremental runs that skip work)."""
+    """Refresh last-seen of the records the store holds (incremental runs that skip work):
+    their ~seen entries move forward (never back); the records are not rewritten, and no
+    entry is made for an absent one."""
     stamp = _now_ms() if now_ms is None else now_ms
-    new_last = _LAST_SEEN.pack(stamp)
-    lead = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, 0, 0, 0, 0, 0)[:_CODEC_END]
+    new = _LAST_SEEN.pack(stamp)
+    wanted = list(dict.fromkeys(digests))
+    absent = set(missing(store, wanted))
 
-    def bump(key: bytes, old: bytes | None, _new: bytes) -> bytes | None:
-        # The header is fixed-size: last-seen is patched in place, the rest kept as stored
-        # (decode_header's checks: magic, version, codec, length; a record that fails them
-        # is left for a read or a commit to refuse or heal).
-        if (old is None or len(old) < _HEADER.size or not old.startswith(lead)
-                or len(old) < _HEADER.size + old[_CODEC_END]):
-            return None
-        if _LAST_SEEN.unpack_from(old, _LAST_SEEN_AT)[0] >= stamp:
-            return None
-        return b"".join((old[:_LAST_SEEN_AT], new_last, old[_LAST_SEEN_AT + _LAST_SEEN.size:]))
+    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+        return None if _seen_ms(old) >= stamp else new
 
-    store.commit([(d.encode("ascii"), b"") for d in digests], merge=bump)
+    store.commit([(_seen_key(d), new) for d in wanted if d not in absent], merge=later)
 
 
 def resolve(store: Store, handle: str) -> str:
@@ -337,14 +345,20 @@ def info(store: Store, handle: str) -> RecordInfo:
     if value is None:
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
     header, _ = open_record(digest, value)
-    return _record_info(digest, header, len(value))
+    return _record_info(digest, header, len(value), _seen_ms(store.get(_seen_key(digest))))
 
 
-def _record_info(digest: str, header: Header, stored: int) -> RecordInfo:
+def _record_info(digest: str, header: Header, stored: int, seen_ms: int) -> RecordInfo:
     return RecordInfo(
         make_handle(digest), header.original_length, stored, header.content_type,
-        header.first_stored_ms / 1000, header.last_seen_ms / 1000,
+        header.first_stored_ms / 1000, max(header.last_seen_ms, seen_ms) / 1000,
     )
+
+
+def _seen_entries(store: Store) -> dict[str, int]:
+    """digest -> time of every ~seen entry (one scan: they sort after all records)."""
+    return {key[len(SEEN_PREFIX):].decode("ascii", "replace"): _seen_ms(value)
+            for key, value in store.items(SEEN_PREFIX)}
 
 
 @dataclass
@@ -374,8 +388,11 @@ def _is_digest_key(key: bytes) -> bool:
 
 
 def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[str, Header, bytes]]:
-    """(digest, header, stored value) for each record that verifies; failures go to `audit`."""
+    """(digest, header, stored value) for each record that verifies; failures go to `audit`.
+    ~seen entries are not records: neither counted nor yielded."""
     for key, value in store.items():
+        if key.startswith(SEEN_PREFIX):
+            continue
         if audit is not None:
             audit.records += 1
         try:
@@ -406,36 +423,60 @@ def audit(store: Store) -> Audit:
 def prune(
     store: Store, not_seen_for_s: float, *, dry_run: bool = False, now_ms: int | None = None
 ) -> list[RecordInfo]:
-    """Drop records whose last-seen is older than `not_seen_for_s` seconds.
+    """Drop records whose last-seen is older than `not_seen_for_s` seconds (and the
+    ~seen entries of records no longer there).
 
     The age is re-checked inside the delete transaction, so a batch that touches a
-    record while prune runs keeps it.
+    record while prune runs keeps it: each record's ~seen entry is looked at just
+    before the record itself, in the same transaction.
     """
     cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
-    stale = [
-        _record_info(d, h, len(v)) for d, h, v in iter_verified(store) if h.last_seen_ms < cutoff
-    ]
-    if dry_run or not stale:
+    seen = _seen_entries(store)
+    stale = []
+    for d, h, v in iter_verified(store):
+        seen_ms = seen.pop(d, 0)
+        if max(h.last_seen_ms, seen_ms) < cutoff:
+            stale.append(_record_info(d, h, len(v), seen_ms))
+    orphans = sorted(seen)  # left: entries whose record is gone (or not a record)
+    if dry_run or not (stale or orphans):
         return stale
+    fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
 
-    def drop_if_stale(_key: bytes, old: bytes | None, _new: bytes) -> object:
+    def drop_if_stale(key: bytes, old: bytes | None, _new: bytes) -> object:
         if old is None:
+            return None
+        if key.startswith(SEEN_PREFIX):
+            if _seen_ms(old) >= cutoff:
+                fresh.add(key[len(SEEN_PREFIX):])
+                return None
+            return DELETE
+        if key in fresh:
             return None
         try:
             return DELETE if decode_header(old).last_seen_ms < cutoff else None
         except ValueError:
             return None
 
-    store.commit([(r.handle[len(HANDLE_PREFIX):].encode("ascii"), b"") for r in stale],
-                 merge=drop_if_stale)  # type: ignore[arg-type]
+    items = []
+    for r in stale:
+        digest = r.handle[len(HANDLE_PREFIX):]
+        items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]
+    items += [(SEEN_PREFIX + d.encode("ascii", "replace"), b"") for d in orphans]
+    store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
     return stale
 
 
 def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
-    """Copy every verified record of `source` into `target` (times preserved)."""
+    """Copy every verified record of `source` into `target` (times preserved: a later
+    ~seen time is written into the copy's header)."""
     report = Audit(source.url)
+    seen = _seen_entries(source)
     batch: list[tuple[bytes, bytes]] = []
-    for digest, _header, value in iter_verified(source, report):
+    for digest, header, value in iter_verified(source, report):
+        later = seen.get(digest, 0)
+        if later > header.last_seen_ms:
+            value = b"".join((value[:_LAST_SEEN_AT], _LAST_SEEN.pack(later),
+                              value[_LAST_SEEN_AT + _LAST_SEEN.size:]))
         batch.append((digest.encode("ascii"), value))
         if len(batch) >= batch_size:
             target.commit(batch, merge=merge_record)

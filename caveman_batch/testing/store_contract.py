@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -264,32 +265,74 @@ class StoreContract:
         digest, absent = ccr.digest_of(b"abc"), ccr.digest_of(b"absent")
         ccr.commit(store, [ccr.prepare(b"abc", now_ms=1_000)])
         stored = store.get(digest.encode())
-        ccr.touch(store, [digest, absent], now_ms=5_000)
+        ccr.touch(store, [digest, absent, digest], now_ms=5_000)
         info = ccr.info(store, "ccr_" + digest)
         assert (info.first_stored, info.last_seen) == (1.0, 5.0)
-        touched = store.get(digest.encode())
-        assert touched is not None and stored is not None and len(touched) == len(stored)
+        assert store.get(digest.encode()) == stored  # the record itself is not rewritten
+        seen = store.get(ccr.SEEN_PREFIX + digest.encode())
         ccr.touch(store, [digest], now_ms=3_000)  # never backwards
-        assert store.get(digest.encode()) == touched
+        assert store.get(ccr.SEEN_PREFIX + digest.encode()) == seen
+        assert ccr.info(store, "ccr_" + digest).last_seen == 5.0
         assert ccr.recover(store, "ccr_" + digest) == b"abc"
-        assert store.get(absent.encode()) is None  # touch creates nothing
-        for junk in (b"CC", b"XYZ" + touched[3:], touched[:40]):  # short, bad magic, truncated
+        assert store.get(absent.encode()) is None  # touch creates nothing for an absent record
+        assert store.get(ccr.SEEN_PREFIX + absent.encode()) is None
+        ccr.commit(store, [ccr.prepare(b"abc", now_ms=7_000)])  # a commit again: the header's
+        assert ccr.info(store, "ccr_" + digest).last_seen == 7.0
+        for junk in (b"CC", b"XYZ" + stored[3:], stored[:40]):  # short, bad magic, truncated
             store.put(b"f" * 64, junk)
             ccr.touch(store, ["f" * 64], now_ms=9_000)
             assert store.get(b"f" * 64) == junk  # left for a read to refuse, a commit to heal
 
+    def test_seen_entries_are_not_records(self, store: Store) -> None:
+        handle = ccr.store_original(store, b"abc")
+        ccr.touch(store, [handle[4:]])
+        store.put(ccr.SEEN_PREFIX + b"junk", b"?")  # an orphan, and not 8 bytes
+        report = ccr.audit(store)
+        assert (report.records, report.verified, report.excluded) == (1, 1, {})
+        assert ccr.resolve(store, handle[4:12]) == handle[4:]
+        with open_store("memory://") as target:  # migrated with the later time in its header
+            ccr.migrate(store, target)
+            assert list(target.keys()) == [handle[4:].encode()]
+            assert ccr.info(target, handle).last_seen == ccr.info(store, handle).last_seen
+
     def test_prune_and_touch(self, store: Store) -> None:
         day = 24 * 3_600_000
         ccr.commit(store, [ccr.prepare(b"old", now_ms=1_000), ccr.prepare(b"new", now_ms=9 * day)])
-        ccr.commit(store, [ccr.prepare(b"kept", now_ms=1_000)])
+        ccr.commit(store, [ccr.prepare(b"kept", now_ms=1_000), ccr.prepare(b"gone", now_ms=1_000)])
         ccr.touch(store, [ccr.digest_of(b"kept")], now_ms=9 * day)
+        ccr.touch(store, [ccr.digest_of(b"gone")], now_ms=2_000)  # touched, but long ago
         dry = ccr.prune(store, 7 * 86_400, dry_run=True, now_ms=10 * day)
-        assert [r.handle for r in dry] == ["ccr_" + ccr.digest_of(b"old")]
-        assert ccr.recover(store, dry[0].handle) == b"old"
+        stale = sorted("ccr_" + ccr.digest_of(b) for b in (b"old", b"gone"))
+        assert sorted(r.handle for r in dry) == stale
+        assert ccr.recover(store, dry[0].handle) in (b"old", b"gone")
         ccr.prune(store, 7 * 86_400, now_ms=10 * day)
-        with pytest.raises(UnknownHandleError):
-            ccr.recover(store, dry[0].handle)
+        for handle in stale:
+            with pytest.raises(UnknownHandleError):
+                ccr.recover(store, handle)
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"kept")) == b"kept"
+        assert list(store.keys(ccr.SEEN_PREFIX)) == [ccr.SEEN_PREFIX + ccr.digest_of(b"kept").encode()]
+
+    def test_prune_keeps_a_record_touched_meanwhile(self, store: Store,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+        """Touched after prune's scan found it stale, before its delete: kept; and a ~seen
+        entry whose record is gone is dropped."""
+        day = 24 * 3_600_000
+        ccr.commit(store, [ccr.prepare(b"busy", now_ms=1_000), ccr.prepare(b"idle", now_ms=1_000)])
+        busy = ccr.digest_of(b"busy")
+        store.put(ccr.SEEN_PREFIX + ccr.digest_of(b"elsewhere").encode(), b"\0" * 8)
+        scan = ccr.iter_verified
+
+        def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
+            yield from scan(s, audit)
+            ccr.touch(s, [busy], now_ms=10 * day)
+
+        monkeypatch.setattr(ccr, "iter_verified", scan_then_touch)
+        stale = ccr.prune(store, 7 * 86_400, now_ms=10 * day)
+        assert len(stale) == 2  # both were stale when scanned
+        assert ccr.recover(store, "ccr_" + busy) == b"busy"
+        with pytest.raises(UnknownHandleError):
+            ccr.recover(store, "ccr_" + ccr.digest_of(b"idle"))
+        assert list(store.keys(ccr.SEEN_PREFIX)) == [ccr.SEEN_PREFIX + busy.encode()]
 
     def test_audit_totals_only_from_verified(self, store: Store) -> None:
         good = ccr.store_original(store, b"a" * 500)
