@@ -172,6 +172,7 @@ def compress(
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
+    checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
@@ -180,7 +181,7 @@ def compress(
     config = pipeline.Config(
         sources=sources, out=out, store_url=store or default_store_url(), manifest=manifest,
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
-        incremental=incremental, options=DEFAULT_OPTIONS,
+        incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS,
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)

@@ -1,13 +1,16 @@
-"""Atomic publication of files: a reader sees the old file or the whole new one."""
+"""Atomic publication of files (a reader sees the old file or the whole new one), and what
+tells a file unchanged without reading it."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from .errors import OutputError
 
@@ -62,3 +65,62 @@ def _umask() -> int:
         os.umask(current)
         _UMASK = current
     return _UMASK
+
+
+# -- a file unchanged, told by its metadata (the stat cache of `compress --incremental`) ------
+
+
+def identity(st: os.stat_result) -> list[int]:
+    """Device, inode, size, mtime and ctime (ns) of a file. Any write, truncation, rename
+    into place, chmod or utime() moves its ctime to the clock's now, and no call sets a
+    ctime back, so a file whose identity is unchanged since a settled one (below) is the
+    same file with the same bytes (as git's index, or make, assumes with less)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+# A change in the same clock tick as the ctime already seen would leave the identity as it
+# was: a file's identity is worth keeping only once its ctime is this much older than the
+# clock (well over the coarsest tick of Linux file systems, 2 s on FAT, and small clock
+# steps). A file changed since is read (and hashed) by the next run instead.
+SETTLE_NS: Final = 3_000_000_000
+
+
+def settled_identity(st: os.stat_result, now_ns: int | None = None) -> list[int] | None:
+    """identity(st) if its ctime has settled (see SETTLE_NS), else None."""
+    now = time.time_ns() if now_ns is None else now_ns
+    return identity(st) if st.st_ctime_ns + SETTLE_NS <= now else None
+
+
+def fs_now_ns(folder: Path) -> int:
+    """The current time of folder's file system clock (what it stamps a new file with)."""
+    fd, name = tempfile.mkstemp(prefix=".clock-", dir=folder)
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def sync_filesystem(folder: Path) -> None:
+    """Make everything written to folder's file system durable: syncfs(2) on Linux (one
+    call, whatever the number of files), else sync(2)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        syncfs = getattr(_libc(), "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:  # a write-back error (EIO, ENOSPC): what was written is not safe
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(folder))
+    finally:
+        os.close(fd)
+
+
+_LIBC: ctypes.CDLL | None = None
+
+
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
 
+from . import fsio
 from .catalog import _tool_of
 from .errors import UsageError
 
@@ -51,6 +52,8 @@ class Sink:
     source: str | None = None
     source_size: int = 0
     source_sha256: str | None = None
+    # the source's fsio.identity() when it was opened, if settled (see fsio.settled)
+    source_stat: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -159,22 +162,25 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
     if path is None:
         yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "jsonl":
-        yield from _open_then(path, rel, lambda fh: _jsonl(
-            fh, path, Sink(rel, "jsonl", fingerprint=True), max_bytes, spill_dir))
+        yield from _open_then(path, rel, lambda fh, st: _jsonl(
+            fh, path, Sink(rel, "jsonl", fingerprint=True, source_stat=fsio.settled_identity(st)),
+            max_bytes, spill_dir))
     else:
-        yield from _open_then(path, rel, lambda fh: _json_file(fh, path, rel, max_bytes, spill_dir))
+        yield from _open_then(path, rel, lambda fh, st: _json_file(fh, st, path, rel, max_bytes, spill_dir))
 
 
 def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:
+    """body(fh, its fstat) for a readable file; else an unreadable document."""
     try:
         fh = open(path, "rb")
+        st = os.fstat(fh.fileno())  # before any byte is read: what a rerun compares
     except OSError as exc:
         sink = Sink(rel, "file")
         yield Document({"path": path}, sink, error=f"cannot read: {exc.strerror or exc}")
         yield SinkEnd(sink)
         return
     with fh:
-        yield from body(fh)  # type: ignore[operator]
+        yield from body(fh, st)  # type: ignore[operator]
 
 
 # -- JSONL ------------------------------------------------------------------------
@@ -235,15 +241,17 @@ def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) 
 # -- JSON files and registries ---------------------------------------------------------
 
 
-def _json_file(fh: BinaryIO, path: str, rel: str, max_bytes: int, spill_dir: Path) -> Iterator[Item]:
-    size = os.fstat(fh.fileno()).st_size
+def _json_file(fh: BinaryIO, st: os.stat_result, path: str, rel: str, max_bytes: int,
+               spill_dir: Path) -> Iterator[Item]:
+    size = st.st_size
     head = fh.read(min(size, max_bytes) + 1) if size <= max_bytes else fh.read(CHUNK)
     registry = _registry_prefix(head)
     if registry is not None:
         fh.seek(0)
-        yield from _registry(_HashingReader(fh), path, rel, registry, max_bytes, spill_dir)
+        yield from _registry(_HashingReader(fh), path, rel, registry, max_bytes, spill_dir,
+                             fsio.settled_identity(st))
         return
-    sink = Sink(rel, "file", fingerprint=True, source=path)
+    sink = Sink(rel, "file", fingerprint=True, source=path, source_stat=fsio.settled_identity(st))
     if size > max_bytes or len(head) > max_bytes:
         yield Document({"path": path}, sink, spill=Path(path), size=size)
     else:
@@ -285,8 +293,8 @@ class _HashingReader:
 
 
 def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: int,
-              spill_dir: Path) -> Iterator[Item]:
-    sink = Sink(rel, "array", prefix=fh.read(start), fingerprint=True)
+              spill_dir: Path, stat: list[int] | None) -> Iterator[Item]:
+    sink = Sink(rel, "array", prefix=fh.read(start), fingerprint=True, source_stat=stat)
     reader = _TextReader(fh, start)
     index = 0
 

@@ -51,6 +51,7 @@ class Config:
     workers: int = 1
     max_bytes: int = 32 << 20
     incremental: bool = False
+    checksum: bool = False  # a rerun hashes every source and output (no stat cache)
     options: Options = DEFAULT_OPTIONS
 
     @property
@@ -61,6 +62,12 @@ class Config:
     def streams_path(self) -> Path:
         """Beside the manifest, hidden: a fingerprint of each file source and its output."""
         return self.manifest_path.with_name(f".{self.manifest_path.stem}.streams.json")
+
+    @property
+    def stats_path(self) -> Path:
+        """Beside it, what this machine saw of those files (see fsio.identity): the only
+        file of OUT that differs between two runs of the same input."""
+        return self.manifest_path.with_name(f".{self.manifest_path.stem}.stat.json")
 
     @functools.cached_property
     def run_key(self) -> str:
@@ -347,6 +354,7 @@ class ReusedStream:
     lines: list[bytes]  # the previous manifest's rows for it, verbatim
     rows: list[dict[str, Any]]  # the same, parsed
     digests: list[str]  # originals whose last-seen to refresh
+    stats: list[list[int] | None] | None = None  # [source, output] identity, for the stat cache
 
 
 @dataclass
@@ -357,6 +365,7 @@ class _Previous:
     # rel -> (fingerprint record, its manifest rows verbatim, the same parsed)
     streams: dict[str, tuple[dict[str, Any], list[bytes], list[dict[str, Any] | None]]] = field(
         default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
     absent: set[str] = field(default_factory=set)  # their originals the store lacks
 
@@ -373,7 +382,7 @@ def _load_previous(config: Config) -> _Previous:
     kept verbatim (to be carried over whole), other rows only if reusable.
     """
     found = _Previous()
-    manifest_sha256, records = _read_fingerprint(config)
+    manifest_sha256, records, fingerprint_sha256 = _read_fingerprint(config)
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
     kept: dict[str, tuple[list[bytes], list[dict[str, Any] | None]]] = {rel: ([], []) for rel in records}
     digest = hashlib.sha256()
@@ -402,23 +411,39 @@ def _load_previous(config: Config) -> _Previous:
                 rows.append(row)
     if records and digest.hexdigest() == manifest_sha256:
         found.streams = {rel: (record, *kept[rel]) for rel, record in records.items()}
+        if not config.checksum:
+            found.stats = _read_stats(config, fingerprint_sha256)
     return found
 
 
-def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, Any]]]:
-    """(sha256 of the manifest it belongs to, stream records) of this run key, or (None, {})."""
+def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, Any]], str]:
+    """(sha256 of the manifest it belongs to, stream records, its own sha256) of this run key,
+    or (None, {}, "")."""
     try:
-        streams = orjson.loads(config.streams_path.read_bytes())
+        data = config.streams_path.read_bytes()
+        streams = orjson.loads(data)
     except (OSError, orjson.JSONDecodeError):
-        return None, {}
+        return None, {}, ""
     if not (isinstance(streams, dict) and streams.get("run_key") == config.run_key
             and streams.get("max_bytes") == config.max_bytes
             and isinstance(streams.get("streams"), dict)):
-        return None, {}
+        return None, {}, ""
     records = {rel: r for rel, r in streams["streams"].items()
                if isinstance(r, dict) and type(r.get("first_row")) is int and type(r.get("rows")) is int
                and r["first_row"] >= 0 and r["rows"] >= 0}
-    return streams.get("manifest_sha256"), records
+    return streams.get("manifest_sha256"), records, hashlib.sha256(data).hexdigest()
+
+
+def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
+    """The stat cache written with this fingerprint, or {} (none, stale or unreadable)."""
+    try:
+        cache = orjson.loads(config.stats_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    if not (isinstance(cache, dict) and cache.get("fingerprint_sha256") == fingerprint_sha256
+            and isinstance(cache.get("stats"), dict)):
+        return {}
+    return cache["stats"]
 
 
 def _absent(store: Store, previous: _Previous) -> set[str]:
@@ -458,6 +483,9 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
                 if entry is None:
                     return
                 reused = _candidate(entry, config, previous)
+                if reused is not None and _unchanged(reused, previous, config):
+                    pending.append((entry, reused, [], None))  # known: nothing to hash
+                    continue
                 files = [] if reused is None else _intact_files(reused, config)
                 jobs = ([pool.submit(_file_sha256, *f) for f in files]
                         if files and (files[0][1] or 0) >= _CHECK_LARGE else None)
@@ -467,12 +495,9 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
         while pending:
             entry, reused, files, jobs = pending.popleft()
             ahead()
-            if reused is not None:
-                got = [job.result() for job in jobs] if jobs is not None else [_file_sha256(*f) for f in files]
-                expected = _intact_hashes(reused)
-                if None not in expected and got == expected:
-                    yield reused
-                    continue
+            if reused is not None and (not files or _intact(reused, files, jobs)):
+                yield reused
+                continue
             yield from iter_entry(entry, config.max_bytes, tmp)
 
 
@@ -500,6 +525,35 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
     return ReusedStream(rel, record, lines, rows, digests)  # type: ignore[arg-type]
 
 
+def _unchanged(reused: ReusedStream, previous: _Previous, config: Config) -> bool:
+    """Whether the stat cache tells the source and its output are the very files, unchanged,
+    that an earlier run hashed (see fsio.identity); if so they are not read again."""
+    known = previous.stats.get(reused.rel)
+    if known is None:
+        return False
+    try:
+        seen = [fsio.identity(os.stat(reused.record["source"])),
+                fsio.identity(os.stat(f"{config.out}/{reused.rel}"))]
+    except (OSError, TypeError, ValueError):
+        return False
+    if seen != known:
+        return False
+    reused.stats = seen
+    return True
+
+
+def _intact(reused: ReusedStream, files: list[tuple[str, int | None]],
+            jobs: list[Future[Any]] | None) -> bool:
+    """Whether the source and its output hash as the fingerprint says; if so, what the
+    stat cache is to keep of them."""
+    got = [job.result() for job in jobs] if jobs is not None else [_file_sha256(*f) for f in files]
+    if None in got or [g[0] for g in got] != _intact_hashes(reused):
+        return False
+    (_, source), (_, output) = got
+    reused.stats = [fsio.settled_identity(source), fsio.identity(output)]
+    return True
+
+
 def _intact_files(reused: ReusedStream, config: Config) -> list[tuple[str, int | None]]:
     """What to hash to know a reused source is intact: the source's bytes (not its times: a
     file edited with its mtime set back is still seen) and its output's, as (path, size)."""
@@ -515,8 +569,9 @@ def _intact_hashes(reused: ReusedStream) -> list[str | None]:
     return [h if type(h) is str else None for h in got]
 
 
-def _file_sha256(path: str, size: int | None = None) -> str | None:
-    """sha256 of a regular file, or None (unreadable, not a regular file, not `size` bytes)."""
+def _file_sha256(path: str, size: int | None = None) -> tuple[str, os.stat_result] | None:
+    """sha256 of a regular file and its fstat (taken before reading), or None (unreadable,
+    not a regular file, not `size` bytes)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block (nor be read)
     except OSError:
@@ -526,9 +581,9 @@ def _file_sha256(path: str, size: int | None = None) -> str | None:
         if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
             return None
         if st.st_size < ONE_READ:  # most catalogs: one read (a file grown since: another digest)
-            return hashlib.sha256(os.read(fd, st.st_size + 1)).hexdigest()
+            return hashlib.sha256(os.read(fd, st.st_size + 1)).hexdigest(), st
         with open(fd, "rb", closefd=False) as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+            return hashlib.file_digest(fh, "sha256").hexdigest(), st
     except OSError:
         return None
     finally:
@@ -615,6 +670,7 @@ class _Publisher:
         # JSONL outputs: sha256 of what was written, first manifest row; then their records
         self.hashes: dict[int, tuple[Any, int]] = {}
         self.records: dict[str, dict[str, Any]] = {}
+        self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
 
     def __enter__(self) -> _Publisher:
         return self
@@ -633,6 +689,8 @@ class _Publisher:
                     continue
                 if isinstance(item, ReusedStream):
                     self.records[item.rel] = dict(item.record, first_row=self.rows)
+                    if item.stats is not None:
+                        self.stats[item.rel] = item.stats
                     self._rows(item.lines)
                     for row in item.rows:
                         yield row, True
@@ -681,6 +739,7 @@ class _Publisher:
         target = self.out / doc.sink.rel
         if result.reused and target.exists():  # in place and intact: nothing to write
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
+            self._stat(doc.sink, target)
             return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
         copied = hashlib.sha256() if result.data is None else None
@@ -690,6 +749,7 @@ class _Publisher:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
         self.written.add(doc.sink.rel)
+        self._stat(doc.sink, target)
         if copied is None:
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
         else:  # copied through as is: the source's bytes are the output's
@@ -709,6 +769,11 @@ class _Publisher:
         self.records[sink.rel] = {"source": sink.source, "source_size": size,
                                   "source_sha256": source_sha256, "output_sha256": output_sha256,
                                   "first_row": first_row, "rows": rows}
+
+    def _stat(self, sink: Sink, target: Path) -> None:
+        """The stat cache's entry for a source whose identity settled when it was opened."""
+        if sink.fingerprint and sink.source_stat is not None:
+            self.stats[sink.rel] = [sink.source_stat, fsio.identity(os.stat(target))]
 
     @staticmethod
     def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
@@ -748,6 +813,7 @@ class _Publisher:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temp, target)
         self.written.add(sink.rel)
+        self._stat(sink, target)
         hashed = self.hashes.pop(id(sink), None)
         if hashed is not None:
             hashed[0].update(sink.suffix)
@@ -758,23 +824,39 @@ class _Publisher:
     def finish(self) -> None:
         with _as_output_error(self.out):
             self.manifest.flush()
+            # Outputs are not fsync'd one by one: one syncfs makes all of them durable
+            # before the manifest naming them is (a run that exits 0 leaves OUT on disk).
+            fsio.sync_filesystem(self.out)
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
-        # After the manifest, and tied to it by its sha256 (a stale one is ignored). Only a
-        # shortcut for the next run: failing to write it does not fail this one, and it is
-        # not fsync'd (all it says is checked again before use; one lost costs the shortcut).
+        # After the manifest, and tied to it by its sha256 (a stale one is ignored), the
+        # fingerprint, then the stat cache tied to the fingerprint. Only shortcuts for the
+        # next run: failing to write them does not fail this one, and they are not fsync'd
+        # (what they say is checked again before use; one lost costs the shortcut).
+        paths = (self.config.streams_path, self.config.stats_path)
         try:
             if not self.records:
-                self.config.streams_path.unlink(missing_ok=True)
+                for path in paths:
+                    path.unlink(missing_ok=True)
                 return
-            fsio.atomic_write(self.config.streams_path, orjson.dumps({
+            fingerprint = orjson.dumps({
                 "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
                 "manifest_sha256": self.manifest_sha256.hexdigest(), "streams": self.records,
-            }, option=orjson.OPT_INDENT_2), durable=False)
+            }, option=orjson.OPT_INDENT_2)
+            fsio.atomic_write(paths[0], fingerprint, durable=False)
+            # An output changed later in the tick of its ctime would keep its identity: kept
+            # only those whose ctime is older than the file system's clock now.
+            now = fsio.fs_now_ns(self.tmp)
+            stats = {rel: s for rel, s in self.stats.items()
+                     if rel in self.records and s[0] is not None and s[1] is not None and s[1][4] < now}
+            fsio.atomic_write(paths[1], orjson.dumps({
+                "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "stats": stats,
+            }), durable=False)
         except OSError:
-            with contextlib.suppress(OSError):
-                self.config.streams_path.unlink(missing_ok=True)
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
 
 
 def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:
