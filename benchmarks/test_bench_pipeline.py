@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
@@ -74,23 +76,32 @@ def _cold() -> None:
         counter.cache_clear()
 
 
+def _clean(work: Path) -> None:
+    """An empty work folder and nothing left to write back on the file system (untimed): a
+    run's syncfs then flushes its own outputs, not the generated input or the last round's."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    os.sync()
+
+
 def _fresh_run(src: Path, work: Path, workers: int, incremental: bool = False,
                checksum: bool = False) -> Summary:
-    out, store = work / "out", work / "ccr"
-    if not incremental:
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
     _cold()
-    return run(Config([str(src)], out, f"lmdb://{store}", workers=workers, incremental=incremental,
-                      checksum=checksum))
+    return run(Config([str(src)], work / "out", f"lmdb://{work / 'ccr'}", workers=workers,
+                      incremental=incremental, checksum=checksum))
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_compress_end_to_end(benchmark: BenchmarkFixture, registry: Path, tmp_path: Path,
                              workers: int, benchmarks_enabled: bool) -> None:
     rounds = 3 if benchmarks_enabled else 1
-    summary = benchmark.pedantic(_fresh_run, args=(registry, tmp_path / "w", workers),
-                                 rounds=rounds, iterations=1)
+    work = tmp_path / "w"
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        _clean(work)
+        return (registry, work, workers), {}
+
+    summary = benchmark.pedantic(_fresh_run, setup=setup, rounds=rounds, iterations=1)
     assert summary.documents > 0 and summary.tokens_after < summary.tokens_before
     stats = getattr(benchmark, "stats", None)
     if stats is not None:
@@ -107,6 +118,7 @@ def test_two_workers_scaling(benchmark: BenchmarkFixture, registry: Path, tmp_pa
     cpu: list[tuple[float, float]] = []  # CPU seconds in all (this process and its workers)
 
     def timed(workers: int) -> tuple[Summary, float, float]:
+        _clean(tmp_path / f"w{workers}")
         before = _cpu_seconds()
         started = time.perf_counter()
         summary = _fresh_run(registry, tmp_path / f"w{workers}", workers)
@@ -173,6 +185,7 @@ def test_incremental_rerun(benchmark: BenchmarkFixture, request: pytest.FixtureR
     nightly run sees are old, these were just generated (too fresh for the stat cache)."""
     source: Path = request.getfixturevalue("registry" if kind == "jsonl" else "registry_tree")
     work = tmp_path / "w"
+    _clean(work)
     started = time.perf_counter()
     first = _fresh_run(source, work, 1)
     first_s = time.perf_counter() - started

@@ -297,14 +297,16 @@ def missing(store: Store, digests: Sequence[str]) -> list[str]:
     return [d for d in digests if d.encode("ascii") in absent]
 
 
-def touch(store: Store, digests: Iterable[str], now_ms: int | None = None) -> None:
+def touch(store: Store, digests: Iterable[str], now_ms: int | None = None, *,
+          present: bool = False) -> None:
     """Refresh last-seen of the records the store holds (incremental runs that skip work):
     their ~seen entries move forward (never back); the records are not rewritten, and no
-    entry is made for an absent one."""
+    entry is made for an absent one (`present`: the caller has just made sure there is none;
+    an entry left by a record pruned meanwhile is dropped by the next prune)."""
     stamp = _now_ms() if now_ms is None else now_ms
     new = _LAST_SEEN.pack(stamp)
     wanted = list(dict.fromkeys(digests))
-    absent = set(missing(store, wanted))
+    absent = set() if present else set(missing(store, wanted))
 
     def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         return None if _seen_ms(old) >= stamp else new
@@ -357,7 +359,7 @@ def _record_info(digest: str, header: Header, stored: int, seen_ms: int) -> Reco
 
 def _seen_entries(store: Store) -> dict[str, int]:
     """digest -> time of every ~seen entry (one scan: they sort after all records)."""
-    return {key[len(SEEN_PREFIX):].decode("ascii", "replace"): _seen_ms(value)
+    return {key[len(SEEN_PREFIX):].decode("ascii", "surrogateescape"): _seen_ms(value)
             for key, value in store.items(SEEN_PREFIX)}
 
 
@@ -437,7 +439,8 @@ def prune(
         seen_ms = seen.pop(d, 0)
         if max(h.last_seen_ms, seen_ms) < cutoff:
             stale.append(_record_info(d, h, len(v), seen_ms))
-    orphans = sorted(seen)  # left: entries whose record is gone (or not a record)
+    # left: entries whose record is gone (or that name none), whatever their time
+    orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen}
     if dry_run or not (stale or orphans):
         return stale
     fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
@@ -445,6 +448,8 @@ def prune(
     def drop_if_stale(key: bytes, old: bytes | None, _new: bytes) -> object:
         if old is None:
             return None
+        if key in orphans:
+            return DELETE
         if key.startswith(SEEN_PREFIX):
             if _seen_ms(old) >= cutoff:
                 fresh.add(key[len(SEEN_PREFIX):])
@@ -461,7 +466,7 @@ def prune(
     for r in stale:
         digest = r.handle[len(HANDLE_PREFIX):]
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]
-    items += [(SEEN_PREFIX + d.encode("ascii", "replace"), b"") for d in orphans]
+    items += [(key, b"") for key in sorted(orphans)]
     store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
     return stale
 

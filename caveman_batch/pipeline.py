@@ -532,13 +532,12 @@ def _unchanged(reused: ReusedStream, previous: _Previous, config: Config) -> boo
     if known is None:
         return False
     try:
-        seen = [fsio.identity(os.stat(reused.record["source"])),
-                fsio.identity(os.stat(f"{config.out}/{reused.rel}"))]
-    except (OSError, TypeError, ValueError):
+        if (fsio.identity(os.stat(reused.record["source"])) != known[0]
+                or fsio.identity(os.stat(f"{config.out}/{reused.rel}")) != known[1]):
+            return False
+    except (OSError, TypeError, ValueError, IndexError, KeyError):
         return False
-    if seen != known:
-        return False
-    reused.stats = seen
+    reused.stats = known
     return True
 
 
@@ -651,8 +650,8 @@ def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
 
 
 def _flush_touches(store: Store, touched: list[str]) -> None:
-    if touched:
-        ccr.touch(store, touched)
+    if touched:  # all held by the store: checked by _absent, or committed again by _heal
+        ccr.touch(store, touched, present=True)
         touched.clear()
 
 

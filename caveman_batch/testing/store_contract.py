@@ -301,6 +301,8 @@ class StoreContract:
         ccr.commit(store, [ccr.prepare(b"kept", now_ms=1_000), ccr.prepare(b"gone", now_ms=1_000)])
         ccr.touch(store, [ccr.digest_of(b"kept")], now_ms=9 * day)
         ccr.touch(store, [ccr.digest_of(b"gone")], now_ms=2_000)  # touched, but long ago
+        # a caller that checked presence itself, with a record pruned meanwhile: an orphan entry
+        ccr.touch(store, [ccr.digest_of(b"never stored")], now_ms=9 * day, present=True)
         dry = ccr.prune(store, 7 * 86_400, dry_run=True, now_ms=10 * day)
         stale = sorted("ccr_" + ccr.digest_of(b) for b in (b"old", b"gone"))
         assert sorted(r.handle for r in dry) == stale
@@ -320,6 +322,7 @@ class StoreContract:
         ccr.commit(store, [ccr.prepare(b"busy", now_ms=1_000), ccr.prepare(b"idle", now_ms=1_000)])
         busy = ccr.digest_of(b"busy")
         store.put(ccr.SEEN_PREFIX + ccr.digest_of(b"elsewhere").encode(), b"\0" * 8)
+        store.put(ccr.SEEN_PREFIX + b"\xff junk", b"")
         scan = ccr.iter_verified
 
         def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
