@@ -17,6 +17,7 @@ import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -155,8 +156,6 @@ def backend_schemes() -> list[str]:
 
 
 def _load_entry_points() -> None:
-    from importlib.metadata import entry_points  # only when a scheme is not built in: ~30 ms
-
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         _BACKENDS.setdefault(ep.name, ep.value)
 
