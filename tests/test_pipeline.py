@@ -687,7 +687,8 @@ def test_directory_rerun_heals_originals_the_store_lacks(tmp_path: Path) -> None
                 assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "not-an-object", "foreign", "rows-swapped", "wrong-types"])
+@pytest.mark.parametrize("damage", ["garbage", "not-an-object", "foreign", "rows-swapped", "wrong-types",
+                                    "digests-swapped", "totals-short"])
 def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> None:
     reg = _dir_registry(tmp_path)
     out, first = _run(tmp_path, reg, incremental=True)
@@ -707,6 +708,15 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
         for rel, at in zip(rels, firsts[1:] + firsts[:1]):
             streams[rel]["first_row"] = at
         fingerprint.write_text(json.dumps(record))
+    elif damage == "digests-swapped":  # rows in place, but the originals named are others'
+        stored = sorted({d for v in streams.values() for d in v["digests"] if d})
+        for value in streams.values():  # each names another original the store holds
+            value["digests"] = [d and next(o for o in stored if o != d) for d in value["digests"]]
+        fingerprint.write_text(json.dumps(record))
+    elif damage == "totals-short":
+        for value in streams.values():
+            value["totals"]["documents"] -= 1
+        fingerprint.write_text(json.dumps(record))
     else:
         for value in streams.values():
             value.update(source_size=str(value["source_size"]), output_sha256=None)
@@ -714,7 +724,10 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
     _, again = _run(tmp_path, reg, incremental=True)
     assert again.documents == first.documents
     oversize = sum(not r["handle"] for r in _rows(out / "manifest.jsonl"))
-    assert again.reused == first.documents - oversize  # document by document, nothing wrong reused
+    # (sources that name no original are still reused whole when only the names are damaged)
+    whole = sum(v["rows"] for v in streams.values() if not any(v["digests"])) if "digests" in damage else 0
+    assert whole < oversize
+    assert again.reused == first.documents - oversize + whole  # the rest one by one, nothing wrong reused
     _assert_as_fresh(tmp_path, reg, out)
 
 
