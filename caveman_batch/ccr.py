@@ -426,7 +426,8 @@ def prune(
     store: Store, not_seen_for_s: float, *, dry_run: bool = False, now_ms: int | None = None
 ) -> list[RecordInfo]:
     """Drop records whose last-seen is older than `not_seen_for_s` seconds (and the
-    ~seen entries of records no longer there).
+    ~seen entries of records no longer there); returns the records dropped (with
+    `dry_run`, those that would be).
 
     The age is re-checked inside the delete transaction, so a batch that touches a
     record while prune runs keeps it: each record's ~seen entry is looked at just
@@ -444,6 +445,7 @@ def prune(
     if dry_run or not (stale or orphans):
         return stale
     fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
+    dropped: set[bytes] = set()
 
     def drop_if_stale(key: bytes, old: bytes | None, _new: bytes) -> object:
         if old is None:
@@ -458,9 +460,12 @@ def prune(
         if key in fresh:
             return None
         try:
-            return DELETE if decode_header(old).last_seen_ms < cutoff else None
+            if decode_header(old).last_seen_ms >= cutoff:
+                return None
         except ValueError:
             return None
+        dropped.add(key)
+        return DELETE
 
     items = []
     for r in stale:
@@ -468,7 +473,7 @@ def prune(
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]
     items += [(key, b"") for key in sorted(orphans)]
     store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
-    return stale
+    return [r for r in stale if r.handle[len(HANDLE_PREFIX):].encode("ascii") in dropped]
 
 
 def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:

@@ -101,19 +101,16 @@ def fs_now_ns(folder: Path) -> int:
         os.unlink(name)
 
 
-def sync_filesystem(folder: Path) -> None:
-    """Make everything written to folder's file system durable: syncfs(2) on Linux (one
-    call, whatever the number of files), else sync(2)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        syncfs = getattr(_libc(), "syncfs", None)
-        if syncfs is None:
-            os.sync()
-        elif syncfs(fd) != 0:  # a write-back error (EIO, ENOSPC): what was written is not safe
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), str(folder))
-    finally:
-        os.close(fd)
+def sync_filesystem(fd: int, folder: Path) -> None:
+    """Make everything written to the file system of `fd` (a descriptor of `folder`, opened
+    before the writes: a write-back error is reported to descriptors opened before it)
+    durable: syncfs(2) on Linux (one call, whatever the number of files), else sync(2)."""
+    syncfs = getattr(_libc(), "syncfs", None)
+    if syncfs is None:
+        os.sync()
+    elif syncfs(fd) != 0:  # a write-back error (EIO, ENOSPC): what was written is not safe
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(folder))
 
 
 _LIBC: ctypes.CDLL | None = None

@@ -159,6 +159,14 @@ def _walk(root: Path, base: str, skip: Path) -> Iterator[tuple[str, str, str]]:
 def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
     """The documents of one discovered source, then the end of its sink."""
     path, rel, kind = entry
+    if path is not None and not _utf8(path):
+        # Its name cannot be written in the manifest (JSON is Unicode); named with the
+        # undecodable bytes escaped, it is an error row with no output, and the batch goes on.
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        sink = Sink(os.fsencode(rel).decode("utf-8", "backslashreplace"), "file")
+        yield Document({"path": shown}, sink, error="file name is not UTF-8: skipped")
+        yield SinkEnd(sink)
+        return
     if path is None:
         yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "jsonl":
@@ -167,6 +175,15 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
             max_bytes, spill_dir))
     else:
         yield from _open_then(path, rel, lambda fh, st: _json_file(fh, st, path, rel, max_bytes, spill_dir))
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name (decoded by Python with surrogateescape) is valid UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:

@@ -17,6 +17,7 @@ import functools
 import gc
 import hashlib
 import os
+import re
 import shutil
 import signal
 import stat
@@ -296,6 +297,8 @@ class Result:
     record: ccr.Prepared | None = None
     reused: bool = False
     touch: str | None = None  # digest whose last-seen to refresh (reused documents)
+    # reused from this document's own output file: its identity when it was read and hashed
+    in_place: list[int] | None = None
 
 
 class _Pool:
@@ -588,8 +591,15 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
             and type(digests) is list and len(digests) == len(lines)
             and type(totals) is dict and totals.keys() == _Tally.KEYS
             and set(map(type, totals.values())) == {int}
-            and totals["documents"] == len(lines) and type(errors) is list):
+            and totals["documents"] == len(lines) and _valid_errors(errors, source)
+            and type(record.get("source_size")) is int
+            and _is_sha256(record.get("source_sha256")) and _is_sha256(record.get("output_sha256"))):
         return None
+    # carried into this run's fingerprint as rebuilt here: nothing else of the old record
+    record = {"source": source, "source_size": record["source_size"],
+              "source_sha256": record["source_sha256"], "output_sha256": record["output_sha256"],
+              "first_row": record["first_row"], "rows": record["rows"], "digests": digests,
+              "totals": totals, "errors": errors}
     head = b'{"source":{"path":' + orjson.dumps(source)
     tail = previous.row_tail
     named = []
@@ -606,6 +616,24 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
     if not previous.absent.isdisjoint(named):
         return None  # pruned, or another store: every document goes through again
     return ReusedStream(rel, record, lines, named)
+
+
+_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_sha256(value: Any) -> bool:
+    return type(value) is str and _SHA256_HEX.fullmatch(value) is not None
+
+
+def _valid_errors(errors: Any, source: str) -> bool:
+    """A fingerprint record's error rows as _Tally keeps them: at most 100, each naming this
+    source (and a line or item) and a reason."""
+    return type(errors) is list and len(errors) <= 100 and all(
+        type(e) is dict and e.keys() == {"source", "reason"} and type(e["reason"]) is str
+        and type(e["source"]) is dict and e["source"].get("path") == source
+        and all(type(e["source"][k]) is int for k in e["source"].keys() - {"path"})
+        and e["source"].keys() <= {"path", "line", "item"}
+        for e in errors)
 
 
 def _unchanged(reused: ReusedStream, previous: _Previous, config: Config) -> bool:
@@ -678,26 +706,37 @@ def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     row = previous.rows.get(digest)
     if row is None:
         return None
-    data = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
-    if data is None:
+    got = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
+    if got is None:
         return None
+    data, identity = got
     fresh = dict(row, source=doc.source, output=None)
-    return Result(data, fresh, reused=True, touch=digest)
+    # the bytes may be another source's output (the same document elsewhere): only this
+    # document's own file may be left in place
+    in_place = identity if row["output"] == {"path": doc.sink.rel} else None
+    return Result(data, fresh, reused=True, touch=digest, in_place=in_place)
 
 
-def _read_output(out: Path, where: dict[str, Any], digest: str, fds: dict[str, int]) -> bytes | None:
-    """The previous run's output bytes, if still in place and intact."""
+def _read_output(out: Path, where: Any, digest: Any,
+                 fds: dict[str, int]) -> tuple[bytes, list[int] | None] | None:
+    """The previous run's output bytes if still in place and intact, and for an output
+    file of its own its identity (fstat of what was read)."""
     try:
         if "offset" in where:  # a JSONL/array output: one open file for all its documents
             fd = fds.get(where["path"])
             if fd is None:
                 fd = fds[where["path"]] = os.open(out / where["path"], os.O_RDONLY)
-            data = os.pread(fd, where["length"], where["offset"])
+            data, identity = os.pread(fd, where["length"], where["offset"]), None
         else:
-            data = (out / where["path"]).read_bytes()
-    except OSError:
-        return None
-    return data if hashlib.sha256(data).hexdigest() == digest else None
+            fd = os.open(out / where["path"], os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                data, identity = os.read(fd, st.st_size + 1), fsio.identity(st)
+            finally:
+                os.close(fd)
+    except (OSError, KeyError, TypeError, ValueError):
+        return None  # gone, or a row that does not say where (a lost shortcut)
+    return (data, identity) if hashlib.sha256(data).hexdigest() == digest else None
 
 
 # -- committing and publishing ---------------------------------------------------------------
@@ -755,6 +794,9 @@ class _Publisher:
         self.records: dict[str, dict[str, Any]] = {}
         self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
         self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
+        # Opened before any output is written: syncfs(2) reports the write-back errors
+        # since then (errors sampled at open), whoever else syncs the file system meanwhile.
+        self.out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
 
     def __enter__(self) -> _Publisher:
         return self
@@ -764,6 +806,7 @@ class _Publisher:
             fh.close()
         self.manifest.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
+        os.close(self.out_fd)
 
     def publish(self, batch: list[Any], results: list[Result | None], summary: Summary) -> None:
         for item, result in zip(batch, results):
@@ -822,9 +865,11 @@ class _Publisher:
 
     def _write_file(self, doc: Document, result: Result) -> dict[str, Any]:
         target = self.out / doc.sink.rel
-        if result.reused and target.exists():  # in place and intact: nothing to write
+        if result.in_place is not None and _identity_or_none(target) == result.in_place:
+            # its own output, hashed intact when read and unchanged since: nothing to write
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
-            self._stat(doc.sink, target)
+            if doc.sink.source_stat is not None:
+                self.stats[doc.sink.rel] = [doc.sink.source_stat, result.in_place]
             return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
         copied = hashlib.sha256() if result.data is None else None
@@ -922,10 +967,11 @@ class _Publisher:
             self.manifest.flush()
             # Outputs are not fsync'd one by one: one syncfs makes all of them durable
             # before the manifest naming them is (a run that exits 0 leaves OUT on disk).
-            fsio.sync_filesystem(self.out)
+            fsio.sync_filesystem(self.out_fd, self.out)
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
+            fsio.fsync_dir(self.config.manifest_path.parent)  # the rename too
         # After the manifest, and tied to it by its sha256 (a stale one is ignored), the
         # fingerprint, then the stat cache tied to the fingerprint. Only shortcuts for the
         # next run: failing to write them does not fail this one, and they are not fsync'd
@@ -949,10 +995,17 @@ class _Publisher:
             fsio.atomic_write(paths[1], orjson.dumps({
                 "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "stats": stats,
             }), durable=False)
-        except OSError:
+        except (OSError, TypeError):  # TypeError: orjson refused a record (a damaged one carried)
             for path in paths:
                 with contextlib.suppress(OSError):
                     path.unlink(missing_ok=True)
+
+
+def _identity_or_none(path: Path) -> list[int] | None:
+    try:
+        return fsio.identity(os.stat(path))
+    except OSError:
+        return None
 
 
 def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:

@@ -688,7 +688,7 @@ def test_directory_rerun_heals_originals_the_store_lacks(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("damage", ["garbage", "not-an-object", "foreign", "rows-swapped", "wrong-types",
-                                    "digests-swapped", "totals-short"])
+                                    "digests-swapped", "totals-short", "deep-errors"])
 def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> None:
     reg = _dir_registry(tmp_path)
     out, first = _run(tmp_path, reg, incremental=True)
@@ -712,6 +712,13 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
         stored = sorted({d for v in streams.values() for d in v["digests"] if d})
         for value in streams.values():  # each names another original the store holds
             value["digests"] = [d and next(o for o in stored if o != d) for d in value["digests"]]
+        fingerprint.write_text(json.dumps(record))
+    elif damage == "deep-errors":  # orjson reads 300 levels, but would not write them back
+        deep: list[Any] = []
+        for _ in range(300):
+            deep = [deep]
+        for value in streams.values():
+            value["errors"] = deep
         fingerprint.write_text(json.dumps(record))
     elif damage == "totals-short":
         for value in streams.values():
@@ -803,22 +810,25 @@ def test_bad_stat_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(fsio, "SETTLE_NS", 0)
     reg = _dir_registry(tmp_path)
     out, first = _run(tmp_path, reg, incremental=True)
-    victim = _catalog_files(reg)[0]
+    victim, bystander = _catalog_files(reg)[:2]
+    rel = victim.relative_to(reg).as_posix()
     cache = json.loads((out / STAT_CACHE).read_bytes())
+    _rewrite_keeping_times(victim, _flip_one_char(victim.read_bytes()))
     if damage == "garbage":
         (out / STAT_CACHE).write_bytes(b"\x00[")
-    elif damage == "stale":  # the cache of another fingerprint: its entries are not looked at
+    elif damage == "stale":  # it would trust the changed file, but belongs to another fingerprint
+        cache["stats"][rel][0] = fsio.identity(victim.stat())
         cache["fingerprint_sha256"] = "0" * 64
         (out / STAT_CACHE).write_text(json.dumps(cache))
-    else:  # an entry that is not the file's: a mismatch, so the file is hashed
-        rel = victim.relative_to(reg).as_posix()
-        cache["stats"][rel][0][1] += 1
+    else:  # an unchanged file's entry that is not its identity: it is hashed, and reused
+        cache["stats"][bystander.relative_to(reg).as_posix()][0][1] += 1
         (out / STAT_CACHE).write_text(json.dumps(cache))
-    _rewrite_keeping_times(victim, _flip_one_char(victim.read_bytes()))
     hashed = _count_hashing(monkeypatch)
     _, again = _run(tmp_path, reg, incremental=True)
     assert (again.documents, again.reused) == (first.documents, first.documents - 1)
     assert str(victim) in hashed
+    if damage == "wrong-identity":
+        assert str(bystander) in hashed and len(hashed) == 4  # those two, each with its output
     _assert_as_fresh(tmp_path, reg, out)
 
 
@@ -827,7 +837,7 @@ def test_outputs_are_synced_before_the_manifest_names_them(
     """A write-back error reported by syncfs is an output I/O failure: exit 2, no manifest."""
     synced: list[Path] = []
 
-    def failing(folder: Path) -> None:
+    def failing(fd: int, folder: Path) -> None:
         synced.append(folder)
         raise OSError(5, "Input/output error", str(folder))
 
@@ -852,4 +862,70 @@ def test_identity_settles_and_the_file_system_clock(tmp_path: Path) -> None:
     assert fsio.settled_identity(st, later - 1) is None
     assert st.st_ctime_ns <= fsio.fs_now_ns(tmp_path) <= time.time_ns()
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # the clock probe is gone
-    fsio.sync_filesystem(tmp_path)  # the real syncfs(2): no error on a healthy file system
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsio.sync_filesystem(fd, tmp_path)  # the real syncfs(2): no error on a healthy file system
+    finally:
+        os.close(fd)
+
+
+def test_source_given_another_sources_bytes_gets_its_output_rewritten(
+        tmp_path: Path, trust: str) -> None:
+    """Reused document by document from the other source's output: written out, not left."""
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    a, b = (SAMPLES / "registry" / "fjord" / "chartmaker.json", SAMPLES / "registry" / "showcase" / "allfeatures.json")
+    shutil.copy(a, reg / "a.json")
+    shutil.copy(b, reg / "b.json")
+    out, first = _run(tmp_path, reg, incremental=True, max_bytes=32 << 20)
+    shutil.copy(reg / "b.json", reg / "a.json")
+    for _ in range(2):
+        _, again = _run(tmp_path, reg, incremental=True, max_bytes=32 << 20)
+        assert again.reused == first.documents
+        assert (out / "a.json").read_bytes() == (out / "b.json").read_bytes()
+    _assert_as_fresh(tmp_path, reg, out, max_bytes=32 << 20)
+
+
+def test_output_changed_after_its_check_is_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output found intact (hashed) and then changed before it is published: not left in
+    place, nor put in the stat cache as the intact one."""
+    monkeypatch.setattr(fsio, "SETTLE_NS", 0)
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    shutil.copy(SAMPLES / "registry" / "fjord" / "chartmaker.json", reg / "a.json")
+    out, _ = _run(tmp_path, reg, incremental=True)
+    (out / ".manifest.streams.json").unlink()  # document by document: its output read and hashed
+    real = pipeline._Publisher._write_file
+
+    def meddling(self: Any, doc: Any, result: Any) -> Any:
+        target = self.out / doc.sink.rel
+        st = target.stat()
+        target.write_bytes(_flip_one_char(target.read_bytes()))  # same size, mtime restored
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return real(self, doc, result)
+
+    monkeypatch.setattr(pipeline._Publisher, "_write_file", meddling)
+    _, meddled = _run(tmp_path, reg, incremental=True)
+    monkeypatch.setattr(pipeline._Publisher, "_write_file", real)
+    assert meddled.reused == 1
+    row = _rows(out / "manifest.jsonl")[0]
+    assert hashlib.sha256((out / "a.json").read_bytes()).hexdigest() == row["out_sha256"]
+    _assert_as_fresh(tmp_path, reg, out)
+
+
+def test_file_name_not_utf8_is_an_error_row(tmp_path: Path) -> None:
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    shutil.copy(SAMPLES / "registry" / "fjord" / "chartmaker.json", reg / "good.json")
+    try:
+        shutil.copy(SAMPLES / "registry" / "fjord" / "chartmaker.json", os.fsencode(reg) + b"/caf\xe9.json")
+    except OSError:
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    out, summary = _run(tmp_path, reg)
+    assert (summary.documents, summary.ok, summary.error) == (2, 1, 1)
+    bad = next(r for r in _rows(out / "manifest.jsonl") if r["status"] == "error")
+    assert bad["source"] == {"path": f"{reg}/caf\\xe9.json"} and bad["output"] is None
+    assert "not UTF-8" in bad["reason"]
+    assert sorted(os.listdir(out)) == sorted([".manifest.stat.json", ".manifest.streams.json", "good.json",
+                                              "manifest.jsonl"])
