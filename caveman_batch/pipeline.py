@@ -16,8 +16,8 @@ import contextlib
 import functools
 import gc
 import hashlib
+import operator
 import os
-import re
 import shutil
 import signal
 import stat
@@ -103,10 +103,18 @@ class Summary:
 
     def add_reused(self, totals: dict[str, int], errors: list[dict[str, Any]]) -> None:
         """A source reused whole: the totals of its rows (see _Tally), none read again."""
-        for name in _Tally.COUNTS:
-            setattr(self, name, getattr(self, name) + totals[name])
-        self.reused += totals["documents"]
-        self.errors += errors[:max(0, 100 - len(self.errors))]
+        documents, ok, passthrough, error, bb, ba, tb, ta = _Tally.counts(totals)
+        self.documents += documents
+        self.reused += documents
+        self.ok += ok
+        self.passthrough += passthrough
+        self.error += error
+        self.bytes_before += bb
+        self.bytes_after += ba
+        self.tokens_before += tb
+        self.tokens_after += ta
+        if errors:
+            self.errors += errors[:max(0, 100 - len(self.errors))]
 
     @property
     def ratio(self) -> float:
@@ -134,6 +142,7 @@ class _Tally:
     COUNTS: Final = ("documents", "ok", "passthrough", "error", "bytes_before", "bytes_after",
                      "tokens_before", "tokens_after")
     KEYS: Final = frozenset(COUNTS)
+    counts: Final = operator.itemgetter(*COUNTS)
 
     __slots__ = ("totals", "digests", "errors")
 
@@ -591,9 +600,11 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
             and type(digests) is list and len(digests) == len(lines)
             and type(totals) is dict and totals.keys() == _Tally.KEYS
             and set(map(type, totals.values())) == {int}
-            and totals["documents"] == len(lines) and _valid_errors(errors, source)
+            and totals["documents"] == len(lines) and type(errors) is list
+            and (not errors or _valid_errors(errors, source))
             and type(record.get("source_size")) is int
-            and _is_sha256(record.get("source_sha256")) and _is_sha256(record.get("output_sha256"))):
+            # (only ever compared with digests computed here)
+            and type(record.get("source_sha256")) is str and type(record.get("output_sha256")) is str):
         return None
     # carried into this run's fingerprint as rebuilt here: nothing else of the old record
     record = {"source": source, "source_size": record["source_size"],
@@ -616,13 +627,6 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
     if not previous.absent.isdisjoint(named):
         return None  # pruned, or another store: every document goes through again
     return ReusedStream(rel, record, lines, named)
-
-
-_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
-
-
-def _is_sha256(value: Any) -> bool:
-    return type(value) is str and _SHA256_HEX.fullmatch(value) is not None
 
 
 def _valid_errors(errors: Any, source: str) -> bool:
