@@ -18,6 +18,7 @@ import gc
 import hashlib
 import operator
 import os
+import re
 import shutil
 import signal
 import stat
@@ -137,18 +138,18 @@ class Summary:
 
 class _Tally:
     """What a file source's manifest rows add up to, kept in its fingerprint record: a
-    rerun that reuses the source whole adds these instead of reading its rows."""
+    rerun that reuses the source whole adds these instead of parsing its rows. Constant
+    size whatever the number of rows (a JSONL source may have millions)."""
 
     COUNTS: Final = ("documents", "ok", "passthrough", "error", "bytes_before", "bytes_after",
                      "tokens_before", "tokens_after")
     KEYS: Final = frozenset(COUNTS)
     counts: Final = operator.itemgetter(*COUNTS)
 
-    __slots__ = ("totals", "digests", "errors")
+    __slots__ = ("totals", "errors")
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys(self.COUNTS, 0)
-        self.digests: list[str | None] = []  # per row: the original it names (None: no handle)
         self.errors: list[dict[str, Any]] = []  # the first 100 rows in error
 
     def add(self, row: dict[str, Any]) -> None:
@@ -157,7 +158,6 @@ class _Tally:
         totals[row["status"]] += 1
         for name in ("bytes_before", "bytes_after", "tokens_before", "tokens_after"):
             totals[name] += row[name] or 0
-        self.digests.append(row["sha256"] if row["handle"] else None)
         if row["status"] == "error" and len(self.errors) < 100:
             self.errors.append({"source": row["source"], "reason": row["reason"]})
 
@@ -436,8 +436,9 @@ class _Previous:
     manifest: Path | None = None
     run_key: str = ""
     row_tail: bytes = b""  # how each of this run key's manifest rows ends
-    # rel -> (fingerprint record, its manifest rows verbatim)
-    streams: dict[str, tuple[dict[str, Any], list[bytes]]] = field(default_factory=dict)
+    # rel -> (fingerprint record, its manifest rows verbatim, the original each names)
+    streams: dict[str, tuple[dict[str, Any], list[bytes], list[str | None | bool]]] = field(
+        default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
     absent: set[str] = field(default_factory=set)  # their originals the store lacks
@@ -456,8 +457,9 @@ class _Previous:
                             row = orjson.loads(line)
                         except orjson.JSONDecodeError:
                             continue  # a manifest we cannot read is only a lost shortcut
-                        if (isinstance(row, dict) and row.get("sha256") and row.get("output")
-                                and row.get("run_key") == self.run_key):
+                        if (isinstance(row, dict) and type(row.get("sha256")) is str
+                                and row.get("handle") == ccr.make_handle(row["sha256"])
+                                and row.get("output") and row.get("run_key") == self.run_key):
                             self._rows[row["sha256"]] = row
         return self._rows
 
@@ -475,7 +477,7 @@ def _load_previous(config: Config) -> _Previous:
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
     manifest_sha256, records, fingerprint_sha256 = _read_fingerprint(config)
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
-    kept: dict[str, list[bytes]] = {rel: [] for rel in records}
+    kept: dict[str, tuple[list[bytes], list[str | None | bool]]] = {rel: ([], []) for rel in records}
     digest = hashlib.sha256()
     at = 0  # index into ranges: the next stream whose rows may come
     try:
@@ -489,12 +491,27 @@ def _load_previous(config: Config) -> _Previous:
             while at < len(ranges) and index >= ranges[at][1]:
                 at += 1
             if at < len(ranges) and ranges[at][0] <= index:
-                kept[ranges[at][2]].append(line.rstrip(b"\n"))
+                lines, named = kept[ranges[at][2]]
+                lines.append(line.rstrip(b"\n"))
+                named.append(_names(line))
     if records and digest.hexdigest() == manifest_sha256:
-        found.streams = {rel: (record, kept[rel]) for rel, record in records.items()}
+        found.streams = {rel: (record, *kept[rel]) for rel, record in records.items()}
         if not config.checksum:
             found.stats = _read_stats(config, fingerprint_sha256)
     return found
+
+
+# A manifest row's handle, as _row writes it: "ccr_" and the sha256 of its original, or null.
+# (`"handle":` cannot occur inside a JSON string, where quotes are escaped.)
+_HANDLE: Final = re.compile(rb'"handle":(?:null|"ccr_([0-9a-f]{64})"),')
+
+
+def _names(line: bytes) -> str | None | bool:
+    """The original a manifest row names (None: none), or False if it does not say."""
+    m = _HANDLE.search(line)
+    if m is None:
+        return False
+    return None if m.group(1) is None else m.group(1).decode("ascii")
 
 
 def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, Any]], str]:
@@ -530,10 +547,8 @@ def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
 def _absent(store: Store, previous: _Previous) -> set[str]:
     """Originals the fingerprinted sources' rows name that the store lacks (or that are
     not digests), asked in one read: a source is reused whole only if the store holds all."""
-    digests = {d for record, _ in previous.streams.values()
-               if isinstance(record.get("digests"), list) for d in record["digests"] if type(d) is str}
-    wrong = {d for d in digests if len(d) != 64 or not d.isascii()}
-    return wrong.union(ccr.missing(store, sorted(digests - wrong)))
+    digests = {d for _, _, named in previous.streams.values() for d in named if type(d) is str}
+    return set(ccr.missing(store, sorted(digests)))
 
 
 # The fingerprint check of a large source (hashing it and its output) runs on two
@@ -584,20 +599,18 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
 
 def _candidate(entry: tuple[str | None, str, str], config: Config,
                previous: _Previous) -> ReusedStream | None:
-    """A source the fingerprint names, whose rows are this run's, name the originals its
-    record lists, and whose originals the store holds: reusable whole if its bytes and
-    its output's are still the same.
+    """A source the fingerprint names, whose rows are this run's and whose originals the
+    store holds: reusable whole if its bytes and its output's are still the same.
 
     The rows are checked as bytes (written by this program, key order fixed, tied to the
     fingerprint by the manifest's sha256), not parsed: each names this source, this run
-    key, and its record's original (or none)."""
+    key, and an original (read by _names) or none."""
     source, rel, _ = entry
     if source is None or rel not in previous.streams:
         return None
-    record, lines = previous.streams.pop(rel)  # once: its rows are released after use
-    digests, totals, errors = record.get("digests"), record.get("totals"), record.get("errors")
+    record, lines, digests = previous.streams.pop(rel)  # once: its rows are released after use
+    totals, errors = record.get("totals"), record.get("errors")
     if not (record.get("source") == source and len(lines) == record["rows"]
-            and type(digests) is list and len(digests) == len(lines)
             and type(totals) is dict and totals.keys() == _Tally.KEYS
             and set(map(type, totals.values())) == {int}
             and totals["documents"] == len(lines) and type(errors) is list
@@ -609,20 +622,15 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
     # carried into this run's fingerprint as rebuilt here: nothing else of the old record
     record = {"source": source, "source_size": record["source_size"],
               "source_sha256": record["source_sha256"], "output_sha256": record["output_sha256"],
-              "first_row": record["first_row"], "rows": record["rows"], "digests": digests,
+              "first_row": record["first_row"], "rows": record["rows"],
               "totals": totals, "errors": errors}
     head = b'{"source":{"path":' + orjson.dumps(source)
     tail = previous.row_tail
     named = []
     for line, digest in zip(lines, digests):
-        if not (line.startswith(head) and line.endswith(tail)):
+        if digest is False or not (line.startswith(head) and line.endswith(tail)):
             return None
-        if digest is None:
-            if b'"handle":null,' not in line:
-                return None
-        elif type(digest) is not str or b'"handle":"ccr_%s",' % digest.encode() not in line:
-            return None
-        else:
+        if digest is not None:
             named.append(digest)
     if not previous.absent.isdisjoint(named):
         return None  # pruned, or another store: every document goes through again
@@ -906,7 +914,7 @@ class _Publisher:
             return  # cannot be: its rows are its documents'
         self.records[sink.rel] = {"source": sink.source, "source_size": size,
                                   "source_sha256": source_sha256, "output_sha256": output_sha256,
-                                  "first_row": first_row, "rows": rows, "digests": tally.digests,
+                                  "first_row": first_row, "rows": rows,
                                   "totals": tally.totals, "errors": tally.errors}
 
     def _folder(self, folder: Path) -> None:

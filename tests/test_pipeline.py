@@ -688,7 +688,7 @@ def test_directory_rerun_heals_originals_the_store_lacks(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("damage", ["garbage", "not-an-object", "foreign", "rows-swapped", "wrong-types",
-                                    "digests-swapped", "totals-short", "deep-errors"])
+                                    "totals-short", "deep-errors"])
 def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> None:
     reg = _dir_registry(tmp_path)
     out, first = _run(tmp_path, reg, incremental=True)
@@ -708,11 +708,6 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
         for rel, at in zip(rels, firsts[1:] + firsts[:1]):
             streams[rel]["first_row"] = at
         fingerprint.write_text(json.dumps(record))
-    elif damage == "digests-swapped":  # rows in place, but the originals named are others'
-        stored = sorted({d for v in streams.values() for d in v["digests"] if d})
-        for value in streams.values():  # each names another original the store holds
-            value["digests"] = [d and next(o for o in stored if o != d) for d in value["digests"]]
-        fingerprint.write_text(json.dumps(record))
     elif damage == "deep-errors":  # orjson reads 300 levels, but would not write them back
         deep: list[Any] = []
         for _ in range(300):
@@ -731,10 +726,7 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
     _, again = _run(tmp_path, reg, incremental=True)
     assert again.documents == first.documents
     oversize = sum(not r["handle"] for r in _rows(out / "manifest.jsonl"))
-    # (sources that name no original are still reused whole when only the names are damaged)
-    whole = sum(v["rows"] for v in streams.values() if not any(v["digests"])) if "digests" in damage else 0
-    assert whole < oversize
-    assert again.reused == first.documents - oversize + whole  # the rest one by one, nothing wrong reused
+    assert again.reused == first.documents - oversize  # document by document, nothing wrong reused
     _assert_as_fresh(tmp_path, reg, out)
 
 
@@ -867,6 +859,28 @@ def test_identity_settles_and_the_file_system_clock(tmp_path: Path) -> None:
         fsio.sync_filesystem(fd, tmp_path)  # the real syncfs(2): no error on a healthy file system
     finally:
         os.close(fd)
+
+
+def test_row_naming_a_wrong_handle_is_not_carried_over(tmp_path: Path) -> None:
+    """A manifest row whose handle is not its original's (edited, with the fingerprint tied
+    to the edited manifest): neither its source reused whole nor its row reused."""
+    reg = _dir_registry(tmp_path)
+    out, first = _run(tmp_path, reg, incremental=True)
+    manifest = out / "manifest.jsonl"
+    victim = str(_catalog_files(reg)[0])
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["source"]["path"] == victim)
+    row = json.loads(lines[at])
+    lines[at] = lines[at].replace(row["handle"].encode(), b"ccr_" + b"0" * 64)
+    manifest.write_bytes(b"".join(lines))
+    fingerprint = out / ".manifest.streams.json"
+    record = json.loads(fingerprint.read_bytes())
+    record["manifest_sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    fingerprint.write_text(json.dumps(record))
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert (again.documents, again.reused) == (first.documents, first.documents - 1)
+    assert _rows(manifest)[at]["handle"] == row["handle"]
+    _assert_as_fresh(tmp_path, reg, out)
 
 
 def test_source_given_another_sources_bytes_gets_its_output_rewritten(
