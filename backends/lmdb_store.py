@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import lmdb
 
@@ -175,13 +175,19 @@ class LmdbStore(Store):
         return value
 
     def missing(self, keys: Sequence[bytes]) -> list[bytes]:
-        # one read transaction, and no value copied out: a cursor only finds the key
-        def absent(txn: Any) -> list[bytes]:
-            cursor = txn.cursor()
-            return [key for key in keys if not cursor.set_key(key)]
+        # No value copied out: a cursor only finds the key. A rerun asks about every
+        # original: the leaves are released every few thousand keys, not kept mapped
+        # (a 500 MB registry's rerun peaked at 274 MB of mapped leaves when they were).
+        found: list[bytes] = []
+        for at in range(0, len(keys), _MISSING_PER_READ_TXN):
+            chunk = keys[at:at + _MISSING_PER_READ_TXN]
 
-        found: list[bytes] = self._read(absent)
-        self._release()  # a rerun asks about every original: do not keep their leaves mapped
+            def absent(txn: Any, chunk: Sequence[bytes] = chunk) -> list[bytes]:
+                cursor = txn.cursor()
+                return [key for key in chunk if not cursor.set_key(key)]
+
+            found += self._read(absent)
+            self._release()
         return found
 
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
@@ -224,6 +230,9 @@ def _mapping_ranges(data_file: Path) -> list[tuple[int, int]]:
         return [(int(a, 16), int(b, 16)) for a, b in (span.split("-") for span in spans)]
     except (OSError, ValueError):
         return []  # not Linux: memory is only less tidy
+
+
+_MISSING_PER_READ_TXN: Final = 2048
 
 
 def _release_ranges(ranges: list[tuple[int, int]]) -> None:
