@@ -242,23 +242,23 @@ def _run(config: Config, progress: Progress | None) -> Summary:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
     out = _prepare_out(config.out)
     tmp = out / TMP_DIR
-    previous = _load_previous(config) if config.incremental else _Previous()
+    previous = _Previous()
     summary = Summary()
     pool = _Pool(config.workers) if config.workers > 1 else None
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
-            previous.absent = _absent(store, previous)
+            if config.incremental:
+                previous = _load_previous(config, store)
             batches = _batches(_items(found, config, previous, tmp))
-            touched: list[str] = []
+            touched = _Touches(store)  # originals of reused documents and sources
             for batch, results in _dispatch(batches, config, previous, pool):
-                touched += [d for item in batch if isinstance(item, ReusedStream) for d in item.digests]
                 _heal(store, batch, results)
                 _commit(store, results, touched)
-                pub.publish(batch, results, summary)
+                pub.publish(batch, results, summary, previous, touched)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
-            _flush_touches(store, touched)
+            touched.flush()
             pub.finish()
     finally:
         if pool is not None:
@@ -414,18 +414,29 @@ def _unread(doc: Document, config: Config) -> Result:
 class ReusedStream:
     """A file source (a catalog, a JSONL or a registry array) unchanged since the last run,
     whose output is still in place and intact: its manifest rows are carried over as they
-    were, no document is parsed or compressed again (nor its rows: their totals are in
-    its fingerprint record)."""
+    were (copied from the previous manifest, never held whole), no document is parsed or
+    compressed again (nor its rows: their totals are in its fingerprint record)."""
 
     rel: str
     record: dict[str, Any]
-    lines: list[bytes]  # the previous manifest's rows for it, verbatim
-    digests: list[str]  # originals whose last-seen to refresh
+    span: _Span  # its rows in the previous manifest
     stats: list[list[int] | None] | None = None  # [source, output] identity, for the stat cache
 
     @property
     def documents(self) -> int:
-        return len(self.lines)
+        return self.span.rows
+
+
+@dataclass(slots=True)
+class _Span:
+    """Where a fingerprinted source's rows lie in the previous manifest (bytes start..end,
+    newlines included), and whether each names that source, this run key, and an original
+    the store holds (or none)."""
+
+    start: int = -1
+    end: int = 0
+    rows: int = 0
+    good: bool = True
 
 
 @dataclass
@@ -436,12 +447,10 @@ class _Previous:
     manifest: Path | None = None
     run_key: str = ""
     row_tail: bytes = b""  # how each of this run key's manifest rows ends
-    # rel -> (fingerprint record, its manifest rows verbatim, the original each names)
-    streams: dict[str, tuple[dict[str, Any], list[bytes], list[str | None | bool]]] = field(
-        default_factory=dict)
+    manifest_fd: int | None = None  # the previous manifest, open: rows are copied from it
+    streams: dict[str, tuple[dict[str, Any], _Span]] = field(default_factory=dict)  # by rel
     stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
-    absent: set[str] = field(default_factory=set)  # their originals the store lacks
     _rows: dict[str, Any] | None = None
 
     @property
@@ -463,39 +472,94 @@ class _Previous:
                             self._rows[row["sha256"]] = row
         return self._rows
 
+    def rows_of(self, span: _Span, names: _Touches) -> Iterator[bytes]:
+        """A span's rows as they are in the previous manifest, in chunks that end with a
+        row; the originals they name are added to `names`."""
+        if not span.rows:
+            return
+        assert self.manifest_fd is not None
+        at, rest = span.start, b""
+        while at < span.end:
+            chunk = os.pread(self.manifest_fd, min(_ROWS_CHUNK, span.end - at), at)
+            if not chunk:
+                raise OSError(f"{self.manifest}: shorter than when it was read")
+            at += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1 if at < span.end else len(data)
+            block, rest = data[:cut], data[cut:]
+            if block:
+                names.extend([m.decode("ascii") for m in _HANDLE.findall(block) if m])
+                yield block
+
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+        if self.manifest_fd is not None:
+            os.close(self.manifest_fd)
+            self.manifest_fd = None
 
 
-def _load_previous(config: Config) -> _Previous:
-    """What a rerun may reuse: the previous manifest's rows of the sources its fingerprint
-    names, kept verbatim (to be carried over whole), if the manifest is the one the
-    fingerprint was written with. Other rows are read when first needed (_Previous.rows)."""
+_ROWS_CHUNK: Final = 1 << 20
+_PRESENCE_BATCH: Final = 4096
+
+
+def _load_previous(config: Config, store: Store) -> _Previous:
+    """What a rerun may reuse: where the previous manifest holds the rows of each source its
+    fingerprint names (to be copied over whole), if the manifest is the one the fingerprint
+    was written with. The manifest is streamed, never held: each such row is checked as
+    bytes (written by this program, key order fixed): it names its source, this run key, and
+    an original, whose presence in the store is asked a few thousand at a time; or none.
+    Other rows are parsed only when a document first needs them (_Previous.rows)."""
     found = _Previous(config.manifest_path, config.run_key,
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
     manifest_sha256, records, fingerprint_sha256 = _read_fingerprint(config)
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
-    kept: dict[str, tuple[list[bytes], list[str | None | bool]]] = {rel: ([], []) for rel in records}
+    spans = {rel: _Span() for rel in records}
+    heads = {rel: b'{"source":{"path":' + orjson.dumps(r["source"]) if type(r.get("source")) is str else b""
+             for rel, r in records.items()}
+    asked: list[tuple[str, _Span]] = []  # originals named, to ask the store about
+
+    def ask() -> None:
+        absent = set(ccr.missing(store, [d for d, _ in asked]))
+        for d, span in asked:
+            if d in absent:
+                span.good = False  # pruned, or another store: every document goes through again
+        asked.clear()
+
     digest = hashlib.sha256()
-    at = 0  # index into ranges: the next stream whose rows may come
+    at = offset = 0  # at: index into ranges, the next stream whose rows may come
     try:
-        fh = open(config.manifest_path, "rb")
+        fd = os.open(config.manifest_path, os.O_RDONLY)
     except OSError:
         found.manifest = None
         return found  # no manifest (or none readable): nothing to reuse
-    with fh:
+    found.manifest_fd = fd
+    tail = found.row_tail
+    with open(fd, "rb", closefd=False) as fh:
         for index, line in enumerate(fh):
             digest.update(line)
             while at < len(ranges) and index >= ranges[at][1]:
                 at += 1
             if at < len(ranges) and ranges[at][0] <= index:
-                lines, named = kept[ranges[at][2]]
-                lines.append(line.rstrip(b"\n"))
-                named.append(_names(line))
+                rel = ranges[at][2]
+                span = spans[rel]
+                if span.start < 0:
+                    span.start = offset
+                span.end, span.rows = offset + len(line), span.rows + 1
+                if span.good:
+                    name = _names(line)
+                    if (name is False or not line.endswith(b"\n") or not heads[rel]
+                            or not line.startswith(heads[rel]) or not line.endswith(tail, 0, -1)):
+                        span.good = False
+                    elif name is not None:
+                        asked.append((name, span))
+                        if len(asked) >= _PRESENCE_BATCH:
+                            ask()
+            offset += len(line)
     if records and digest.hexdigest() == manifest_sha256:
-        found.streams = {rel: (record, *kept[rel]) for rel, record in records.items()}
+        ask()
+        found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
         if not config.checksum:
             found.stats = _read_stats(config, fingerprint_sha256)
     return found
@@ -542,13 +606,6 @@ def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
             and isinstance(cache.get("stats"), dict)):
         return {}
     return cache["stats"]
-
-
-def _absent(store: Store, previous: _Previous) -> set[str]:
-    """Originals the fingerprinted sources' rows name that the store lacks (or that are
-    not digests), asked in one read: a source is reused whole only if the store holds all."""
-    digests = {d for _, _, named in previous.streams.values() for d in named if type(d) is str}
-    return set(ccr.missing(store, sorted(digests)))
 
 
 # The fingerprint check of a large source (hashing it and its output) runs on two
@@ -600,20 +657,17 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
 def _candidate(entry: tuple[str | None, str, str], config: Config,
                previous: _Previous) -> ReusedStream | None:
     """A source the fingerprint names, whose rows are this run's and whose originals the
-    store holds: reusable whole if its bytes and its output's are still the same.
-
-    The rows are checked as bytes (written by this program, key order fixed, tied to the
-    fingerprint by the manifest's sha256), not parsed: each names this source, this run
-    key, and an original (read by _names) or none."""
+    store holds (both checked as _load_previous read them): reusable whole if its bytes
+    and its output's are still the same."""
     source, rel, _ = entry
     if source is None or rel not in previous.streams:
         return None
-    record, lines, digests = previous.streams.pop(rel)  # once: its rows are released after use
+    record, span = previous.streams.pop(rel)  # once
     totals, errors = record.get("totals"), record.get("errors")
-    if not (record.get("source") == source and len(lines) == record["rows"]
+    if not (span.good and record.get("source") == source and span.rows == record["rows"]
             and type(totals) is dict and totals.keys() == _Tally.KEYS
             and set(map(type, totals.values())) == {int}
-            and totals["documents"] == len(lines) and type(errors) is list
+            and totals["documents"] == span.rows and type(errors) is list
             and (not errors or _valid_errors(errors, source))
             and type(record.get("source_size")) is int
             # (only ever compared with digests computed here)
@@ -624,17 +678,7 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
               "source_sha256": record["source_sha256"], "output_sha256": record["output_sha256"],
               "first_row": record["first_row"], "rows": record["rows"],
               "totals": totals, "errors": errors}
-    head = b'{"source":{"path":' + orjson.dumps(source)
-    tail = previous.row_tail
-    named = []
-    for line, digest in zip(lines, digests):
-        if digest is False or not (line.startswith(head) and line.endswith(tail)):
-            return None
-        if digest is not None:
-            named.append(digest)
-    if not previous.absent.isdisjoint(named):
-        return None  # pruned, or another store: every document goes through again
-    return ReusedStream(rel, record, lines, named)
+    return ReusedStream(rel, record, span)
 
 
 def _valid_errors(errors: Any, source: str) -> bool:
@@ -757,7 +801,7 @@ def _read_output(out: Path, where: Any, digest: Any,
 TOUCH_BATCH: Final = 4096
 
 
-def _commit(store: Store, results: list[Result | None], touched: list[str]) -> None:
+def _commit(store: Store, results: list[Result | None], touched: _Touches) -> None:
     """Originals first, durably, in one transaction; last-seen of reused ones in bulk.
 
     A refreshed last-seen only protects from `prune`, so those wait for a few
@@ -766,9 +810,7 @@ def _commit(store: Store, results: list[Result | None], touched: list[str]) -> N
     records = [r.record for r in results if r is not None and r.record is not None]
     if records:
         ccr.commit(store, records)
-    touched += [r.touch for r in results if r is not None and r.touch]
-    if len(touched) >= TOUCH_BATCH:
-        _flush_touches(store, touched)
+    touched.extend([r.touch for r in results if r is not None and r.touch])
 
 
 def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
@@ -783,10 +825,24 @@ def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
             result.record = ccr.prepare(item.raw)
 
 
-def _flush_touches(store: Store, touched: list[str]) -> None:
-    if touched:  # all held by the store: checked by _absent, or committed again by _heal
-        ccr.touch(store, touched, present=True)
-        touched.clear()
+class _Touches:
+    """Originals whose last-seen to refresh, all held by the store (asked by _load_previous,
+    or committed again by _heal), written a few thousand at a time: a refreshed last-seen
+    only protects from `prune`, so one transaction per batch of them, not per document."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pending: list[str] = []
+
+    def extend(self, digests: list[str]) -> None:
+        self.pending += digests
+        if len(self.pending) >= TOUCH_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            ccr.touch(self.store, self.pending, present=True)
+            self.pending = []
 
 
 class _Publisher:
@@ -820,18 +876,37 @@ class _Publisher:
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
         os.close(self.out_fd)
 
-    def publish(self, batch: list[Any], results: list[Result | None], summary: Summary) -> None:
+    def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
+                previous: _Previous, touched: _Touches) -> None:
+        # Rows of reused sources that lie one after another in the previous manifest are
+        # copied in one go (a tree's unchanged files usually do).
+        copying = _Span(rows=0)
+
+        def copy() -> None:
+            for block in previous.rows_of(copying, touched):
+                self._block(block)
+            copying.rows = 0
+
         for item, result in zip(batch, results):
             with _as_output_error(self.out):
-                if isinstance(item, SinkEnd):
-                    self._close(item.sink)
-                    continue
                 if isinstance(item, ReusedStream):
                     self.records[item.rel] = dict(item.record, first_row=self.rows)
                     if item.stats is not None:
                         self.stats[item.rel] = item.stats
-                    self._rows(item.lines)
+                    span = item.span
+                    if not span.rows:
+                        pass
+                    elif copying.rows and span.start == copying.end:
+                        copying.end, copying.rows = span.end, copying.rows + span.rows
+                    else:
+                        copy()
+                        copying.start, copying.end, copying.rows = span.start, span.end, span.rows
+                    self.rows += span.rows
                     summary.add_reused(item.record["totals"], item.record["errors"])
+                    continue
+                copy()
+                if isinstance(item, SinkEnd):
+                    self._close(item.sink)
                     continue
                 assert result is not None
                 if item.sink.fingerprint:
@@ -839,6 +914,8 @@ class _Publisher:
                 result.row["output"] = self._write(item, result)
                 self._row(orjson.dumps(result.row))
             summary.add(result.row, result.reused)
+        with _as_output_error(self.out):
+            copy()
 
     def _row(self, line: bytes) -> None:
         line += b"\n"
@@ -846,12 +923,9 @@ class _Publisher:
         self.manifest_sha256.update(line)
         self.rows += 1
 
-    def _rows(self, lines: list[bytes]) -> None:
-        if lines:
-            block = b"\n".join(lines) + b"\n"
-            self.manifest.write(block)
-            self.manifest_sha256.update(block)
-            self.rows += len(lines)
+    def _block(self, block: bytes) -> None:
+        self.manifest.write(block)
+        self.manifest_sha256.update(block)
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink

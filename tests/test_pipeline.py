@@ -514,6 +514,7 @@ def _dir_registry(tmp: Path) -> Path:
     generate_registry(reg, seed=5, servers=12, oversize_bytes=20_000)
     shutil.copy(SAMPLES / "registry-array.json", reg / "array.json")
     shutil.copy(SAMPLES / "registry.jsonl", reg / "lines.jsonl")
+    (reg / "none.jsonl").write_bytes(b"")  # a source with no document: no row to carry
     return reg
 
 
@@ -943,3 +944,27 @@ def test_file_name_not_utf8_is_an_error_row(tmp_path: Path) -> None:
     assert "not UTF-8" in bad["reason"]
     assert sorted(os.listdir(out)) == sorted([".manifest.stat.json", ".manifest.streams.json", "good.json",
                                               "manifest.jsonl"])
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_reused_rows_copied_and_their_originals_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     small: bool) -> None:
+    """A source reused whole has its rows copied from the previous manifest in chunks (never
+    held whole) and its originals' last-seen refreshed, a few thousand at a time; `small`
+    makes every chunk and batch tiny, so that rows straddle chunk ends."""
+    if small:
+        monkeypatch.setattr(pipeline, "_ROWS_CHUNK", 97)
+        monkeypatch.setattr(pipeline, "_PRESENCE_BATCH", 2)
+        monkeypatch.setattr(pipeline, "TOUCH_BATCH", 3)
+    reg = _dir_registry(tmp_path)
+    src = _jsonl_registry(tmp_path)
+    out, first = _run(tmp_path, reg, src, incremental=True)
+    before = _tree(out)
+    _age_every_record(f"lmdb://{tmp_path}/ccr")
+    _, again = _run(tmp_path, reg, src, incremental=True)
+    assert again.reused == again.documents == first.documents
+    assert _tree(out) == before
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        for row in _rows(out / "manifest.jsonl"):
+            if row["handle"]:
+                assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
