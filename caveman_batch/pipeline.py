@@ -250,11 +250,11 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             if config.incremental:
                 previous = _load_previous(config, store)
             batches = _batches(_items(found, config, previous, tmp))
-            touched = _Touches(store)  # originals of reused documents and sources
+            touched = _Touches(store)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
                 _heal(store, batch, results)
                 _commit(store, results, touched)
-                pub.publish(batch, results, summary, previous, touched)
+                pub.publish(batch, results, summary, previous)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
@@ -372,7 +372,7 @@ def _plan(batch: list[Any], config: Config,
         if item.error is not None or item.raw is None:
             results[i] = _unread(item, config)
             continue
-        reused = _reuse(item, previous, config) if previous.rows else None
+        reused = _reuse(item, previous, config) if previous.manifest_fd is not None else None
         if reused is not None:
             results[i] = reused
         else:
@@ -451,30 +451,45 @@ class _Previous:
     streams: dict[str, tuple[dict[str, Any], _Span]] = field(default_factory=dict)  # by rel
     stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
-    _rows: dict[str, Any] | None = None
+    _index: dict[bytes, int] | None = None  # sha256 -> where its row is (offset << 24 | length)
 
-    @property
-    def rows(self) -> dict[str, Any]:
-        """Rows of this run key with an output, by sha256: read from the previous manifest
-        on first use (a rerun that reuses every source whole never parses one)."""
-        if self._rows is None:
-            self._rows = {}
-            if self.manifest is not None:
-                with contextlib.suppress(OSError), open(self.manifest, "rb") as fh:
-                    for line in fh:
-                        try:
-                            row = orjson.loads(line)
-                        except orjson.JSONDecodeError:
-                            continue  # a manifest we cannot read is only a lost shortcut
-                        if (isinstance(row, dict) and type(row.get("sha256")) is str
-                                and row.get("handle") == ccr.make_handle(row["sha256"])
-                                and row.get("output") and row.get("run_key") == self.run_key):
-                            self._rows[row["sha256"]] = row
-        return self._rows
+    def row(self, digest: str) -> dict[str, Any] | None:
+        """The previous manifest's row of the document with this sha256 (this run key, an
+        output, its own handle), or None. The manifest is indexed on first use (a rerun
+        that reuses every source whole never does): 24 bytes of position per row, the row
+        itself read and parsed only when asked for."""
+        if self._index is None:
+            self._index = self._index_rows()
+        at = self._index.get(bytes.fromhex(digest))
+        if at is None or self.manifest_fd is None:
+            return None
+        try:
+            row = orjson.loads(os.pread(self.manifest_fd, at & 0xFFFFFF, at >> 24))
+        except (OSError, orjson.JSONDecodeError):
+            return None  # a manifest we cannot read is only a lost shortcut
+        if (isinstance(row, dict) and row.get("sha256") == digest
+                and row.get("handle") == ccr.make_handle(digest)
+                and row.get("output") and row.get("run_key") == self.run_key):
+            return row
+        return None
 
-    def rows_of(self, span: _Span, names: _Touches) -> Iterator[bytes]:
-        """A span's rows as they are in the previous manifest, in chunks that end with a
-        row; the originals they name are added to `names`."""
+    def _index_rows(self) -> dict[bytes, int]:
+        index: dict[bytes, int] = {}
+        if self.manifest_fd is None:
+            return index
+        offset = 0
+        with open(self.manifest_fd, "rb", closefd=False) as fh:
+            fh.seek(0)
+            for line in fh:
+                m = _SHA256_FIELD.search(line)
+                if m is not None and line.endswith(self.row_tail + b"\n") and len(line) < 1 << 24:
+                    index[bytes.fromhex(m.group(1).decode("ascii"))] = offset << 24 | len(line)
+                offset += len(line)
+        return index
+
+    def rows_of(self, span: _Span) -> Iterator[bytes]:
+        """A span's rows as they are in the previous manifest, in chunks that end with a row
+        (the manifest is this program's; edited in place during a run it is not checked again)."""
         if not span.rows:
             return
         assert self.manifest_fd is not None
@@ -488,7 +503,6 @@ class _Previous:
             cut = data.rfind(b"\n") + 1 if at < span.end else len(data)
             block, rest = data[:cut], data[cut:]
             if block:
-                names.extend([m.decode("ascii") for m in _HANDLE.findall(block) if m])
                 yield block
 
     def close(self) -> None:
@@ -513,7 +527,7 @@ def _load_previous(config: Config, store: Store) -> _Previous:
     Other rows are parsed only when a document first needs them (_Previous.rows)."""
     found = _Previous(config.manifest_path, config.run_key,
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
-    manifest_sha256, records, fingerprint_sha256 = _read_fingerprint(config)
+    manifest_sha256, manifest_size, records, fingerprint_sha256 = _read_fingerprint(config)
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
     spans = {rel: _Span() for rel in records}
     heads = {rel: b'{"source":{"path":' + orjson.dumps(r["source"]) if type(r.get("source")) is str else b""
@@ -521,21 +535,45 @@ def _load_previous(config: Config, store: Store) -> _Previous:
     asked: list[tuple[str, _Span]] = []  # originals named, to ask the store about
 
     def ask() -> None:
-        absent = set(ccr.missing(store, [d for d, _ in asked]))
+        """Which originals the store lacks, and for those it holds, last-seen refreshed now:
+        a `prune` running meanwhile keeps them, whose rows may be carried over."""
+        named = [d for d, _ in asked]
+        absent = set(ccr.missing(store, named))
         for d, span in asked:
             if d in absent:
                 span.good = False  # pruned, or another store: every document goes through again
+        ccr.touch(store, [d for d in named if d not in absent], present=True)
         asked.clear()
 
-    digest = hashlib.sha256()
-    at = offset = 0  # at: index into ranges, the next stream whose rows may come
     try:
         fd = os.open(config.manifest_path, os.O_RDONLY)
     except OSError:
-        found.manifest = None
         return found  # no manifest (or none readable): nothing to reuse
-    found.manifest_fd = fd
-    tail = found.row_tail
+    try:
+        size = os.fstat(fd).st_size if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        if size is None:
+            os.close(fd)
+            return found
+        found.manifest_fd = fd
+        if records and size == manifest_size:
+            _stream_spans(fd, ranges, spans, heads, found.row_tail, asked, ask, manifest_sha256)
+            ask()
+            found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
+            if not config.checksum:
+                found.stats = _read_stats(config, fingerprint_sha256)
+    except BaseException:
+        found.close()
+        raise
+    return found
+
+
+def _stream_spans(fd: int, ranges: list[tuple[int, int, str]], spans: dict[str, _Span],
+                  heads: dict[str, bytes], tail: bytes, asked: list[tuple[str, _Span]],
+                  ask: Callable[[], None], manifest_sha256: str | None) -> None:
+    """One pass over the previous manifest: each fingerprinted source's span of rows, and
+    whether they are good; every span bad if the manifest is not the one expected."""
+    digest = hashlib.sha256()
+    at = offset = 0  # at: index into ranges, the next stream whose rows may come
     with open(fd, "rb", closefd=False) as fh:
         for index, line in enumerate(fh):
             digest.update(line)
@@ -557,17 +595,15 @@ def _load_previous(config: Config, store: Store) -> _Previous:
                         if len(asked) >= _PRESENCE_BATCH:
                             ask()
             offset += len(line)
-    if records and digest.hexdigest() == manifest_sha256:
-        ask()
-        found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
-        if not config.checksum:
-            found.stats = _read_stats(config, fingerprint_sha256)
-    return found
+    if digest.hexdigest() != manifest_sha256:
+        for span in spans.values():
+            span.good = False
 
 
 # A manifest row's handle, as _row writes it: "ccr_" and the sha256 of its original, or null.
 # (`"handle":` cannot occur inside a JSON string, where quotes are escaped.)
 _HANDLE: Final = re.compile(rb'"handle":(?:null|"ccr_([0-9a-f]{64})"),')
+_SHA256_FIELD: Final = re.compile(rb'"handle":"ccr_[0-9a-f]{64}","sha256":"([0-9a-f]{64})",')
 
 
 def _names(line: bytes) -> str | None | bool:
@@ -578,22 +614,23 @@ def _names(line: bytes) -> str | None | bool:
     return None if m.group(1) is None else m.group(1).decode("ascii")
 
 
-def _read_fingerprint(config: Config) -> tuple[str | None, dict[str, dict[str, Any]], str]:
-    """(sha256 of the manifest it belongs to, stream records, its own sha256) of this run key,
-    or (None, {}, "")."""
+def _read_fingerprint(config: Config) -> tuple[str | None, int | None, dict[str, dict[str, Any]], str]:
+    """(sha256 and size of the manifest it belongs to, stream records, its own sha256) of
+    this run key, or (None, None, {}, "")."""
     try:
         data = config.streams_path.read_bytes()
         streams = orjson.loads(data)
     except (OSError, orjson.JSONDecodeError):
-        return None, {}, ""
+        return None, None, {}, ""
     if not (isinstance(streams, dict) and streams.get("run_key") == config.run_key
             and streams.get("max_bytes") == config.max_bytes
             and isinstance(streams.get("streams"), dict)):
-        return None, {}, ""
+        return None, None, {}, ""
     records = {rel: r for rel, r in streams["streams"].items()
                if isinstance(r, dict) and type(r.get("first_row")) is int and type(r.get("rows")) is int
                and r["first_row"] >= 0 and r["rows"] >= 0}
-    return streams.get("manifest_sha256"), records, hashlib.sha256(data).hexdigest()
+    return (streams.get("manifest_sha256"), streams.get("manifest_bytes"), records,
+            hashlib.sha256(data).hexdigest())
 
 
 def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
@@ -759,7 +796,7 @@ def _file_sha256(path: str, size: int | None = None) -> tuple[str, os.stat_resul
 def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     assert doc.raw is not None
     digest = hashlib.sha256(doc.raw).hexdigest()
-    row = previous.rows.get(digest)
+    row = previous.row(digest)
     if row is None:
         return None
     got = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
@@ -826,9 +863,10 @@ def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
 
 
 class _Touches:
-    """Originals whose last-seen to refresh, all held by the store (asked by _load_previous,
-    or committed again by _heal), written a few thousand at a time: a refreshed last-seen
-    only protects from `prune`, so one transaction per batch of them, not per document."""
+    """Originals of documents reused one by one, whose last-seen to refresh, all held by the
+    store (or committed again by _heal), written a few thousand at a time: a refreshed
+    last-seen only protects from `prune`, so one transaction per batch of them, not per
+    document. (Those of sources reused whole are refreshed as _load_previous finds them.)"""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -854,6 +892,7 @@ class _Publisher:
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
         self.manifest_sha256 = hashlib.sha256()
+        self.manifest_bytes = 0
         self.rows = 0
         self.written: set[str] = set()
         self.folders: set[Path] = set()  # made (or found) under OUT
@@ -877,13 +916,13 @@ class _Publisher:
         os.close(self.out_fd)
 
     def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
-                previous: _Previous, touched: _Touches) -> None:
+                previous: _Previous) -> None:
         # Rows of reused sources that lie one after another in the previous manifest are
         # copied in one go (a tree's unchanged files usually do).
         copying = _Span(rows=0)
 
         def copy() -> None:
-            for block in previous.rows_of(copying, touched):
+            for block in previous.rows_of(copying):
                 self._block(block)
             copying.rows = 0
 
@@ -921,11 +960,13 @@ class _Publisher:
         line += b"\n"
         self.manifest.write(line)
         self.manifest_sha256.update(line)
+        self.manifest_bytes += len(line)
         self.rows += 1
 
     def _block(self, block: bytes) -> None:
         self.manifest.write(block)
         self.manifest_sha256.update(block)
+        self.manifest_bytes += len(block)
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
@@ -1070,7 +1111,8 @@ class _Publisher:
                 return
             fingerprint = orjson.dumps({
                 "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
-                "manifest_sha256": self.manifest_sha256.hexdigest(), "streams": self.records,
+                "manifest_sha256": self.manifest_sha256.hexdigest(),
+                "manifest_bytes": self.manifest_bytes, "streams": self.records,
             })
             fsio.atomic_write(paths[0], fingerprint, durable=False)
             # An output changed later in the tick of its ctime would keep its identity: kept

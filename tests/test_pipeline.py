@@ -20,6 +20,7 @@ from bench_data.generate import generate_registry
 from caveman_batch import ccr, fsio, pipeline
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
+from caveman_batch.errors import OutputError
 from caveman_batch.pipeline import TMP_DIR, Config, run
 from caveman_batch.store import open_store
 
@@ -457,14 +458,18 @@ def test_changed_jsonl_source_or_damaged_output_is_redone_per_document(tmp_path:
     assert target.read_bytes() == (fresh / "registry.jsonl").read_bytes()
 
 
-def test_stale_stream_fingerprint_is_ignored(tmp_path: Path) -> None:
+def test_stale_stream_fingerprint_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = _jsonl_registry(tmp_path)
     out, first = _run(tmp_path, src, incremental=True)
     manifest = out / "manifest.jsonl"
     oversize = sum("--max-bytes" in (row["reason"] or "") for row in _rows(manifest))
     assert oversize  # copied through: reused only with the whole stream, never one by one
     manifest.write_bytes(manifest.read_bytes() + b"\n")  # no longer the manifest it describes
+    streamed: list[int] = []
+    real = pipeline._stream_spans
+    monkeypatch.setattr(pipeline, "_stream_spans", lambda *a: streamed.append(1) or real(*a))
     _, again = _run(tmp_path, src, incremental=True)
+    assert streamed == []  # not even read for spans (nor the store asked): its size tells
     assert again.reused == first.documents - oversize  # reused document by document instead
     _, whole = _run(tmp_path, src, incremental=True)
     assert whole.reused == first.documents  # the fingerprint is back in step with the manifest
@@ -968,3 +973,41 @@ def test_reused_rows_copied_and_their_originals_seen(tmp_path: Path, monkeypatch
         for row in _rows(out / "manifest.jsonl"):
             if row["handle"]:
                 assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
+
+
+def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Originals of the rows a rerun carries over are seen as the rerun finds them: a prune
+    running while it publishes does not take them away from under the new manifest."""
+    reg = _dir_registry(tmp_path)
+    store_url = f"lmdb://{tmp_path}/ccr"
+    out, first = _run(tmp_path, reg, incremental=True)
+    _age_every_record(store_url)  # not seen since 1970
+    real = pipeline._Publisher.publish
+    pruned: list[int] = []
+
+    def publish_after_a_prune(self: Any, *args: Any) -> Any:
+        if not pruned:
+            with open_store(store_url) as store:
+                pruned.append(len(ccr.prune(store, 3600)))
+        return real(self, *args)
+
+    monkeypatch.setattr(pipeline._Publisher, "publish", publish_after_a_prune)
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert pruned == [0] and again.reused == first.documents
+    with open_store(store_url) as store:
+        for row in _rows(out / "manifest.jsonl"):
+            if row["handle"]:
+                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+
+
+def test_manifest_path_taken_by_a_folder_is_an_output_error(tmp_path: Path) -> None:
+    src = _jsonl_registry(tmp_path)
+    manifest = tmp_path / "m" / "manifest.jsonl"
+    out, _ = _run(tmp_path, src, incremental=True, manifest=manifest)
+    manifest.unlink()
+    manifest.mkdir()
+    fds = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else None
+    with pytest.raises(OutputError, match="Is a directory"):
+        _run(tmp_path, src, incremental=True, manifest=manifest)
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds  # nothing left open
