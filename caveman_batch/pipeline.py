@@ -146,7 +146,7 @@ class _Tally:
     KEYS: Final = frozenset(COUNTS)
     counts: Final = operator.itemgetter(*COUNTS)
 
-    __slots__ = ("totals", "errors")
+    __slots__ = ("errors", "totals")
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys(self.COUNTS, 0)

@@ -1003,7 +1003,7 @@ def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeyp
 def test_manifest_path_taken_by_a_folder_is_an_output_error(tmp_path: Path) -> None:
     src = _jsonl_registry(tmp_path)
     manifest = tmp_path / "m" / "manifest.jsonl"
-    out, _ = _run(tmp_path, src, incremental=True, manifest=manifest)
+    _run(tmp_path, src, incremental=True, manifest=manifest)
     manifest.unlink()
     manifest.mkdir()
     fds = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else None
