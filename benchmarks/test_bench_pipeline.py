@@ -77,8 +77,9 @@ def _cold() -> None:
 
 
 def _clean(work: Path) -> None:
-    """An empty work folder and nothing left to write back on the file system (untimed): a
-    run's syncfs then flushes its own outputs, not the generated input or the last round's."""
+    """An empty work folder and nothing left to write back on the file system (untimed): the
+    run's fsyncs (store commits, manifest) then wait for its own writes, not for the
+    generated input or the last round's."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     os.sync()

@@ -4,7 +4,6 @@ tells a file unchanged without reading it."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import tempfile
 import time
@@ -101,23 +100,16 @@ def fs_now_ns(folder: Path) -> int:
         os.unlink(name)
 
 
-def sync_filesystem(fd: int, folder: Path) -> None:
-    """Make everything written to the file system of `fd` (a descriptor of `folder`, opened
-    before the writes: a write-back error is reported to descriptors opened before it)
-    durable: syncfs(2) on Linux (one call, whatever the number of files), else sync(2)."""
-    syncfs = getattr(_libc(), "syncfs", None)
-    if syncfs is None:
-        os.sync()
-    elif syncfs(fd) != 0:  # a write-back error (EIO, ENOSPC): what was written is not safe
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), str(folder))
+def boot_id() -> str | None:
+    """This boot's id (Linux), or None: what a file's identity is worth only within, for a
+    file not fsync'd (a power loss can leave its name and size and lose its bytes)."""
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            _BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip() or ""
+        except OSError:
+            _BOOT_ID = ""
+    return _BOOT_ID or None
 
 
-_LIBC: ctypes.CDLL | None = None
-
-
-def _libc() -> ctypes.CDLL:
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
+_BOOT_ID: str | None = None

@@ -639,7 +639,9 @@ def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
         cache = orjson.loads(config.stats_path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}
+    boot = fsio.boot_id()
     if not (isinstance(cache, dict) and cache.get("fingerprint_sha256") == fingerprint_sha256
+            and boot is not None and cache.get("boot_id") == boot
             and isinstance(cache.get("stats"), dict)):
         return {}
     return cache["stats"]
@@ -901,9 +903,6 @@ class _Publisher:
         self.records: dict[str, dict[str, Any]] = {}
         self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
         self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
-        # Opened before any output is written: syncfs(2) reports the write-back errors
-        # since then (errors sampled at open), whoever else syncs the file system meanwhile.
-        self.out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
 
     def __enter__(self) -> _Publisher:
         return self
@@ -913,7 +912,6 @@ class _Publisher:
             fh.close()
         self.manifest.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
-        os.close(self.out_fd)
 
     def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
                 previous: _Previous) -> None:
@@ -1092,9 +1090,6 @@ class _Publisher:
     def finish(self) -> None:
         with _as_output_error(self.out):
             self.manifest.flush()
-            # Outputs are not fsync'd one by one: one syncfs makes all of them durable
-            # before the manifest naming them is (a run that exits 0 leaves OUT on disk).
-            fsio.sync_filesystem(self.out_fd, self.out)
             os.fsync(self.manifest.fileno())
             self.manifest.close()
             os.replace(self.manifest_tmp, self.config.manifest_path)
@@ -1115,13 +1110,20 @@ class _Publisher:
                 "manifest_bytes": self.manifest_bytes, "streams": self.records,
             })
             fsio.atomic_write(paths[0], fingerprint, durable=False)
-            # An output changed later in the tick of its ctime would keep its identity: kept
-            # only those whose ctime is older than the file system's clock now.
+            # Outputs are not fsync'd: their identities hold only within this boot (after a
+            # power loss an output may be whole in name and size, not in bytes). An output
+            # changed later in the tick of its ctime would keep its identity: kept only those
+            # whose ctime is older than the file system's clock now.
+            boot = fsio.boot_id()
+            if boot is None:
+                paths[1].unlink(missing_ok=True)
+                return
             now = fsio.fs_now_ns(self.tmp)
             stats = {rel: s for rel, s in self.stats.items()
                      if rel in self.records and s[0] is not None and s[1] is not None and s[1][4] < now}
             fsio.atomic_write(paths[1], orjson.dumps({
-                "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "stats": stats,
+                "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "boot_id": boot,
+                "stats": stats,
             }), durable=False)
         except (OSError, TypeError):  # TypeError: orjson refused a record (a damaged one carried)
             for path in paths:
