@@ -52,7 +52,7 @@ class Sink:
     source: str | None = None
     source_size: int = 0
     source_sha256: str | None = None
-    # the source's fsio.identity() when it was opened, if settled (see fsio.settled)
+    # the source's fsio.identity() when it was opened, if settled (see fsio.settled_identity)
     source_stat: list[int] | None = None
 
 

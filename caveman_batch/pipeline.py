@@ -77,6 +77,9 @@ class Config:
         return f"{__version__}/{self.options.key()}"
 
 
+_MAX_ERRORS: Final = 100  # error rows a summary (and a source's fingerprint record) keeps
+
+
 @dataclass
 class Summary:
     documents: int = 0
@@ -99,7 +102,7 @@ class Summary:
         self.bytes_after += row["bytes_after"] or 0
         self.tokens_before += row["tokens_before"] or 0
         self.tokens_after += row["tokens_after"] or 0
-        if row["status"] == "error" and len(self.errors) < 100:
+        if row["status"] == "error" and len(self.errors) < _MAX_ERRORS:
             self.errors.append({"source": row["source"], "reason": row["reason"]})
 
     def add_reused(self, totals: dict[str, int], errors: list[dict[str, Any]]) -> None:
@@ -115,7 +118,7 @@ class Summary:
         self.tokens_before += tb
         self.tokens_after += ta
         if errors:
-            self.errors += errors[:max(0, 100 - len(self.errors))]
+            self.errors += errors[:max(0, _MAX_ERRORS - len(self.errors))]
 
     @property
     def ratio(self) -> float:
@@ -150,7 +153,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys(self.COUNTS, 0)
-        self.errors: list[dict[str, Any]] = []  # the first 100 rows in error
+        self.errors: list[dict[str, Any]] = []  # the first _MAX_ERRORS rows in error
 
     def add(self, row: dict[str, Any]) -> None:
         totals = self.totals
@@ -158,7 +161,7 @@ class _Tally:
         totals[row["status"]] += 1
         for name in ("bytes_before", "bytes_after", "tokens_before", "tokens_after"):
             totals[name] += row[name] or 0
-        if row["status"] == "error" and len(self.errors) < 100:
+        if row["status"] == "error" and len(self.errors) < _MAX_ERRORS:
             self.errors.append({"source": row["source"], "reason": row["reason"]})
 
 
@@ -304,8 +307,7 @@ class Result:
     data: bytes | None  # output bytes; None: copy the spill / nothing to write
     row: dict[str, Any]
     record: ccr.Prepared | None = None
-    reused: bool = False
-    touch: str | None = None  # digest whose last-seen to refresh (reused documents)
+    touch: str | None = None  # reused: the digest whose last-seen to refresh
     # reused from this document's own output file: its identity when it was read and hashed
     in_place: list[int] | None = None
 
@@ -441,8 +443,9 @@ class _Span:
 
 @dataclass
 class _Previous:
-    """What the last run left: its fingerprinted sources, and (read when a document first
-    needs them) its reusable manifest rows by sha256."""
+    """What the last run left: its manifest (open), each fingerprinted source's span of rows,
+    the stat cache, and (indexed when a document first needs one) where each reusable row
+    is, by sha256."""
 
     manifest: Path | None = None
     run_key: str = ""
@@ -524,7 +527,8 @@ def _load_previous(config: Config, store: Store) -> _Previous:
     was written with. The manifest is streamed, never held: each such row is checked as
     bytes (written by this program, key order fixed): it names its source, this run key, and
     an original, whose presence in the store is asked a few thousand at a time; or none.
-    Other rows are parsed only when a document first needs them (_Previous.rows)."""
+    Other rows are indexed by sha256 when a document first needs one, and read then
+    (_Previous.row)."""
     found = _Previous(config.manifest_path, config.run_key,
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
     manifest_sha256, manifest_size, records, fingerprint_sha256 = _read_fingerprint(config)
@@ -658,14 +662,16 @@ _CHECK_LARGE: Final = 1 << 20
 def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
     """The documents of every source; an unchanged file source as one ReusedStream.
 
-    Whether a fingerprinted source is unchanged takes hashing it and its output (not its
-    times: a file edited with its mtime set back is still seen).
+    Whether a fingerprinted source is unchanged: the stat cache says so (_unchanged), or
+    else hashing it and its output does (_intact; not their times, so a file edited with
+    its mtime set back is still seen).
     """
     if not previous.streams:
         for entry in found.entries:
             yield from iter_entry(entry, config.max_bytes, tmp)
         return
-    Pending = tuple[Any, ReusedStream | None, list[tuple[str, int | None]], list[Future[str | None]] | None]
+    Pending = tuple[Any, ReusedStream | None, list[tuple[str, int | None]],
+                    list[Future[tuple[str, os.stat_result] | None]] | None]
     pending: deque[Pending] = deque()
     entries = iter(found.entries)
     with ThreadPoolExecutor(2, thread_name_prefix="caveman-check") as pool:
@@ -721,9 +727,9 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
 
 
 def _valid_errors(errors: Any, source: str) -> bool:
-    """A fingerprint record's error rows as _Tally keeps them: at most 100, each naming this
-    source (and a line or item) and a reason."""
-    return type(errors) is list and len(errors) <= 100 and all(
+    """A fingerprint record's error rows as _Tally keeps them: at most _MAX_ERRORS, each
+    naming this source (and a line or item) and a reason."""
+    return len(errors) <= _MAX_ERRORS and all(
         type(e) is dict and e.keys() == {"source", "reason"} and type(e["reason"]) is str
         and type(e["source"]) is dict and e["source"].get("path") == source
         and all(type(e["source"][k]) is int for k in e["source"].keys() - {"path"})
@@ -763,15 +769,12 @@ def _intact_files(reused: ReusedStream, config: Config) -> list[tuple[str, int |
     """What to hash to know a reused source is intact: the source's bytes (not its times: a
     file edited with its mtime set back is still seen) and its output's, as (path, size)."""
     record = reused.record
-    size = record.get("source_size")
-    return [(record["source"], size if type(size) is int else -1), (f"{config.out}/{reused.rel}", None)]
+    return [(record["source"], record["source_size"]), (f"{config.out}/{reused.rel}", None)]
 
 
-def _intact_hashes(reused: ReusedStream) -> list[str | None]:
-    """The sha256s the fingerprint holds for _intact_files (None: unusable)."""
-    record = reused.record
-    got = [record.get("source_sha256"), record.get("output_sha256")]
-    return [h if type(h) is str else None for h in got]
+def _intact_hashes(reused: ReusedStream) -> list[str]:
+    """The sha256s the fingerprint holds for _intact_files (type-checked by _candidate)."""
+    return [reused.record["source_sha256"], reused.record["output_sha256"]]
 
 
 def _file_sha256(path: str, size: int | None = None) -> tuple[str, os.stat_result] | None:
@@ -809,7 +812,7 @@ def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     # the bytes may be another source's output (the same document elsewhere): only this
     # document's own file may be left in place
     in_place = identity if row["output"] == {"path": doc.sink.rel} else None
-    return Result(data, fresh, reused=True, touch=digest, in_place=in_place)
+    return Result(data, fresh, touch=digest, in_place=in_place)
 
 
 def _read_output(out: Path, where: Any, digest: Any,
@@ -950,7 +953,7 @@ class _Publisher:
                     self.tallies.setdefault(id(item.sink), _Tally()).add(result.row)
                 result.row["output"] = self._write(item, result)
                 self._row(orjson.dumps(result.row))
-            summary.add(result.row, result.reused)
+            summary.add(result.row, result.touch is not None)
         with _as_output_error(self.out):
             copy()
 
@@ -993,8 +996,7 @@ class _Publisher:
         if result.in_place is not None and _identity_or_none(target) == result.in_place:
             # its own output, hashed intact when read and unchanged since: nothing to write
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
-            if doc.sink.source_stat is not None:
-                self.stats[doc.sink.rel] = [doc.sink.source_stat, result.in_place]
+            self._stat(doc.sink, target, result.in_place)
             return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
         copied = hashlib.sha256() if result.data is None else None
@@ -1036,10 +1038,11 @@ class _Publisher:
             folder.mkdir(parents=True, exist_ok=True)
             self.folders.add(folder)
 
-    def _stat(self, sink: Sink, target: Path) -> None:
-        """The stat cache's entry for a source whose identity settled when it was opened."""
+    def _stat(self, sink: Sink, target: Path, identity: list[int] | None = None) -> None:
+        """The stat cache's entry for a source whose identity settled when it was opened, and
+        its output (`identity`, when already known)."""
         if sink.fingerprint and sink.source_stat is not None:
-            self.stats[sink.rel] = [sink.source_stat, fsio.identity(os.stat(target))]
+            self.stats[sink.rel] = [sink.source_stat, identity or fsio.identity(os.stat(target))]
 
     @staticmethod
     def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
@@ -1120,12 +1123,12 @@ class _Publisher:
                 return
             now = fsio.fs_now_ns(self.tmp)
             stats = {rel: s for rel, s in self.stats.items()
-                     if rel in self.records and s[0] is not None and s[1] is not None and s[1][4] < now}
+                     if rel in self.records and s[0] is not None and s[1][4] < now}
             fsio.atomic_write(paths[1], orjson.dumps({
                 "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "boot_id": boot,
                 "stats": stats,
             }), durable=False)
-        except (OSError, TypeError):  # TypeError: orjson refused a record (a damaged one carried)
+        except OSError:
             for path in paths:
                 with contextlib.suppress(OSError):
                     path.unlink(missing_ok=True)

@@ -714,7 +714,7 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
         for rel, at in zip(rels, firsts[1:] + firsts[:1]):
             streams[rel]["first_row"] = at
         fingerprint.write_text(json.dumps(record))
-    elif damage == "deep-errors":  # orjson reads 300 levels, but would not write them back
+    elif damage == "deep-errors":  # not _Tally's error rows (nested 300 deep): refused, never carried
         deep: list[Any] = []
         for _ in range(300):
             deep = [deep]
@@ -950,12 +950,12 @@ def test_file_name_not_utf8_is_an_error_row(tmp_path: Path) -> None:
 def test_reused_rows_copied_and_their_originals_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      small: bool) -> None:
     """A source reused whole has its rows copied from the previous manifest in chunks (never
-    held whole) and its originals' last-seen refreshed, a few thousand at a time; `small`
-    makes every chunk and batch tiny, so that rows straddle chunk ends."""
+    held whole) and its originals' last-seen refreshed as the store is asked about them, a
+    few thousand at a time; `small` makes every chunk and batch tiny, so that rows straddle
+    chunk ends."""
     if small:
         monkeypatch.setattr(pipeline, "_ROWS_CHUNK", 97)
         monkeypatch.setattr(pipeline, "_PRESENCE_BATCH", 2)
-        monkeypatch.setattr(pipeline, "TOUCH_BATCH", 3)
     reg = _dir_registry(tmp_path)
     src = _jsonl_registry(tmp_path)
     out, first = _run(tmp_path, reg, src, incremental=True)
