@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -318,10 +318,12 @@ class _Pool:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.pool: ProcessPoolExecutor | None = None
+        self.pool: Any = None  # a ProcessPoolExecutor once started
 
     def submit(self, options: Options, raws: list[bytes]) -> Future[Any]:
         if self.pool is None:
+            from concurrent.futures import ProcessPoolExecutor  # (multiprocessing: ~30 ms to import)
+
             if options.count_tokens:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..sources import DEFAULT_MAX_BYTES, read_source
 from ..store import open_store
-from .core import reduce
-from .model import Budget, Hint, PayloadResult
-from .retrieve import retrieve as retrieve_original
+
+if TYPE_CHECKING:
+    from .model import PayloadResult
+
+# The cuts are imported by the commands that use them, not by every `caveman-batch` start.
 
 payload_app = typer.Typer(
     help="Reversible, content-aware compression of large tool outputs.",
@@ -43,6 +45,9 @@ def compress(
     max_bytes: Annotated[int, typer.Option("--max-bytes", metavar="N", min=1, help="Input size cap.")] = DEFAULT_MAX_BYTES,
 ) -> None:
     """Print a view of the output that fits the budget; the original goes to the store first."""
+    from .core import reduce
+    from .model import Budget, Hint
+
     budget = Budget(max_chars, max_lines, max_line_chars)
     label, raw = read_source(source, max_bytes)
     with open_store(_store_url(store)) as s:
@@ -79,11 +84,11 @@ def retrieve(
 ) -> None:
     """Print the original bytes behind a handle (verified), or a range of its lines."""
     from .. import ccr
+    from .retrieve import parse_lines
+    from .retrieve import retrieve as retrieve_original
 
     ccr.parse_handle(handle)  # a malformed handle never reaches the store
     if lines is not None:
-        from .retrieve import parse_lines
-
         parse_lines(lines)
     with open_store(_store_url(store), create=False) as s:
         data = retrieve_original(s, handle, lines)
