@@ -322,7 +322,9 @@ class _Pool:
 
     def submit(self, options: Options, raws: list[bytes]) -> Future[Any]:
         if self.pool is None:
-            from concurrent.futures import ProcessPoolExecutor  # (multiprocessing: ~30 ms to import)
+            from concurrent.futures import (
+                ProcessPoolExecutor,  # (multiprocessing: ~30 ms to import)
+            )
 
             if options.count_tokens:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
@@ -486,9 +488,9 @@ class _Previous:
         with open(self.manifest_fd, "rb", closefd=False) as fh:
             fh.seek(0)
             for line in fh:
-                m = _SHA256_FIELD.search(line)
-                if m is not None and line.endswith(self.row_tail + b"\n") and len(line) < 1 << 24:
-                    index[bytes.fromhex(m.group(1).decode("ascii"))] = offset << 24 | len(line)
+                name = _names(line)  # a reusable row's handle names its own sha256 (see row)
+                if type(name) is str and line.endswith(self.row_tail + b"\n") and len(line) < 1 << 24:
+                    index[bytes.fromhex(name)] = offset << 24 | len(line)
                 offset += len(line)
         return index
 
@@ -538,32 +540,20 @@ def _load_previous(config: Config, store: Store) -> _Previous:
     spans = {rel: _Span() for rel in records}
     heads = {rel: b'{"source":{"path":' + orjson.dumps(r["source"]) if type(r.get("source")) is str else b""
              for rel, r in records.items()}
-    asked: list[tuple[str, _Span]] = []  # originals named, to ask the store about
-
-    def ask() -> None:
-        """Which originals the store lacks, and for those it holds, last-seen refreshed now:
-        a `prune` running meanwhile keeps them, whose rows may be carried over."""
-        named = [d for d, _ in asked]
-        absent = set(ccr.missing(store, named))
-        for d, span in asked:
-            if d in absent:
-                span.good = False  # pruned, or another store: every document goes through again
-        ccr.touch(store, [d for d in named if d not in absent], present=True)
-        asked.clear()
-
     try:
         fd = os.open(config.manifest_path, os.O_RDONLY)
     except OSError:
         return found  # no manifest (or none readable): nothing to reuse
     try:
-        size = os.fstat(fd).st_size if stat.S_ISREG(os.fstat(fd).st_mode) else None
-        if size is None:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             return found
         found.manifest_fd = fd
-        if records and size == manifest_size:
-            _stream_spans(fd, ranges, spans, heads, found.row_tail, asked, ask, manifest_sha256)
-            ask()
+        if records and st.st_size == manifest_size:
+            presence = _Presence(store)
+            _stream_spans(fd, ranges, spans, heads, found.row_tail, presence, manifest_sha256)
+            presence.flush()
             found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
             if not config.checksum:
                 found.stats = _read_stats(config, fingerprint_sha256)
@@ -573,9 +563,34 @@ def _load_previous(config: Config, store: Store) -> _Previous:
     return found
 
 
+class _Presence:
+    """Originals named by rows to carry over, asked of the store a few thousand at a time:
+    a span naming one the store lacks is not good (pruned, or another store: its documents
+    go through again); those it holds get their last-seen refreshed right away, so that a
+    `prune` running meanwhile keeps them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.asked: list[tuple[str, _Span]] = []
+
+    def add(self, digest: str, span: _Span) -> None:
+        self.asked.append((digest, span))
+        if len(self.asked) >= _PRESENCE_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        named = [d for d, _ in self.asked]
+        absent = set(ccr.missing(self.store, named))
+        for d, span in self.asked:
+            if d in absent:
+                span.good = False
+        ccr.touch(self.store, [d for d in named if d not in absent], present=True)
+        self.asked = []
+
+
 def _stream_spans(fd: int, ranges: list[tuple[int, int, str]], spans: dict[str, _Span],
-                  heads: dict[str, bytes], tail: bytes, asked: list[tuple[str, _Span]],
-                  ask: Callable[[], None], manifest_sha256: str | None) -> None:
+                  heads: dict[str, bytes], tail: bytes, presence: _Presence,
+                  manifest_sha256: str | None) -> None:
     """One pass over the previous manifest: each fingerprinted source's span of rows, and
     whether they are good; every span bad if the manifest is not the one expected."""
     digest = hashlib.sha256()
@@ -597,9 +612,7 @@ def _stream_spans(fd: int, ranges: list[tuple[int, int, str]], spans: dict[str, 
                             or not line.startswith(heads[rel]) or not line.endswith(tail, 0, -1)):
                         span.good = False
                     elif name is not None:
-                        asked.append((name, span))
-                        if len(asked) >= _PRESENCE_BATCH:
-                            ask()
+                        presence.add(name, span)
             offset += len(line)
     if digest.hexdigest() != manifest_sha256:
         for span in spans.values():
@@ -609,7 +622,6 @@ def _stream_spans(fd: int, ranges: list[tuple[int, int, str]], spans: dict[str, 
 # A manifest row's handle, as _row writes it: "ccr_" and the sha256 of its original, or null.
 # (`"handle":` cannot occur inside a JSON string, where quotes are escaped.)
 _HANDLE: Final = re.compile(rb'"handle":(?:null|"ccr_([0-9a-f]{64})"),')
-_SHA256_FIELD: Final = re.compile(rb'"handle":"ccr_[0-9a-f]{64}","sha256":"([0-9a-f]{64})",')
 
 
 def _names(line: bytes) -> str | None | bool:
@@ -936,11 +948,9 @@ class _Publisher:
                     if item.stats is not None:
                         self.stats[item.rel] = item.stats
                     span = item.span
-                    if not span.rows:
-                        pass
-                    elif copying.rows and span.start == copying.end:
+                    if span.rows and copying.rows and span.start == copying.end:
                         copying.end, copying.rows = span.end, copying.rows + span.rows
-                    else:
+                    elif span.rows:
                         copy()
                         copying.start, copying.end, copying.rows = span.start, span.end, span.rows
                     self.rows += span.rows
