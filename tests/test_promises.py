@@ -89,3 +89,43 @@ def test_no_output_is_published_before_its_original_is_committed(
     # is the order inside the run: the first output appears before the last commit
     publishes = [i for i, (kind, _) in enumerate(spy.events) if kind == "publish"]
     assert publishes[0] < commits[-1]
+
+
+# -- durability settings: what makes a commit or a manifest survive a power loss ------------
+
+
+def test_lmdb_commits_are_synced(tmp_path: Path) -> None:
+    from caveman_batch.store import open_store
+
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        flags = store._live().flags()  # type: ignore[attr-defined]
+    # sync + metasync: every commit is on disk when it returns; map_async would defer it
+    assert (flags["sync"], flags["metasync"], flags["map_async"]) == (True, True, False)
+
+
+def test_sqlite_commits_are_synced(tmp_path: Path) -> None:
+    from caveman_batch.store import open_store
+
+    with open_store(f"sqlite://{tmp_path}/ccr.db") as store:
+        conn = store._live()  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: WAL synced per commit
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_manifest_is_fsynced_with_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest's bytes are fsync'd before it is renamed into place, and its folder after."""
+    synced: list[tuple[str, bytes | None]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")  # the file as it stands when synced
+        synced.append((path, None if os.path.isdir(path) else Path(path).read_bytes()))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    out = tmp_path / "out"
+    run(Config([str(SAMPLES)], out, f"lmdb://{tmp_path}/ccr", workers=1))
+    manifest = (out / "manifest.jsonl").read_bytes()
+    at = [i for i, (_, content) in enumerate(synced) if content == manifest]
+    assert at, "the manifest's bytes were never fsync'd"
+    assert any(path == str(out.resolve()) and content is None for path, content in synced[at[0]:])
