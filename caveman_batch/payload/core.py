@@ -99,7 +99,11 @@ def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -
     except Exception as exc:  # an outside cut must never break a reduce  # noqa: BLE001
         warnings.append(f"cut {getattr(cut, 'name', cut)!r} failed and was skipped: {exc!r}")
         return None
-    if body is None or not fits(body, limits) or len(body) >= len(text):
+    if body is None or len(body) >= len(text):
+        return None
+    if not fits(body, limits):  # the budget law holds whatever a cut returns
+        warnings.append(f"cut {getattr(cut, 'name', cut)!r} ignored its limits "
+                        f"({len(body):,} chars, {count_lines(body):,} lines) and was skipped")
         return None
     return body
 
