@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from payload_kinds import KINDS
 from test_payload import check_laws
 
 from caveman_batch.payload import Budget, Hint, Limits, reduce, registry
@@ -49,6 +51,59 @@ def test_laws_on_random_bytes(text: str, max_chars: int) -> None:
     raw = text.encode("utf-8", "surrogatepass") + b"\xff\n"
     result = reduce(raw, None, Budget(max_chars))
     check_laws(raw.decode("utf-8", "replace"), Budget(max_chars), result)
+
+
+@st.composite
+def over_budget(draw: st.DrawFn, kind: str) -> str:
+    """A tool output of one kind, with random lines mixed in here and there."""
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    body = KINDS[kind](rnd, draw(st.integers(150, 600)))
+    for extra in draw(st.one_of(st.just([]), st.lists(lines, max_size=8))):  # half pure
+        body.insert(rnd.randrange(len(body) + 1), extra)
+    return "\n".join(body)
+
+
+EACH_KIND = settings(max_examples=25, derandomize=True, database=None, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@EACH_KIND
+@given(data=st.data(), budget=budgets, hint=hints)
+def test_laws_on_over_budget_text_of_every_kind(kind: str, data: st.DataObject, budget: Budget,
+                                                hint: Hint) -> None:
+    text = data.draw(over_budget(kind))
+    assume(len(text) > budget.max_chars)
+    result = reduce(text, hint, budget)
+    event(result.strategy)
+    assert result.strategy != "none"  # over budget: something was cut
+    check_laws(text, budget, result, hint)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@EACH_KIND
+@given(data=st.data(), max_chars=st.integers(400, 3_000),
+       junk=st.lists(st.binary(min_size=1, max_size=3), min_size=1, max_size=6))
+def test_laws_on_over_budget_bytes_of_every_kind(kind: str, data: st.DataObject, max_chars: int,
+                                                 junk: list[bytes]) -> None:
+    """Bytes that are not UTF-8 (random junk and 0xFF at line starts) in any kind of output."""
+    rows = data.draw(over_budget(kind)).encode("utf-8", "surrogatepass").split(b"\n")
+    for i, piece in enumerate(junk):
+        at = (i * 7919) % len(rows)
+        rows[at] = piece + b"\xff" + rows[at]
+    raw = b"\n".join(rows)
+    result = reduce(raw, None, Budget(max_chars))
+    event(result.strategy)
+    check_laws(raw.decode("utf-8", "replace"), Budget(max_chars), result)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kind_reaches_its_cut(kind: str) -> None:
+    """The generator above makes what it says: each kind goes to its own cut, over budget."""
+    for seed in range(3):
+        text = "\n".join(KINDS[kind](random.Random(seed), 300))
+        result = reduce(text, Hint(), Budget(2_000))
+        assert len(text) > 2_000 and result.strategy == kind, (seed, result.strategy)
 
 
 ADVERSARIAL = [
