@@ -41,16 +41,30 @@ prose = st.one_of(
     st.text(max_size=300),
 )
 
+# Descriptions as real catalogs have them: longer than the short limit, plain sentences the
+# reducer may drop between rule sentences it must keep, with random prose mixed in.
+PLAIN = ["returns", "the", "weather", "report", "for", "a", "city", "lists", "files", "in",
+         "friendly", "table", "garden", "flowers", "station", "data", "of", "each", "page", "and"]
+RULES = ["You must pass the owner.", "Do not use this for private data.", "Returns at most 50 items.",
+         "Dates are in ISO 8601 format.", "(Optional, default true)", "Use this tool when the user asks.",
+         "Provide the run ID for get_run.", "IMPORTANT: this is destructive.", "Der Wert muss positiv sein."]
+plain_sentence = st.lists(st.sampled_from(PLAIN), min_size=4, max_size=14).map(
+    lambda words: " ".join(words).capitalize() + ".")
+long_prose = st.lists(st.one_of(plain_sentence, plain_sentence, st.sampled_from(RULES),
+                                prose.map(lambda t: t[:60])), min_size=4, max_size=12).map(" ".join)
+descriptions = st.one_of(long_prose, long_prose, long_prose, prose)
 
 names = st.one_of(st.text(min_size=1, max_size=12),
-                  st.sampled_from(["title", "description", "examples", "type", "properties", "$ref",
-                                   "lone \udc00 surrogate"]))
+                  st.sampled_from(["title", "description", "examples", "type", "properties", "$ref"]))
+# A lone surrogate (not UTF-8 once written as bytes) only ever tests the passthrough: it is a
+# key of the random JSON below, not of the catalogs (where it sent 30% to "not UTF-8").
+SURROGATE = "lone \udc00 surrogate"
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**25), 10**25),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
 json_data = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
                                                        st.dictionaries(names, c, max_size=3)), max_leaves=6)
 # Random JSON that often looks like a catalog: its keys are those the compressor and profile act on.
-catalog_keys = st.one_of(names, st.sampled_from([
+catalog_keys = st.one_of(names, st.just(SURROGATE), st.sampled_from([
     "tools", "name", "functions", "function", "type", "result", "jsonrpc", "inputSchema", "input_schema",
     "parameters", "outputSchema", "anyOf", "allOf", "items", "not", "if", "default", "enum", "const",
     "required", "$defs", "definitions", "patternProperties", "dependencies", "additionalProperties"]))
@@ -63,7 +77,7 @@ def schema_node(children: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str,
     return st.fixed_dictionaries({}, optional={
         "type": st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null"]),
         "title": st.text(max_size=20),
-        "description": prose,
+        "description": descriptions,
         "examples": st.lists(json_data, max_size=2),
         "example": json_data,
         "$comment": st.text(max_size=10),
@@ -88,9 +102,8 @@ def schema_node(children: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str,
 
 schemas = st.recursive(schema_node(st.just({})), schema_node, max_leaves=6)
 
-tools = st.fixed_dictionaries({"name": names}, optional={
+tools = st.fixed_dictionaries({"name": names, "description": descriptions}, optional={
     "title": st.text(max_size=20),
-    "description": prose,
     "inputSchema": schemas,
     "outputSchema": schemas,
     "annotations": st.dictionaries(names, json_data, max_size=3),
@@ -146,9 +159,9 @@ def check_laws(raw: bytes) -> None:
     assert 0.0 <= result.ratio <= 1.0
     if result.tokens_before is not None:
         assert result.tokens_after is not None and result.tokens_after <= result.tokens_before
-    before, after = profile(raw), profile(out)
-    if before is not None and after is not None:
-        assert before == after
+    assert profile(raw) == profile(out)
+    if result.status == "ok" and result.tools:
+        assert profile(out)["tools"]  # a compressed catalog has a profile to keep
     again, second = compress(out)
     assert again == out and second.status == "passthrough"
 
@@ -160,6 +173,20 @@ def test_random_catalogs_keep_the_laws(raw: bytes) -> None:
     out, result = compress(raw)
     if result.status == "ok":  # only descriptions and annotation keys changed
         assert strip_prose(json.loads(out)) == strip_prose(json.loads(raw))
+        # and every rule sentence of the frozen list above survived, word for word
+        before, after = _descriptions(json.loads(raw)), _descriptions(json.loads(out))
+        for rule in RULES:
+            assert before.count(rule) == after.count(rule), rule
+
+
+def _descriptions(node: Any) -> str:
+    """Every description string of a document, one per line."""
+    if isinstance(node, dict):
+        return "\n".join(v if k == "description" and isinstance(v, str) else _descriptions(v)
+                         for k, v in node.items())
+    if isinstance(node, list):
+        return "\n".join(_descriptions(v) for v in node)
+    return ""
 
 
 @LAW
