@@ -48,23 +48,33 @@ async def session_run(argv: list[str], calls: list[tuple[str, dict[str, Any]]]) 
             return out
 
 
-def compare(server: list[str], calls: list[tuple[str, dict[str, Any]]], store: str) -> None:
+def compare(server: list[str], calls: list[tuple[str, dict[str, Any]]], store: str,
+            prompts: int = 0, rewritten: bool = True) -> None:
+    """The proxied session equals the direct one but for the compressed tools/list; the
+    server lists `prompts` prompts (so their comparison compares something, or says none)."""
     direct = anyio.run(session_run, server, calls)
     proxied = anyio.run(session_run, [*entry_point(), "proxy", "--store", store, "--", *server],
                         calls)
-    before, after = dump(direct["tools"]), dump(proxied["tools"])
+    assert proxied["calls"] == direct["calls"]
+    assert len(direct["prompts"]["prompts"]) == prompts
+    assert proxied["prompts"] == direct["prompts"]
+    if rewritten:
+        _check_rewritten(direct["tools"], proxied["tools"], store)
+    else:  # it would not be smaller once its handle is added: passed as listed
+        assert proxied["tools"] == direct["tools"]
+
+
+def _check_rewritten(direct: Any, proxied: Any, store: str) -> None:
+    before, after = dump(direct), dump(proxied)
     handle = after["_meta"].pop(listing.META_KEY)
     if not after["_meta"]:
         del after["_meta"]
     assert count_tokens(json.dumps(after)) < count_tokens(json.dumps(before))
     assert profile_doc({"tools": after["tools"]}) == profile_doc({"tools": before["tools"]})
     assert [t["name"] for t in after["tools"]] == [t["name"] for t in before["tools"]]
-
     recovered = subprocess.run([*entry_point(), "recover", "--store", store, handle],
                                capture_output=True, timeout=60, check=True).stdout
-    assert type(direct["tools"]).model_validate_json(recovered) == direct["tools"]
-    assert proxied["calls"] == direct["calls"]
-    assert proxied["prompts"] == direct["prompts"]
+    assert type(direct).model_validate_json(recovered) == direct
 
 
 def test_time_server(tmp_path: Path) -> None:
@@ -85,3 +95,11 @@ def test_git_server(tmp_path: Path) -> None:
     calls = [("git_status", {"repo_path": str(repo)}), ("git_log", {"repo_path": str(repo)})]
     compare([sys.executable, "-m", "mcp_server_git", "--repository", str(repo)], calls,
             f"sqlite:///{tmp_path / 'ccr.db'}")
+
+
+def test_fetch_server_and_its_prompt(tmp_path: Path) -> None:
+    """A server with a prompt (fetch's "fetch"): the proxy passes the prompts list as listed,
+    and its one-tool catalog, which would not be smaller with a handle, unchanged. No tool
+    call: fetching needs the network, which the tests never use."""
+    compare([sys.executable, "-m", "mcp_server_fetch"], [], f"lmdb://{tmp_path / 'ccr'}",
+            prompts=1, rewritten=False)
