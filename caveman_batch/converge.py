@@ -4,9 +4,10 @@ At the end of every run that finds a previous manifest (incremental or not), its
 compared with the new manifest's, document by document:
 
 - A document is known by its source file, and within a stream (a JSONL line, a registry
-  item) first by its content (sha256: lines that only moved when another was removed stay
-  the same document), then, for those left, by its position (a line edited in place is
-  changed); a one-document file is known by its path alone.
+  item) first by its content (sha256: lines that only moved when another was removed or
+  added stay the same documents), then, for those left, by where they lie among those (a
+  line edited in place is changed, whatever moved around it); a one-document file is
+  known by its path alone.
 - Paired, it is *unchanged* if its status, handle, output path and output bytes are as
   before, else *changed*; one the previous manifest lacks is *added*, one this run lacks
   *removed*.
@@ -128,33 +129,38 @@ def _position(source: dict[str, Any]) -> int:
 
 
 def classify(old: list[Doc], new: list[Doc], changes: Changes) -> None:
-    """One source file's documents: paired by content first, then by position."""
+    """One source file's documents: paired by content first; those left, by where they lie
+    among the ones that paired (as a diff aligns lines): after the same paired document,
+    in order. A one-document file's old and new document pair up so."""
     by_content: dict[str, deque[int]] = {}
     for i, doc in enumerate(old):
         if doc.sha256 is not None:
             by_content.setdefault(doc.sha256, deque()).append(i)
     paired = [False] * len(old)
-    left: list[Doc] = []
+    new_left: dict[int, list[Doc]] = {}  # by the old index of the last paired document before
+    anchor = -1
     for doc in new:
         same = by_content.get(doc.sha256) if doc.sha256 is not None else None
         if same:
-            i = same.popleft()
-            paired[i] = True
-            changes.pair(old[i], doc)
+            anchor = same.popleft()
+            paired[anchor] = True
+            changes.pair(old[anchor], doc)
         else:
-            left.append(doc)
-    by_position: dict[int | None, deque[Doc]] = {}
+            new_left.setdefault(anchor, []).append(doc)
+    old_left: dict[int, list[Doc]] = {}
+    anchor = -1
     for i, doc in enumerate(old):
-        if not paired[i]:
-            by_position.setdefault(doc.position, deque()).append(doc)
-    for doc in left:
-        there = by_position.get(doc.position)
-        if there:
-            changes.pair(there.popleft(), doc)
+        if paired[i]:
+            anchor = i
         else:
+            old_left.setdefault(anchor, []).append(doc)
+    for at in sorted(new_left.keys() | old_left.keys()):
+        olds, news = old_left.get(at, []), new_left.get(at, [])
+        for before, after in zip(olds, news):
+            changes.pair(before, after)
+        for doc in news[len(olds):]:
             changes.add(doc)
-    for docs in by_position.values():
-        for doc in docs:
+        for doc in olds[len(news):]:
             changes.remove(doc)
 
 
