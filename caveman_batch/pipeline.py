@@ -1011,7 +1011,9 @@ class _Publisher:
             if hashed:
                 hashed[0].update(b",")
         start = fh.tell()
-        self._emit(fh, doc, result, hashed[0] if hashed else None)
+        copied = self._emit(fh, doc, result, hashed[0] if hashed else None)
+        if copied is not None:
+            result.row["out_sha256"] = copied
         length = fh.tell() - start
         if sink.kind == "jsonl":
             fh.write(b"\n")
@@ -1028,9 +1030,8 @@ class _Publisher:
             self._stat(doc.sink, target, result.in_place)
             return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
-        copied = hashlib.sha256() if result.data is None else None
         with open(temp, "wb") as fh:
-            self._emit(fh, doc, result, copied)
+            copied = self._emit(fh, doc, result)
             size = fh.tell()
         self._folder(target.parent)
         self.converge.note_output(doc.sink.rel)
@@ -1040,7 +1041,8 @@ class _Publisher:
         if copied is None:
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
         else:  # copied through as is: the source's bytes are the output's
-            self._file_record(doc, copied.hexdigest(), copied.hexdigest(), size)
+            result.row["out_sha256"] = copied
+            self._file_record(doc, copied, copied, size)
         return {"path": doc.sink.rel}
 
     def _file_record(self, doc: Document, source_sha256: str | None, output_sha256: str | None,
@@ -1075,20 +1077,26 @@ class _Publisher:
             self.stats[sink.rel] = [sink.source_stat, identity or fsio.identity(os.stat(target))]
 
     @staticmethod
-    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
+    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> str | None:
+        """Write a document's output (also into `digest`); if it is copied through from its
+        spill, the sha256 of what was copied (its row's out_sha256: what tells a later run
+        whether it changed)."""
         if result.data is not None:
             fh.write(result.data)
             if digest is not None:
                 digest.update(result.data)
-            return
+            return None
         assert doc.spill is not None
+        copied = hashlib.sha256()
         with open(doc.spill, "rb") as src:
             while chunk := src.read(1 << 20):
                 fh.write(chunk)
+                copied.update(chunk)
                 if digest is not None:
                     digest.update(chunk)
         if doc.spill_owned:
             doc.spill.unlink(missing_ok=True)
+        return copied.hexdigest()
 
     def _stream(self, sink: Sink) -> tuple[BinaryIO, Path]:
         key = id(sink)

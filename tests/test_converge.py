@@ -374,3 +374,27 @@ def test_sigkill_before_the_manifest_then_rerun_converges(tmp_path: Path) -> Non
     assert not (out / "alpha" / "fresh.json").exists()  # the killed run's output, stale now
     assert not journal_path(out / "manifest.jsonl").exists()
     _assert_as_fresh(tmp_path, reg, out)
+
+
+def test_oversize_documents_copied_through_are_told_changed_by_their_bytes(tmp_path: Path,
+                                                                             incremental: bool) -> None:
+    """Copied through without an original in the store (no handle), an oversize document is
+    still told changed by its output's sha256, even at the same size."""
+    reg = _registry(tmp_path)
+    big = _catalog("big", "Reads a great many things.")
+    (reg / "big.json").write_bytes(big)
+    (reg / "lines.jsonl").write_bytes(json.dumps(json.loads(big)).encode() + b"\n")
+    cap = len(big) - 1
+    _run(tmp_path, reg, incremental=incremental, max_bytes=cap)
+    same_size = big.replace(b"great", b"grand")
+    (reg / "big.json").write_bytes(same_size)
+    changes = tmp_path / "changes.jsonl"
+    _, summary = _run(tmp_path, reg, incremental=incremental, max_bytes=cap, changes=changes)
+    assert _counts(summary) == (0, 1, 10, 0)
+    assert [(c["change"], c["output"], c["old_handle"]) for c in _changes(changes)] == [
+        ("changed", "big.json", None)]
+    (reg / "lines.jsonl").write_bytes(json.dumps(json.loads(same_size)).encode() + b"\n")
+    _, summary = _run(tmp_path, reg, incremental=incremental, max_bytes=cap, changes=changes)
+    assert _counts(summary) == (0, 1, 10, 0)
+    assert [(c["change"], c["source"]) for c in _changes(changes)] == [
+        ("changed", {"path": str(reg / "lines.jsonl"), "line": 1})]
