@@ -31,6 +31,7 @@ they are skipped on both sides, never parsed; the rest are held one small record
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 from collections import deque
@@ -50,33 +51,60 @@ def journal_path(manifest: Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Doc:
-    """One document as a manifest row tells it."""
+    """One document as a manifest row tells it, held small (a rerun that reuses documents
+    one by one holds one per row on each side): digests as bytes, names shared, what it
+    came to folded into one digest (compared, never shown)."""
 
-    source: dict[str, Any]
-    position: int | None  # line or item in a stream; None for a one-document file
-    sha256: str | None  # of the original (None: oversize, unreadable)
-    handle: str | None
+    path: str  # its source file (one string for all of a stream's documents)
+    kind: str | None  # "line" or "item" in a stream; None for a one-document file
+    position: int | None
+    sha256: bytes | None  # of the original (None: oversize, unreadable)
+    handle: bytes | str | None  # the sha256 itself when ccr_<sha256> (always, as written here)
     output: str | None  # its output's path under OUT
-    outcome: tuple[Any, ...]  # status, sha256 of the output bytes, bytes before and after
+    outcome: bytes  # status, sha256 of the output bytes, bytes before and after
 
     @classmethod
-    def of(cls, row: Any) -> Doc | None:
+    def of(cls, row: Any, names: dict[str, str]) -> Doc | None:
         if not isinstance(row, dict) or not isinstance(row.get("source"), dict):
             return None
         source = row["source"]
-        if type(source.get("path")) is not str:
+        path = source.get("path")
+        if type(path) is not str:
             return None
+        kind = "line" if "line" in source else "item" if "item" in source else None
+        position = source.get(kind) if kind else None
         where = row.get("output")
         output = where.get("path") if isinstance(where, dict) else None
-        position = source.get("line", source.get("item"))
-        return cls(source, position if type(position) is int else None, _str(row.get("sha256")),
-                   _str(row.get("handle")), output if type(output) is str else None,
-                   (row.get("status"), row.get("out_sha256"), row.get("bytes_before"),
-                    row.get("bytes_after")))
+        sha256 = _digest(row.get("sha256"))
+        handle = row.get("handle")
+        if sha256 is not None and handle == "ccr_" + row["sha256"]:
+            handle = sha256
+        elif type(handle) is not str:
+            handle = None
+        outcome = hashlib.blake2b(orjson.dumps([row.get("status"), row.get("out_sha256"),
+                                                row.get("bytes_before"), row.get("bytes_after")]),
+                                  digest_size=16).digest()
+        return cls(names.setdefault(path, path), kind,
+                   position if type(position) is int else None, sha256, handle,
+                   names.setdefault(output, output) if type(output) is str else None, outcome)
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return {"path": self.path} if self.kind is None else {"path": self.path, self.kind: self.position}
+
+    @property
+    def handle_text(self) -> str | None:
+        return "ccr_" + self.handle.hex() if isinstance(self.handle, bytes) else self.handle
 
 
-def _str(value: Any) -> str | None:
-    return value if type(value) is str else None
+def _digest(value: Any) -> bytes | None:
+    """A row's sha256 as its 32 bytes, or None (absent, or not a sha256)."""
+    if type(value) is not str or len(value) != 64:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -96,15 +124,15 @@ class Changes:
             self.unchanged += 1
             return
         self.changed += 1
-        self._line("changed", new, old.handle, new.handle)
+        self._line("changed", new, old.handle_text, new.handle_text)
 
     def add(self, new: Doc) -> None:
         self.added += 1
-        self._line("added", new, None, new.handle)
+        self._line("added", new, None, new.handle_text)
 
     def remove(self, old: Doc) -> None:
         self.removed += 1
-        self._line("removed", old, old.handle, None)
+        self._line("removed", old, old.handle_text, None)
 
     def _line(self, change: str, doc: Doc, old_handle: str | None, new_handle: str | None) -> None:
         if self.lines is not None:
@@ -132,7 +160,7 @@ def classify(old: list[Doc], new: list[Doc], changes: Changes) -> None:
     """One source file's documents: paired by content first; those left, by where they lie
     among the ones that paired (as a diff aligns lines): after the same paired document,
     in order. A one-document file's old and new document pair up so."""
-    by_content: dict[str, deque[int]] = {}
+    by_content: dict[bytes, deque[int]] = {}
     for i, doc in enumerate(old):
         if doc.sha256 is not None:
             by_content.setdefault(doc.sha256, deque()).append(i)
@@ -170,16 +198,17 @@ class _Side:
 
     docs: dict[str, list[Doc]] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
+    names: dict[str, str] = field(default_factory=dict)  # one string per path named
 
     def read(self, fh: BinaryIO, skip: list[tuple[int, int]]) -> None:
         for line in _rows_outside(fh, skip):
             try:
-                doc = Doc.of(orjson.loads(line))
+                doc = Doc.of(orjson.loads(line), self.names)
             except orjson.JSONDecodeError:
                 continue  # a row we cannot read names nothing we may touch
             if doc is None:
                 continue
-            self.docs.setdefault(doc.source["path"], []).append(doc)
+            self.docs.setdefault(doc.path, []).append(doc)
             if doc.output is not None:
                 self.outputs.add(doc.output)
 
