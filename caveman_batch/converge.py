@@ -31,6 +31,7 @@ they are skipped on both sides, never parsed; the rest are held one small record
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -38,11 +39,12 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import orjson
 
 from . import fsio
+from .errors import OutputError
 
 def journal_path(manifest: Path) -> Path:
     """Beside the manifest, hidden: outputs renamed into OUT since it was last published."""
@@ -261,8 +263,8 @@ class Converger:
 
     def settle(self, new_manifest: Path, written: set[str], documents: int) -> Changes:
         """Before the new manifest is published: what changed, and stale outputs deleted
-        (or counted, --keep-removed). `written`: outputs of this run without a row to say
-        so (a stream with no document)."""
+        (or counted, --keep-removed). `written`: outputs this run wrote or carried over
+        (a stream with no document has no row to say so)."""
         changes = Changes(lines=[] if self.want_lines else None)
         if self.previous is None and not self.unnamed and not self.want_lines:
             changes.added = documents  # a first run: nothing to compare, nothing stale
@@ -286,8 +288,8 @@ class Converger:
             if parts is None or parts[0] == self.scratch:
                 continue
             if self.keep_removed:
-                changes.outputs_kept += _is_regular(self.out, parts)
-            elif _unlink_regular(self.out, parts):
+                changes.outputs_kept += _regular(self.out, parts, delete=False)
+            elif _regular(self.out, parts, delete=True):
                 changes.outputs_deleted += 1
                 emptied.update(parts[:i] for i in range(1, len(parts)))
         for folder in sorted(emptied, key=len, reverse=True):  # the deepest first
@@ -376,35 +378,30 @@ def _open_folder(out: Path, folders: tuple[str, ...]) -> int:
     return fd
 
 
-def _unlink_regular(out: Path, parts: tuple[str, ...]) -> bool:
-    """Delete OUT/parts if it is a regular file reached through real folders; False if it
-    is gone already (a rerun after a crash), or is anything else (left alone)."""
+# Why a stale output may not be there to delete: gone already (a rerun after a crash), or
+# behind a path component that is a file or a symbolic link (never followed).
+_NOT_THERE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+
+
+def _regular(out: Path, parts: tuple[str, ...], delete: bool) -> bool:
+    """Whether OUT/parts is a regular file reached through real folders (and if `delete`,
+    it is deleted); False if it is not there or is anything else (left alone). Any other
+    failure (permissions, a read-only file system) is an OutputError naming it."""
     try:
         fd = _open_folder(out, parts[:-1])
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+        try:
+            if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+                return False
+            if delete:
+                os.unlink(parts[-1], dir_fd=fd)
+            return True
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE:
             return False
-        os.unlink(parts[-1], dir_fd=fd)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _is_regular(out: Path, parts: tuple[str, ...]) -> bool:
-    try:
-        fd = _open_folder(out, parts[:-1])
-    except OSError:
-        return False
-    try:
-        return stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+        where = out.joinpath(*parts)
+        raise OutputError(f"{where}: cannot delete stale output: {exc.strerror or exc}") from exc
 
 
 def _rmdir_empty(out: Path, folder: tuple[str, ...]) -> None:

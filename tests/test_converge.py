@@ -19,6 +19,7 @@ from caveman_batch import ccr
 from caveman_batch.catalog import compress
 from caveman_batch.cli import main
 from caveman_batch.converge import journal_path
+from caveman_batch.errors import OutputError
 from caveman_batch.pipeline import Config, run
 from caveman_batch.store import open_store
 
@@ -398,3 +399,24 @@ def test_oversize_documents_copied_through_are_told_changed_by_their_bytes(tmp_p
     assert _counts(summary) == (0, 1, 10, 0)
     assert [(c["change"], c["source"]) for c in _changes(changes)] == [
         ("changed", {"path": str(reg / "lines.jsonl"), "line": 1})]
+
+
+def test_a_stale_output_that_cannot_be_deleted_fails_the_run_before_its_manifest(tmp_path: Path) -> None:
+    """Not silently left: an OutputError naming it, the old manifest still in place (so the
+    next run tries again). Root ignores file modes: an immutable file (chattr +i) it is."""
+    reg = _registry(tmp_path)
+    out, _ = _run(tmp_path, reg)
+    stuck = out / "top.json"
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(stuck)],
+                                                        capture_output=True).returncode != 0:
+        pytest.skip("no immutable files here (chattr)")
+    try:
+        before = (out / "manifest.jsonl").read_bytes()
+        (reg / "top.json").unlink()
+        with pytest.raises(OutputError, match=f"{stuck}: cannot delete stale output"):
+            _run(tmp_path, reg)
+        assert (out / "manifest.jsonl").read_bytes() == before
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+    _, summary = _run(tmp_path, reg)
+    assert summary.changes.outputs_deleted == 1 and not stuck.exists()
