@@ -361,15 +361,16 @@ def test_sigkill_before_the_manifest_then_rerun_converges(tmp_path: Path) -> Non
     (reg / "alpha" / "fresh.json").write_bytes(_catalog("fresh"))  # … and one comes
     args = ["compress", str(reg), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
             "--workers", "1", "--quiet", "--incremental"]
-    proc = subprocess.run([sys.executable, "-c", _KILL_AT_MANIFEST, str(out / "manifest.jsonl"), *args],
-                          capture_output=True, timeout=120)
+    changes = tmp_path / "changes.jsonl"
+    proc = subprocess.run([sys.executable, "-c", _KILL_AT_MANIFEST, str(out / "manifest.jsonl"),
+                           *args, "--changes", str(changes)], capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert not changes.exists()  # written only after the manifest
     assert not (out / "top.json").exists()  # deleted before the manifest …
     assert (out / "manifest.jsonl").read_bytes() == old_manifest  # … which still names it
     assert (out / "alpha" / "fresh.json").exists()  # published, in no manifest: in the journal
     assert b"alpha/fresh.json" in journal_path(out / "manifest.jsonl").read_bytes()
     (reg / "alpha" / "fresh.json").unlink()  # and gone from the registry before the rerun
-    changes = tmp_path / "changes.jsonl"
     assert main([*args, "--changes", str(changes)]) == 0
     assert [(c["change"], c["output"]) for c in _changes(changes)] == [("removed", "top.json")]
     assert not (out / "alpha" / "fresh.json").exists()  # the killed run's output, stale now
