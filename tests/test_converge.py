@@ -421,3 +421,22 @@ def test_a_stale_output_that_cannot_be_deleted_fails_the_run_before_its_manifest
         subprocess.run(["chattr", "-i", str(stuck)], check=True)
     _, summary = _run(tmp_path, reg)
     assert summary.changes.outputs_deleted == 1 and not stuck.exists()
+
+
+def test_changes_file_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
+    reg = _registry(tmp_path)
+    for workers in (1, 2):
+        out = f"out{workers}"
+        run(Config([str(reg)], tmp_path / out, f"lmdb://{tmp_path}/ccr{workers}", workers=workers))
+    (reg / "top.json").unlink()
+    (reg / "beta" / "git.json").write_bytes(_catalog("other"))
+    lines = (reg / "lines.jsonl").read_bytes().splitlines()
+    (reg / "lines.jsonl").write_bytes(b"\n".join(lines[1:] + lines[:1]) + b"\n")  # reordered
+    got = []
+    for workers in (1, 2):
+        changes = tmp_path / f"changes{workers}.jsonl"
+        run(Config([str(reg)], tmp_path / f"out{workers}", f"lmdb://{tmp_path}/ccr{workers}",
+                   workers=workers, incremental=True, changes=changes))
+        got.append(changes.read_bytes())
+    assert got[0] == got[1]
+    assert [c["change"] for c in _changes(tmp_path / "changes1.jsonl")] == ["changed", "removed"]
