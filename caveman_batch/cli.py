@@ -173,6 +173,8 @@ def compress(
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
+    keep_removed: Annotated[bool, typer.Option("--keep-removed", help="Keep the outputs of documents no longer in SRC (by default they are deleted from OUT).")] = False,
+    changes: Annotated[Path | None, typer.Option("--changes", metavar="FILE", help="Write one JSON line per added, changed or removed document here (for deploy hooks).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
@@ -182,6 +184,7 @@ def compress(
         sources=sources, out=out, store_url=store or default_store_url(), manifest=manifest,
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS,
+        keep_removed=keep_removed, changes=changes,
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)
@@ -210,7 +213,19 @@ def _summary_text(r: dict[str, object]) -> str:
             f"through, {r['error']:,} in error, {r['reused']:,} reused) in {r['seconds']}s\n"
             f"tokens {r['tokens_before']:,} -> {r['tokens_after']:,} "
             f"(-{float(r['ratio']) * 100:.1f}%, o200k_base, inferred)\n"  # type: ignore[arg-type]
+            f"{_changes_text(r)}\n"
             f"out {r['out']}  manifest {r['manifest']}  store {r['store']}")
+
+
+def _changes_text(r: dict[str, object]) -> str:
+    """Since the previous manifest, by source document; what became of stale outputs."""
+    text = (f"changes: {r['added']:,} added, {r['changed']:,} changed, {r['unchanged']:,} "
+            f"unchanged, {r['removed']:,} removed, {r['error']:,} in error")
+    if r["outputs_kept"]:
+        return text + f"; {r['outputs_kept']:,} output(s) of removed documents kept (--keep-removed)"
+    if r["outputs_deleted"]:
+        return text + f"; {r['outputs_deleted']:,} stale output(s) deleted"
+    return text
 
 
 # -- store commands -----------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Final
 
 import orjson
 
-from . import __version__, ccr, fsio, tokens
+from . import __version__, ccr, converge, fsio, tokens
 from .catalog import DEFAULT_OPTIONS, Options, compress
 from .errors import OutputError, UsageError
 from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
@@ -56,6 +56,8 @@ class Config:
     incremental: bool = False
     checksum: bool = False  # a rerun hashes every source and output (no stat cache)
     options: Options = DEFAULT_OPTIONS
+    keep_removed: bool = False  # stale outputs (of documents no longer in SRC) stay in OUT
+    changes: Path | None = None  # where to write what changed, one JSON line per document
 
     @property
     def manifest_path(self) -> Path:
@@ -93,6 +95,8 @@ class Summary:
     tokens_after: int = 0
     seconds: float = 0.0
     errors: list[dict[str, Any]] = field(default_factory=list)
+    # by source document, against the previous manifest (see converge)
+    changes: converge.Changes = field(default_factory=converge.Changes)
 
     def add(self, row: dict[str, Any], reused: bool) -> None:
         self.documents += 1
@@ -135,7 +139,7 @@ class Summary:
             "tokens_after": self.tokens_after, "ratio": round(self.ratio, 4),
             "encoding": "o200k_base", "basis": "inferred", "seconds": round(self.seconds, 3),
             "mb_per_s": round(mb / self.seconds, 2) if self.seconds else None,
-            "errors": self.errors,
+            **self.changes.as_dict(), "errors": self.errors,
         }
 
 
@@ -251,7 +255,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:
-                previous = _load_previous(config, store)
+                previous = _load_previous(config, store, found.entries)
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
@@ -262,7 +266,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
             touched.flush()
-            pub.finish()
+            pub.finish(summary)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -525,17 +529,21 @@ _ROWS_CHUNK: Final = 1 << 20
 _PRESENCE_BATCH: Final = 4096
 
 
-def _load_previous(config: Config, store: Store) -> _Previous:
+def _load_previous(config: Config, store: Store,
+                   entries: list[tuple[str | None, str, str]]) -> _Previous:
     """What a rerun may reuse: where the previous manifest holds the rows of each source its
     fingerprint names (to be copied over whole), if the manifest is the one the fingerprint
     was written with. The manifest is streamed, never held: each such row is checked as
     bytes (written by this program, key order fixed): it names its source, this run key, and
     an original, whose presence in the store is asked a few thousand at a time; or none.
     Other rows are indexed by sha256 when a document first needs one, and read then
-    (_Previous.row)."""
+    (_Previous.row). Only sources among this run's `entries` are looked at: the originals of
+    one no longer there are not seen again (so that `prune` reclaims them in time)."""
     found = _Previous(config.manifest_path, config.run_key,
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
     manifest_sha256, manifest_size, records, fingerprint_sha256 = _read_fingerprint(config)
+    here = {(source, rel) for source, rel, _ in entries}
+    records = {rel: r for rel, r in records.items() if (r.get("source"), rel) in here}
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
     spans = {rel: _Span() for rel in records}
     heads = {rel: b'{"source":{"path":' + orjson.dumps(r["source"]) if type(r.get("source")) is str else b""
@@ -920,6 +928,10 @@ class _Publisher:
         self.records: dict[str, dict[str, Any]] = {}
         self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
         self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
+        self.converge = converge.Converger(
+            out, tmp, config.manifest_path, config.streams_path,
+            [config.stats_path, *([config.changes] if config.changes else [])],
+            config.keep_removed, want_lines=config.changes is not None)
 
     def __enter__(self) -> _Publisher:
         return self
@@ -928,6 +940,7 @@ class _Publisher:
         for fh, _ in self.streams.values():
             fh.close()
         self.manifest.close()
+        self.converge.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
 
     def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
@@ -937,8 +950,12 @@ class _Publisher:
         copying = _Span(rows=0)
 
         def copy() -> None:
+            start = self.manifest_bytes
             for block in previous.rows_of(copying):
                 self._block(block)
+            if copying.rows:
+                self.converge.carry(copying.start, copying.end, start, self.manifest_bytes,
+                                    copying.rows)
             copying.rows = 0
 
         for item, result in zip(batch, results):
@@ -994,7 +1011,9 @@ class _Publisher:
             if hashed:
                 hashed[0].update(b",")
         start = fh.tell()
-        self._emit(fh, doc, result, hashed[0] if hashed else None)
+        copied = self._emit(fh, doc, result, hashed[0] if hashed else None)
+        if copied is not None:
+            result.row["out_sha256"] = copied
         length = fh.tell() - start
         if sink.kind == "jsonl":
             fh.write(b"\n")
@@ -1011,18 +1030,19 @@ class _Publisher:
             self._stat(doc.sink, target, result.in_place)
             return {"path": doc.sink.rel}
         temp = self.tmp / f"file-{len(self.written)}"
-        copied = hashlib.sha256() if result.data is None else None
         with open(temp, "wb") as fh:
-            self._emit(fh, doc, result, copied)
+            copied = self._emit(fh, doc, result)
             size = fh.tell()
         self._folder(target.parent)
+        self.converge.note_output(doc.sink.rel)
         os.replace(temp, target)
         self.written.add(doc.sink.rel)
         self._stat(doc.sink, target)
         if copied is None:
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
         else:  # copied through as is: the source's bytes are the output's
-            self._file_record(doc, copied.hexdigest(), copied.hexdigest(), size)
+            result.row["out_sha256"] = copied
+            self._file_record(doc, copied, copied, size)
         return {"path": doc.sink.rel}
 
     def _file_record(self, doc: Document, source_sha256: str | None, output_sha256: str | None,
@@ -1057,20 +1077,26 @@ class _Publisher:
             self.stats[sink.rel] = [sink.source_stat, identity or fsio.identity(os.stat(target))]
 
     @staticmethod
-    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> None:
+    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> str | None:
+        """Write a document's output (also into `digest`); if it is copied through from its
+        spill, the sha256 of what was copied (its row's out_sha256: what tells a later run
+        whether it changed)."""
         if result.data is not None:
             fh.write(result.data)
             if digest is not None:
                 digest.update(result.data)
-            return
+            return None
         assert doc.spill is not None
+        copied = hashlib.sha256()
         with open(doc.spill, "rb") as src:
             while chunk := src.read(1 << 20):
                 fh.write(chunk)
+                copied.update(chunk)
                 if digest is not None:
                     digest.update(chunk)
         if doc.spill_owned:
             doc.spill.unlink(missing_ok=True)
+        return copied.hexdigest()
 
     def _stream(self, sink: Sink) -> tuple[BinaryIO, Path]:
         key = id(sink)
@@ -1092,6 +1118,7 @@ class _Publisher:
         del self.streams[id(sink)]
         target = self.out / sink.rel
         self._folder(target.parent)
+        self.converge.note_output(sink.rel)
         os.replace(temp, target)
         self.written.add(sink.rel)
         self._stat(sink, target)
@@ -1102,13 +1129,18 @@ class _Publisher:
             self._record(sink, sink.source_size, sink.source_sha256, hashed[0].hexdigest(),
                          hashed[1], self.rows - hashed[1])
 
-    def finish(self) -> None:
+    def finish(self, summary: Summary) -> None:
         with _as_output_error(self.out):
             self.manifest.flush()
             os.fsync(self.manifest.fileno())
             self.manifest.close()
+            # stale outputs go before the manifest that no longer names them is published
+            changes = self.converge.settle(self.manifest_tmp, self.written | self.records.keys(),
+                                           summary.documents)
             os.replace(self.manifest_tmp, self.config.manifest_path)
             fsio.fsync_dir(self.config.manifest_path.parent)  # the rename too
+            self.converge.published(changes, self.config.changes)
+        summary.changes = changes
         # After the manifest, and tied to it by its sha256 (a stale one is ignored), the
         # fingerprint, then the stat cache tied to the fingerprint. Only shortcuts for the
         # next run: failing to write them does not fail this one, and they are not fsync'd

@@ -1,0 +1,418 @@
+"""OUT follows the registry: what a run changed since the last one, and stale outputs gone.
+
+At the end of every run that finds a previous manifest (incremental or not), its rows are
+compared with the new manifest's, document by document:
+
+- A document is known by its source file, and within a stream (a JSONL line, a registry
+  item) first by its content (sha256: lines that only moved when another was removed or
+  added stay the same documents), then, for those left, by where they lie among those (a
+  line edited in place is changed, whatever moved around it); a one-document file is
+  known by its path alone.
+- Paired, it is *unchanged* if its status, handle, output path and output bytes are as
+  before, else *changed*; one the previous manifest lacks is *added*, one this run lacks
+  *removed*.
+
+Outputs that the previous manifest (or a killed run's journal, below) names and this run
+does not write again are stale: they are deleted before the new manifest is published,
+never after, so a crash in between leaves the old manifest naming outputs that are gone,
+which the next run simply cannot reuse and deletes again (a no-op). Only a regular file
+under OUT is ever deleted, reached without following a symbolic link, and then each folder
+it leaves empty up to OUT; anything no manifest named is never touched.
+
+Every output is noted in a journal beside the manifest before it is renamed into OUT, and
+the journal goes once the manifest is published: a run killed in between leaves outputs no
+manifest names, and the next run counts them as its predecessor's (stale if not written
+again).
+
+Rows that a rerun carries over whole (a source reused whole) are unchanged by definition:
+they are skipped on both sides, never parsed; the rest are held one small record each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+import orjson
+
+from . import fsio
+from .errors import OutputError
+
+def journal_path(manifest: Path) -> Path:
+    """Beside the manifest, hidden: outputs renamed into OUT since it was last published."""
+    return manifest.with_name(f".{manifest.stem}.pending.jsonl")
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """One document as a manifest row tells it, held small (a rerun that reuses documents
+    one by one holds one per row on each side): digests as bytes, names shared, what it
+    came to folded into one digest (compared, never shown)."""
+
+    path: str  # its source file (one string for all of a stream's documents)
+    kind: str | None  # "line" or "item" in a stream; None for a one-document file
+    position: int | None
+    sha256: bytes | None  # of the original (None: oversize, unreadable)
+    handle: bytes | str | None  # the sha256 itself when ccr_<sha256> (always, as written here)
+    output: str | None  # its output's path under OUT
+    outcome: bytes  # status, sha256 of the output bytes, bytes before and after
+
+    @classmethod
+    def of(cls, row: Any, names: dict[str, str]) -> Doc | None:
+        if not isinstance(row, dict) or not isinstance(row.get("source"), dict):
+            return None
+        source = row["source"]
+        path = source.get("path")
+        if type(path) is not str:
+            return None
+        kind = "line" if "line" in source else "item" if "item" in source else None
+        position = source.get(kind) if kind else None
+        where = row.get("output")
+        output = where.get("path") if isinstance(where, dict) else None
+        sha256 = _digest(row.get("sha256"))
+        handle = row.get("handle")
+        if sha256 is not None and handle == "ccr_" + row["sha256"]:
+            handle = sha256
+        elif type(handle) is not str:
+            handle = None
+        outcome = hashlib.blake2b(orjson.dumps([row.get("status"), row.get("out_sha256"),
+                                                row.get("bytes_before"), row.get("bytes_after")]),
+                                  digest_size=16).digest()
+        return cls(names.setdefault(path, path), kind,
+                   position if type(position) is int else None, sha256, handle,
+                   names.setdefault(output, output) if type(output) is str else None, outcome)
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return {"path": self.path} if self.kind is None else {"path": self.path, self.kind: self.position}
+
+    @property
+    def handle_text(self) -> str | None:
+        return "ccr_" + self.handle.hex() if isinstance(self.handle, bytes) else self.handle
+
+
+def _digest(value: Any) -> bytes | None:
+    """A row's sha256 as its 32 bytes, or None (absent, or not a sha256)."""
+    if type(value) is not str or len(value) != 64:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Changes:
+    """What a run changed, by source document, and what became of stale outputs."""
+
+    added: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    outputs_deleted: int = 0
+    outputs_kept: int = 0  # stale, kept (--keep-removed)
+    lines: list[dict[str, Any]] | None = None  # for --changes: one per added/changed/removed
+
+    def pair(self, old: Doc, new: Doc) -> None:
+        if (old.outcome, old.handle, old.output) == (new.outcome, new.handle, new.output):
+            self.unchanged += 1
+            return
+        self.changed += 1
+        self._line("changed", new, old.handle_text, new.handle_text)
+
+    def add(self, new: Doc) -> None:
+        self.added += 1
+        self._line("added", new, None, new.handle_text)
+
+    def remove(self, old: Doc) -> None:
+        self.removed += 1
+        self._line("removed", old, old.handle_text, None)
+
+    def _line(self, change: str, doc: Doc, old_handle: str | None, new_handle: str | None) -> None:
+        if self.lines is not None:
+            self.lines.append({"change": change, "source": doc.source, "output": doc.output,
+                               "old_handle": old_handle, "new_handle": new_handle})
+
+    def sorted_lines(self) -> list[dict[str, Any]]:
+        """By source path, position, then removed before changed before added."""
+        rank = {"removed": 0, "changed": 1, "added": 2}
+        return sorted(self.lines or (), key=lambda line: (
+            line["source"]["path"], _position(line["source"]), rank[line["change"]]))
+
+    def as_dict(self) -> dict[str, int]:
+        return {"added": self.added, "changed": self.changed, "unchanged": self.unchanged,
+                "removed": self.removed, "outputs_deleted": self.outputs_deleted,
+                "outputs_kept": self.outputs_kept}
+
+
+def _position(source: dict[str, Any]) -> int:
+    at = source.get("line", source.get("item"))
+    return at if type(at) is int else -1
+
+
+def classify(old: list[Doc], new: list[Doc], changes: Changes) -> None:
+    """One source file's documents: paired by content first; those left, by where they lie
+    among the ones that paired (as a diff aligns lines): after the same paired document,
+    in order. A one-document file's old and new document pair up so."""
+    by_content: dict[bytes, deque[int]] = {}
+    for i, doc in enumerate(old):
+        if doc.sha256 is not None:
+            by_content.setdefault(doc.sha256, deque()).append(i)
+    paired = [False] * len(old)
+    new_left: dict[int, list[Doc]] = {}  # by the old index of the last paired document before
+    anchor = -1
+    for doc in new:
+        same = by_content.get(doc.sha256) if doc.sha256 is not None else None
+        if same:
+            anchor = same.popleft()
+            paired[anchor] = True
+            changes.pair(old[anchor], doc)
+        else:
+            new_left.setdefault(anchor, []).append(doc)
+    old_left: dict[int, list[Doc]] = {}
+    anchor = -1
+    for i, doc in enumerate(old):
+        if paired[i]:
+            anchor = i
+        else:
+            old_left.setdefault(anchor, []).append(doc)
+    for at in sorted(new_left.keys() | old_left.keys()):
+        olds, news = old_left.get(at, []), new_left.get(at, [])
+        for before, after in zip(olds, news):
+            changes.pair(before, after)
+        for doc in news[len(olds):]:
+            changes.add(doc)
+        for doc in olds[len(news):]:
+            changes.remove(doc)
+
+
+@dataclass
+class _Side:
+    """One manifest's rows outside the carried spans: documents by source path, outputs."""
+
+    docs: dict[str, list[Doc]] = field(default_factory=dict)
+    outputs: set[str] = field(default_factory=set)
+    names: dict[str, str] = field(default_factory=dict)  # one string per path named
+
+    def read(self, fh: BinaryIO, skip: list[tuple[int, int]]) -> None:
+        for line in _rows_outside(fh, skip):
+            try:
+                doc = Doc.of(orjson.loads(line), self.names)
+            except orjson.JSONDecodeError:
+                continue  # a row we cannot read names nothing we may touch
+            if doc is None:
+                continue
+            self.docs.setdefault(doc.path, []).append(doc)
+            if doc.output is not None:
+                self.outputs.add(doc.output)
+
+
+def _rows_outside(fh: BinaryIO, skip: list[tuple[int, int]]) -> Iterator[bytes]:
+    """The lines of fh outside the byte ranges `skip` (sorted, each a whole number of rows)."""
+    at = 0
+    for start, end in [*skip, (-1, -1)]:
+        fh.seek(at)
+        while start < 0 or at < start:
+            line = fh.readline()
+            if not line:
+                return
+            at += len(line)
+            yield line
+        at = max(at, end)
+
+
+class Converger:
+    """Kept by the publisher through a run: the previous manifest (opened when the run
+    starts), the rows carried over from it, the journal of outputs renamed into OUT."""
+
+    def __init__(self, out: Path, scratch: Path, manifest: Path, fingerprint: Path,
+                 protected: list[Path], keep_removed: bool, want_lines: bool) -> None:
+        self.out, self.keep_removed, self.want_lines = out, keep_removed, want_lines
+        self.scratch = _rel_under(out, scratch)
+        self.protected = {_rel_under(out, p) for p in [manifest, fingerprint, *protected]}
+        self.previous = _open_regular(manifest)
+        self.journal = journal_path(manifest)
+        self.protected.add(_rel_under(out, self.journal))
+        # outputs no row names: a killed run's (journal), streams with no document (fingerprint)
+        self.unnamed = _read_journal(self.journal)
+        if self.previous is not None:
+            self.unnamed |= _empty_streams(fingerprint)
+        self.journal_fd: int | None = None
+        self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
+        self.carried_rows = 0
+
+    def carry(self, old_start: int, old_end: int, new_start: int, new_end: int, rows: int) -> None:
+        """Rows copied as they were from the previous manifest: unchanged documents."""
+        self.carried.append((old_start, old_end, new_start, new_end))
+        self.carried_rows += rows
+
+    def note_output(self, rel: str) -> None:
+        """Before an output is renamed into OUT: in the journal (survives a SIGKILL: written
+        through, not buffered)."""
+        if self.journal_fd is None:
+            self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        os.write(self.journal_fd, orjson.dumps(rel) + b"\n")
+
+    def settle(self, new_manifest: Path, written: set[str], documents: int) -> Changes:
+        """Before the new manifest is published: what changed, and stale outputs deleted
+        (or counted, --keep-removed). `written`: outputs this run wrote or carried over
+        (a stream with no document has no row to say so)."""
+        changes = Changes(lines=[] if self.want_lines else None)
+        if self.previous is None and not self.unnamed and not self.want_lines:
+            changes.added = documents  # a first run: nothing to compare, nothing stale
+            return changes
+        changes.unchanged = self.carried_rows
+        old, new = _Side(), _Side()
+        if self.previous is not None:
+            old.read(self.previous, sorted((a, b) for a, b, _, _ in self.carried))
+        with open(new_manifest, "rb") as fh:
+            new.read(fh, [(c, d) for _, _, c, d in self.carried])
+        for path in sorted(old.docs.keys() | new.docs.keys()):
+            classify(old.docs.get(path, []), new.docs.get(path, []), changes)
+        stale = (old.outputs | self.unnamed) - new.outputs - written - self.protected
+        self._clear(sorted(stale), changes)
+        return changes
+
+    def _clear(self, stale: list[str], changes: Changes) -> None:
+        emptied: set[tuple[str, ...]] = set()
+        for rel in stale:
+            parts = _parts(rel)
+            if parts is None or parts[0] == self.scratch:
+                continue
+            if self.keep_removed:
+                changes.outputs_kept += _regular(self.out, parts, delete=False)
+            elif _regular(self.out, parts, delete=True):
+                changes.outputs_deleted += 1
+                emptied.update(parts[:i] for i in range(1, len(parts)))
+        for folder in sorted(emptied, key=len, reverse=True):  # the deepest first
+            _rmdir_empty(self.out, folder)
+
+    def published(self, changes: Changes, changes_file: Path | None) -> None:
+        """After the new manifest is published: the journal goes, the changes file comes."""
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.journal)
+        if changes_file is not None:
+            data = b"".join(orjson.dumps(line) + b"\n" for line in changes.sorted_lines())
+            fsio.atomic_write(changes_file, data)
+
+    def close(self) -> None:
+        if self.journal_fd is not None:
+            os.close(self.journal_fd)
+            self.journal_fd = None
+        if self.previous is not None:
+            self.previous.close()
+            self.previous = None
+
+
+def _open_regular(path: Path) -> BinaryIO | None:
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        return None
+    return fh
+
+
+def _read_journal(path: Path) -> set[str]:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return set()
+    found = set()
+    for line in data.splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            rel = orjson.loads(line)
+            if type(rel) is str:
+                found.add(rel)
+    return found
+
+
+def _empty_streams(fingerprint: Path) -> set[str]:
+    """Outputs of file sources with no document that the last run's fingerprint records."""
+    try:
+        streams = orjson.loads(fingerprint.read_bytes()).get("streams")
+        return {rel for rel, r in streams.items() if isinstance(r, dict) and r.get("rows") == 0}
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return set()
+
+
+def _rel_under(out: Path, path: Path) -> str | None:
+    """`path` as an output path under OUT, or None if it is not under OUT."""
+    try:
+        return path.absolute().relative_to(out.absolute()).as_posix()
+    except ValueError:
+        return None
+
+
+def _parts(rel: str) -> tuple[str, ...] | None:
+    """A manifest's output path as its components, or None if it could lead out of OUT
+    (absolute, `..`, empty or `.` components, a NUL)."""
+    parts = tuple(rel.split("/"))
+    if not rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        return None
+    return parts
+
+
+def _open_folder(out: Path, folders: tuple[str, ...]) -> int:
+    """An fd of OUT/folders, each component opened without following a symbolic link."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in folders:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+# Why a stale output may not be there to delete: gone already (a rerun after a crash), or
+# behind a path component that is a file or a symbolic link (never followed).
+_NOT_THERE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+
+
+def _regular(out: Path, parts: tuple[str, ...], delete: bool) -> bool:
+    """Whether OUT/parts is a regular file reached through real folders (and if `delete`,
+    it is deleted); False if it is not there or is anything else (left alone). Any other
+    failure (permissions, a read-only file system) is an OutputError naming it."""
+    try:
+        fd = _open_folder(out, parts[:-1])
+        try:
+            if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+                return False
+            if delete:
+                os.unlink(parts[-1], dir_fd=fd)
+            return True
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE:
+            return False
+        where = out.joinpath(*parts)
+        raise OutputError(f"{where}: cannot delete stale output: {exc.strerror or exc}") from exc
+
+
+def _rmdir_empty(out: Path, folder: tuple[str, ...]) -> None:
+    """Remove OUT/folder if it is now empty (rmdir refuses otherwise)."""
+    try:
+        fd = _open_folder(out, folder[:-1])
+    except OSError:
+        return
+    try:
+        os.rmdir(folder[-1], dir_fd=fd)
+    except OSError:
+        pass  # not empty, or not ours to remove
+    finally:
+        os.close(fd)
