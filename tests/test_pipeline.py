@@ -386,7 +386,8 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     _gone, alive = psutil.wait_procs(workers, timeout=10)
     assert alive == []  # the workers died with their parent
     assert not (out / "big.jsonl").exists() and not (out / "manifest.jsonl").exists()
-    visible = [p for p in out.rglob("*") if p.is_file() and TMP_DIR not in p.parts]
+    visible = [p for p in out.rglob("*")  # the outputs (not the run's hidden journal)
+               if p.is_file() and TMP_DIR not in p.parts and not p.name.startswith(".")]
     assert visible  # killed past the first batches: some outputs were out
     with open_store(store_url) as store:
         for path in visible:  # whatever was published is whole, and its original is stored
