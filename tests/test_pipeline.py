@@ -48,15 +48,26 @@ def _run(tmp: Path, *sources: str | Path, workers: int = 1, **kw: Any) -> tuple[
     return out, run(config)
 
 
+def _stored(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that name an original; a row without a handle must say why (a document never
+    read: over --max-bytes, or unreadable), and some row must name one."""
+    for row in rows:
+        if row["handle"] is None:
+            assert row["status"] == "passthrough" and row["reason"], row
+            assert "--max-bytes" in row["reason"] or row.get("broken"), row
+    stored = [row for row in rows if row["handle"] is not None]
+    assert stored
+    return stored
+
+
 def _recovers_all(rows: list[dict[str, Any]], store_url: str, originals: dict[str, bytes]) -> None:
     with open_store(store_url) as store:
-        for row in rows:
-            if row["handle"]:
-                data = ccr.recover(store, row["handle"])
-                assert hashlib.sha256(data).hexdigest() == row["sha256"]
-                key = json.dumps(row["source"], sort_keys=True)
-                if key in originals:
-                    assert data == originals[key]
+        for row in _stored(rows):
+            data = ccr.recover(store, row["handle"])
+            assert hashlib.sha256(data).hexdigest() == row["sha256"]
+            key = json.dumps(row["source"], sort_keys=True)
+            if key in originals:
+                assert data == originals[key]
 
 
 def test_samples_every_kind_of_input(tmp_path: Path) -> None:
@@ -439,9 +450,8 @@ def test_unchanged_jsonl_source_is_reused_whole(tmp_path: Path) -> None:
     assert again.reused == again.documents == first.documents
     assert (again.ok, again.error, again.tokens_after) == (first.ok, first.error, first.tokens_after)
     with open_store(f"lmdb://{tmp_path}/ccr") as store:  # every handle still recovers
-        for row in _rows(out / "manifest.jsonl"):
-            if row["handle"]:
-                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+        for row in _stored(_rows(out / "manifest.jsonl")):
+            assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
 
 
 def test_changed_jsonl_source_or_damaged_output_is_redone_per_document(tmp_path: Path) -> None:
@@ -607,10 +617,9 @@ def test_unchanged_directory_is_reused_whole(tmp_path: Path, trust: str,
     assert again.reused == again.documents == first.documents  # the copied-through ones too
     assert (again.ok, again.error, again.tokens_after) == (first.ok, first.error, first.tokens_after)
     with open_store(f"lmdb://{tmp_path}/ccr") as store:  # every original still there, seen now
-        for row in _rows(out / "manifest.jsonl"):
-            if row["handle"]:
-                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
-                assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
+        for row in _stored(_rows(out / "manifest.jsonl")):
+            assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+            assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
     _assert_as_fresh(tmp_path, reg, out)
 
 
@@ -969,9 +978,8 @@ def test_reused_rows_copied_and_their_originals_seen(tmp_path: Path, monkeypatch
     assert again.reused == again.documents == first.documents
     assert _tree(out) == before
     with open_store(f"lmdb://{tmp_path}/ccr") as store:
-        for row in _rows(out / "manifest.jsonl"):
-            if row["handle"]:
-                assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
+        for row in _stored(_rows(out / "manifest.jsonl")):
+            assert ccr.info(store, row["handle"]).last_seen > time.time() - 60
 
 
 def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -994,9 +1002,8 @@ def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeyp
     _, again = _run(tmp_path, reg, incremental=True)
     assert pruned == [0] and again.reused == first.documents
     with open_store(store_url) as store:
-        for row in _rows(out / "manifest.jsonl"):
-            if row["handle"]:
-                assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+        for row in _stored(_rows(out / "manifest.jsonl")):
+            assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
 
 
 def test_manifest_path_taken_by_a_folder_is_an_output_error(tmp_path: Path) -> None:
