@@ -243,6 +243,23 @@ class StoreContract:
         assert ccr.store_original(store, original) == handle  # commit again heals it
         assert ccr.recover(store, handle) == original
 
+    def test_record_that_decodes_but_does_not_hash_to_its_key_refused_then_healed(
+            self, store: Store) -> None:
+        """Tampered so that zstd decodes it (another original of the same length under this
+        key): only the sha256 check can catch it."""
+        original = b'{"tools":[{"name":"x","description":"y"}]}' * 20
+        forged = original.replace(b'"y"', b'"z"')
+        handle = ccr.store_original(store, original)
+        key = handle[4:].encode()
+        store.put(key, ccr.prepare(forged).value)
+        with pytest.raises(IntegrityError) as refused:
+            ccr.recover(store, handle)
+        assert refused.value.reason == "digest mismatch"
+        report = ccr.audit(store)
+        assert report.verified == 0 and report.excluded == {"digest mismatch": 1}
+        assert ccr.store_original(store, original) == handle  # commit again heals it
+        assert ccr.recover(store, handle) == original
+
     def test_truncated_record_refused(self, store: Store) -> None:
         handle = ccr.store_original(store, b"x" * 1000)
         key = handle[4:].encode()
