@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 
 from caveman_batch import ccr, cli
 from caveman_batch.store import open_store
+from caveman_batch.testing.store_contract import bomb_frame
 
 DAY_MS = 86_400_000
 #: CRLF, lone CR, NUL, invalid UTF-8, a BOM and a 4-byte character, no final newline
@@ -298,3 +300,58 @@ def test_sqlite_store_that_cannot_be_created(
 def test_unknown_scheme_is_a_user_error(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     assert run_in_process(["stats", "--store", "nosuch:///x"]) == 1
     assert b"unknown store scheme 'nosuch'" in capfdbinary.readouterr().err
+
+
+# -- hostile records: decompression bombs -------------------------------------------
+
+#: address space for a CLI process: the store's own map (LMDB maps 1 GiB) and the
+#: interpreter fit; inflating a bomb's declared 1 TiB or 4 GiB would not
+ADDRESS_SPACE = {"sqlite": 1 << 30, "lmdb": 3 << 30}
+
+
+def run_capped(limit: int, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The installed CLI with its address space capped at `limit` bytes."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run([*entry_point(), *args], env=dict(os.environ), capture_output=True,
+                          timeout=120, check=False, preexec_fn=cap)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
+def test_bombed_records_are_refused_with_bounded_memory(backend: str, tmp_path: Path) -> None:
+    """Records whose zstd frames declare 1 TiB and 4 GiB (headers stating the originals'
+    true lengths): every store command treats them as corrupt within a capped address
+    space, without a traceback, and committing the originals again heals them."""
+    url = f"sqlite://{tmp_path}/ccr.db" if backend == "sqlite" else f"lmdb://{tmp_path}/ccr"
+    originals = [b'{"tools":[{"name":"tera"}]}', b'{"tools":[{"name":"giga"}]}']
+    tera, giga, good = commit(url, *originals, b"good")
+    with open_store(url) as store:
+        for handle, original, declared in ((tera, originals[0], 1 << 40),
+                                           (giga, originals[1], 4 << 30)):
+            store.put(handle[4:].encode(), ccr.encode_record(
+                len(original), "application/json", 1, 1, bomb_frame(declared, blocks=1 << 15)))
+    limit = ADDRESS_SPACE[backend]
+    expected = {("recover", tera): 1, ("recover", giga): 1, ("verify",): 1, ("stats", "--json"): 0,
+                ("prune", "--not-seen-for", "1d", "--dry-run"): 0,
+                ("prune", "--not-seen-for", "1d"): 0,
+                ("migrate", "--to", f"sqlite://{tmp_path}/copy.db"): 0}
+    for command, code in expected.items():
+        done = run_capped(limit, *command, "--store", url)
+        assert (done.returncode, b"Traceback" in done.stderr) == (code, False), (command, done.stderr)
+        if command[0] == "recover":
+            assert b"corrupt" in done.stderr and command[1].encode() in done.stderr
+        if command[0] == "stats":
+            report = json.loads(done.stdout)
+            assert (report["verified"], report["excluded"]) == (1, {"corrupt": 2})
+        if command[0] == "migrate":
+            assert b"copied 1 of 3 records" in done.stdout and b"skipped 2 corrupt" in done.stdout
+    for original, handle in zip(originals, (tera, giga)):  # a commit of the same original heals
+        source = tmp_path / "catalog.json"
+        source.write_bytes(original)
+        shrunk = run_capped(limit, "shrink", str(source), "--store", url)
+        assert shrunk.returncode == 0 and json.loads(shrunk.stderr)["handle"] == handle, shrunk.stderr
+        recovered = run_capped(limit, "recover", handle, "--store", url)
+        assert (recovered.returncode, recovered.stdout) == (0, original), recovered.stderr
+    assert run_capped(limit, "verify", "--store", url).returncode == 0
+    assert good
