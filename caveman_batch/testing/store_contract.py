@@ -155,6 +155,23 @@ class StoreContract:
         with open_store(store_url, create=False) as s:
             assert s.get(b"k") == b"v"
 
+    def test_readonly_open_reads_and_writes_nothing(self, store_url: str) -> None:
+        if self.persistent:
+            with pytest.raises(StoreNotFoundError):  # read-only never creates
+                open_store(store_url, readonly=True)
+        with open_store(store_url) as s:
+            handle = ccr.store_original(s, b"read me")
+        with open_store(store_url, readonly=True) as ro:
+            if self.persistent:
+                assert ccr.recover(ro, handle) == b"read me"
+            with pytest.raises(StoreError):
+                ro.put(b"k", b"v")
+            with pytest.raises(StoreError):
+                ccr.store_original(ro, b"another")
+        if self.persistent:
+            with open_store(store_url) as s:
+                assert list(s.keys()) == [handle[4:].encode()]
+
     def test_closed_store_refuses_use(self, store_url: str) -> None:
         s = open_store(store_url)
         s.close()
