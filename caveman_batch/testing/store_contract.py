@@ -195,6 +195,8 @@ class StoreContract:
         assert len(original) == 32 << 20
         handle = ccr.store_original(store, original)
         assert ccr.recover(store, handle) == original
+        report = ccr.audit(store)  # verified in chunks, past 1 MiB
+        assert (report.verified, report.original_bytes) == (1, len(original))
 
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     @given(original=st.binary(max_size=4096))
