@@ -73,9 +73,11 @@ class SqliteStore(Store):
     def open(cls, location: str, create: bool = True, readonly: bool = False) -> SqliteStore:
         path = local_path(location)
         url = path_url(cls.scheme, path)
-        if (readonly or not create) and not path.is_file():
+        if path.exists() and not path.is_file():  # a folder, a FIFO (whose read would block)
+            raise foreign_store(url, "not a regular file")
+        if (readonly or not create) and not path.exists():
             raise missing_store(url)
-        new = _recognise(path, url, may_adopt=not readonly)
+        new = _recognise(path, url, may_adopt=create and not readonly)
         if readonly:
             return cls(path, _connect_readonly(path), readonly=True)
         try:
@@ -171,7 +173,7 @@ def _recognise(path: Path, url: str, *, may_adopt: bool) -> bool:
         raise StoreError(f"{url}: cannot read: {exc}") from exc
     if not head:
         if may_adopt:
-            return True  # an empty file is an empty database: made ours
+            return True  # an empty file is an empty database: made ours by a command that makes stores
         raise foreign_store(url, "an empty file")
     if len(head) < _HEADER_BYTES or not head.startswith(_MAGIC):
         raise foreign_store(url, "not an SQLite database")

@@ -367,9 +367,9 @@ NO_SUCH = "ccr_" + "ab" * 32
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
-    """Every file in `folder`: bytes, mtime (ns) and mode."""
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode)
-            for p in sorted(folder.iterdir()) if p.is_file()}
+    """Every entry in `folder`: bytes (of a regular file), mtime (ns) and mode."""
+    return {p.name: (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns, p.stat().st_mode)
+            for p in sorted(folder.iterdir())}
 
 
 def foreign_sqlite(path: Path) -> Path:
@@ -394,7 +394,7 @@ def store_commands(tmp_path: Path) -> list[list[str]]:
             ["payload", "compress", str(catalog)]]
 
 
-@pytest.mark.parametrize("kind", ["another program's database", "not a database", "empty"])
+@pytest.mark.parametrize("kind", ["another program's database", "not a database", "empty", "fifo"])
 def test_a_file_that_is_not_a_store_is_refused_and_left_as_it_was(
     kind: str, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
@@ -403,12 +403,14 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_as_it_was(
     db = theirs / "x.db"
     if kind == "another program's database":
         foreign_sqlite(db)
+    elif kind == "fifo":
+        os.mkfifo(db)
     else:
         db.write_bytes(b"" if kind == "empty" else b"plain text, not SQLite\n" * 20)
     before = snapshot(theirs)
     commands = store_commands(tmp_path)
-    if kind == "empty":  # an empty file is an empty database: a command that writes adopts it
-        commands = commands[:6]
+    if kind == "empty":  # an empty file is an empty database: a command that makes stores adopts it
+        commands = commands[:7]
     for command in commands:
         assert run_in_process([*command, "--store", f"sqlite://{db}"]) == 1, command
         err = capfdbinary.readouterr().err
