@@ -205,7 +205,8 @@ def _tables(path: Path, url: str) -> dict[str, str]:
 
 
 def _file_uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path))
+    """`path` (absolute) as a URI with an empty authority: `//x` stays a path, not a host."""
+    return "file://" + urllib.parse.quote(str(path))
 
 
 _NO_SHARED_MEMORY: Final = (8, 14)  # SQLITE_READONLY, SQLITE_CANTOPEN (primary codes)

@@ -505,6 +505,15 @@ def run_as_modes_say(*args: str) -> subprocess.CompletedProcess[bytes]:
                           timeout=60, check=False, preexec_fn=drop)
 
 
+def test_read_only_sqlite_paths_with_uri_characters(tmp_path: Path,
+                                                    capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """Read-only opens go through an SQLite URI: a path's % and spaces and a leading // are path."""
+    for url in (f"sqlite://{tmp_path}/odd %41 name.db", f"sqlite:///{tmp_path}/slashes.db"):
+        [handle] = commit(url, AWKWARD)
+        assert run_in_process(["recover", handle, "--store", url]) == 0, url
+        assert capfdbinary.readouterr().out == AWKWARD
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
 def test_a_store_whose_files_are_0444_is_read_and_left_unchanged(backend: str, tmp_path: Path) -> None:
     if os.geteuid() == 0:
