@@ -417,6 +417,12 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_as_it_was(
         assert f"sqlite://{db} is not a caveman-batch store".encode() in err, (command, err)
         assert snapshot(theirs) == before, command
     assert not (tmp_path / "copy.db").exists()
+    if kind != "empty":  # nor is it a target
+        ours = f"sqlite://{tmp_path}/ours.db"
+        commit(ours, b"x")
+        assert run_in_process(["migrate", "--store", ours, "--to", f"sqlite://{db}"]) == 1
+        assert b"is not a caveman-batch store" in capfdbinary.readouterr().err
+        assert snapshot(theirs) == before
 
 
 def test_stats_on_a_foreign_sqlite_file_changes_nothing(tmp_path: Path) -> None:
