@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from caveman_batch.store import open_store
-from test_proxy import Upstream, entry_point, request, tool
+from test_proxy import Upstream, entry_point, request, tool, w
 
 SAMPLES = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
 CATALOG = SAMPLES / "registry" / "flint" / "crawler.json"
@@ -83,13 +83,8 @@ def test_proxy_forwards_the_original_response(failing_store: str, tmp_path: Path
     upstream.store = failing_store
     line = (b'{"jsonrpc":"2.0","id":@ID@,"result":'
             + json.dumps({"tools": [tool("x"), tool("y")]}).encode() + b"}\n")
-    proc = upstream.run({"on": {"tools/list": [{"write": _b64(line)}]}}, request(1, "tools/list"))
+    proc = upstream.run({"on": {"tools/list": [w(line)]}}, request(1, "tools/list"))
     assert proc.returncode == 0
     assert proc.stdout == line.replace(b"@ID@", b"1")  # byte for byte, no handle in _meta
     assert b"disk full" in proc.stderr
 
-
-def _b64(data: bytes) -> str:
-    import base64
-
-    return base64.b64encode(data).decode()
