@@ -314,6 +314,35 @@ def touch(store: Store, digests: Iterable[str], now_ms: int | None = None, *,
     store.commit([(_seen_key(d), new) for d in wanted if d not in absent], merge=later)
 
 
+def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) -> list[str]:
+    """Refresh last-seen of those of these records the store holds, as touch() does, and
+    return the digests it does not hold, both in ONE write transaction: a `prune` (which
+    re-checks last-seen inside its own delete transaction) either commits first, and the
+    record is reported absent, or after, and keeps it. A record asked about and refreshed
+    apart could be pruned in between, and a manifest would name it."""
+    stamp = _now_ms() if now_ms is None else now_ms
+    new = _LAST_SEEN.pack(stamp)
+    wanted = list(dict.fromkeys(digests))
+    if not wanted:
+        return []
+    held: dict[bytes, bool] = {}  # set again if a backend runs the transaction again
+
+    def check_then_refresh(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+        if not key.startswith(SEEN_PREFIX):  # the record itself: looked at, never written
+            held[key] = old is not None
+            return None
+        if not held[key[len(SEEN_PREFIX):]]:
+            return None
+        return None if _seen_ms(old) >= stamp else new
+
+    items: list[tuple[bytes, bytes]] = []
+    for digest in wanted:  # each record before its ~seen entry
+        key = digest.encode("ascii")
+        items += [(key, b""), (SEEN_PREFIX + key, new)]
+    store.commit(items, merge=check_then_refresh)
+    return [d for d in wanted if not held[d.encode("ascii")]]
+
+
 def resolve(store: Store, handle: str) -> str:
     """The full digest a handle (or unique prefix of at least 8 hex digits) names."""
     prefix = parse_handle(handle)

@@ -498,3 +498,24 @@ def _child_main(role: str, args: list[str]) -> None:
 
 if __name__ == "__main__":
     _child_main(sys.argv[1], sys.argv[2:])
+
+
+# -- checking and refreshing in one transaction (an incremental rerun racing prune) -------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_touch_held_refreshes_what_is_held_and_names_the_rest(tmp_path: Path, backend: str) -> None:
+    """ccr.touch_held asks and refreshes in the one write transaction (so a prune commits
+    either before it, and the record is named absent, or after, and keeps it)."""
+    with open_store(store_url(backend, tmp_path)) as store:
+        held = ccr.store_original(store, b"held")[len("ccr_"):]
+        gone = ccr.store_original(store, b"gone")[len("ccr_"):]
+        never = ccr.digest_of(b"never stored")
+        assert len(ccr.prune(store, 0, now_ms=ccr._now_ms() + 1)) == 2  # both pruned
+        held = ccr.store_original(store, b"held")[len("ccr_"):]
+        assert ccr.touch_held(store, [held, gone, never, held], now_ms=9 << 40) == [gone, never]
+        assert ccr.info(store, held).last_seen == (9 << 40) / 1000
+        assert list(store.keys(ccr.SEEN_PREFIX)) == [ccr.SEEN_PREFIX + held.encode()]  # none for the absent
+        assert ccr.touch_held(store, []) == []
+        # a prune whose cutoff is before the refresh keeps the record
+        assert ccr.prune(store, 1, now_ms=(9 << 40) + 500) == []
