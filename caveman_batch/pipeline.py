@@ -302,13 +302,15 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             if config.incremental:
                 previous = _load_previous(config, store)
             batches = _batches(_items(found, config, previous, tmp))
+            touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
-                _heal(store, batch, results, verify=config.checksum)
                 _commit(store, results)
+                touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
+            touched.flush()  # before the manifest: its rows are what name the handles
             pub.finish()
     finally:
         if pool is not None:
@@ -904,30 +906,52 @@ def _read_output(out: Path, where: Any, digest: Any,
 # -- committing and publishing ---------------------------------------------------------------
 
 
+TOUCH_BATCH: Final = 4096
+TOUCH_BYTES: Final = 8 << 20
+
+
 def _commit(store: Store, results: list[Result | None]) -> None:
-    """Originals first, durably, in one transaction (those of reused documents were
-    refreshed by _heal)."""
+    """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
     if records:
         ccr.commit(store, records)
 
 
-def _heal(store: Store, batch: list[Any], results: list[Result | None], *, verify: bool = False) -> None:
-    """Reused documents' originals: refreshed if the store holds them, in the transaction
-    that checks it (see ccr.touch_held: a prune running meanwhile keeps them), committed
-    again from the bytes in hand if it does not (pruned, another store), or (`verify`, for
-    --checksum, which trusts no metadata) if they do not read back verified; all before any
-    row names the handle."""
-    reused = [(item, r) for item, r in zip(batch, results) if r is not None and r.touch]
-    if not reused:
-        return
-    digests = [r.touch for _, r in reused if r.touch]
-    absent = set(ccr.touch_held(store, digests))
-    if verify:
-        absent |= _unverified(store, [d for d in digests if d not in absent])
-    for item, result in reused:
-        if result.touch in absent:
-            result.record = ccr.prepare(item.raw)
+class _Touches:
+    """Originals of documents reused one by one, whose last-seen to refresh, a few thousand
+    (or a few MiB of them) at a time: each flush asks the store whether it holds them and
+    refreshes those it does in ONE write transaction (ccr.touch_held: a prune running
+    meanwhile either keeps them or has removed them first), then commits again, from the
+    document's bytes held until then, any it does not (pruned, another store), or (`verify`,
+    for --checksum, which trusts no metadata) any that does not read back verified. All
+    before the manifest is published: only its rows name handles (the outputs never do).
+    One transaction per flush, not per batch: the refresh only protects from `prune`.
+    (Originals of sources reused whole are refreshed as _load_previous finds them.)"""
+
+    def __init__(self, store: Store, verify: bool = False) -> None:
+        self.store, self.verify = store, verify
+        self.pending: dict[str, bytes] = {}  # digest -> the original's bytes
+        self.size = 0
+
+    def add(self, batch: list[Any], results: list[Result | None]) -> None:
+        for item, result in zip(batch, results):
+            if result is not None and result.touch and result.touch not in self.pending:
+                self.pending[result.touch] = item.raw
+                self.size += len(item.raw)
+        if len(self.pending) >= TOUCH_BATCH or self.size >= TOUCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        digests = list(self.pending)
+        absent = set(ccr.touch_held(self.store, digests))
+        if self.verify:
+            absent |= _unverified(self.store, [d for d in digests if d not in absent])
+        records = [ccr.prepare(self.pending[d]) for d in digests if d in absent]
+        if records:
+            ccr.commit(self.store, records)  # merge_record: a tampered record is healed
+        self.pending, self.size = {}, 0
 
 
 def _unverified(store: Store, digests: Iterable[str]) -> set[str]:
