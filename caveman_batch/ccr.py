@@ -325,22 +325,13 @@ def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) 
     wanted = list(dict.fromkeys(digests))
     if not wanted:
         return []
-    held: dict[bytes, bool] = {}  # set again if a backend runs the transaction again
 
-    def check_then_refresh(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
-        if not key.startswith(SEEN_PREFIX):  # the record itself: looked at, never written
-            held[key] = old is not None
-            return None
-        if not held[key[len(SEEN_PREFIX):]]:
-            return None
+    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         return None if _seen_ms(old) >= stamp else new
 
-    items: list[tuple[bytes, bytes]] = []
-    for digest in wanted:  # each record before its ~seen entry
-        key = digest.encode("ascii")
-        items += [(key, b""), (SEEN_PREFIX + key, new)]
-    store.commit(items, merge=check_then_refresh)
-    return [d for d in wanted if not held[d.encode("ascii")]]
+    absent = set(store.commit_present([(d.encode("ascii"), _seen_key(d), new) for d in wanted],
+                                      merge=later))
+    return [d for d in wanted if d.encode("ascii") in absent]
 
 
 def resolve(store: Store, handle: str) -> str:

@@ -506,12 +506,12 @@ _PRUNE_LOOP = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("how", ["whole", "per-document", "tree"])
+@pytest.mark.parametrize("how", ["whole", "per-document", "tree", "per-document sqlite"])
 def test_incremental_rerun_racing_a_real_prune_names_only_what_recovers(tmp_path: Path, how: str) -> None:
     """`prune` runs in a loop in another process while a rerun carries thousands of rows over:
     every original the rerun had not refreshed yet is eligible (its records aged to 1970), so
     any gap between asking the store and refreshing last-seen loses handles."""
-    store_url = f"lmdb://{tmp_path}/ccr"
+    store_url = f"sqlite://{tmp_path}/ccr.db" if how.endswith("sqlite") else f"lmdb://{tmp_path}/ccr"
     if how == "tree":
         src = tmp_path / "reg"
         for i in range(12):  # thousands of small files, a few hundred per folder
@@ -522,9 +522,9 @@ def test_incremental_rerun_racing_a_real_prune_names_only_what_recovers(tmp_path
     else:
         src = tmp_path / "reg.jsonl"
         src.write_bytes(b"".join(CATALOG.replace(b"ping", f"t{i}".encode()) + b"\n" for i in range(6000)))
-    out, first = _compress(tmp_path, src, incremental=True)
+    out, first = _compress(tmp_path, src, incremental=True, store=store_url)
     assert first.documents >= 3000
-    if how == "per-document":  # the fingerprint no longer matches: every row reused one by one
+    if how.startswith("per-document"):  # the fingerprint no longer matches: every row reused one by one
         (out / ".manifest.streams.json").unlink()
     stop, ready = tmp_path / "stop", tmp_path / "ready"
     pruner = subprocess.Popen([sys.executable, "-c", _PRUNE_LOOP, store_url, str(stop), str(ready)],
@@ -535,7 +535,7 @@ def test_incremental_rerun_racing_a_real_prune_names_only_what_recovers(tmp_path
             time.sleep(0.01)
         _age_every_record(store_url)  # a round went by (nothing eligible): now everything is
         began = time.time()
-        _, again = _compress(tmp_path, src, incremental=True)
+        _, again = _compress(tmp_path, src, incremental=True, store=store_url)
         ended = time.time()
     finally:
         stop.touch()
