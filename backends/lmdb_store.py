@@ -20,7 +20,7 @@ import ctypes
 import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -117,10 +117,28 @@ class LmdbStore(Store):
         if self._readonly:
             raise StoreError(f"{self.url} is open read-only")
         items = list(items)
+        self._committing(lambda: self._write(items, merge))
+
+    def commit_present(self, items: Sequence[tuple[bytes, bytes, bytes]],
+                       merge: Merge | None = None) -> list[bytes]:
+        # A guard is found by a cursor, its value never copied out (as missing()).
+        items = list(items)
+        absent: list[bytes] = []
+
+        def write() -> None:
+            absent.clear()  # (a transaction run again after the map grew)
+            self._write([(key, value) for guard, key, value in items], merge,
+                        [guard for guard, _, _ in items], absent)
+
+        self._committing(write)
+        return list(dict.fromkeys(absent))
+
+    def _committing(self, write: Callable[[], None]) -> None:
+        """write() in a transaction, again after the map grew; the map released after."""
         while True:
             try:
                 with _translated(self._path, "commit"):
-                    self._write(items, merge)
+                    write()
                 break
             except StoreError as exc:
                 if not self._recover_map(exc.__cause__):
@@ -155,8 +173,22 @@ class LmdbStore(Store):
             _MAPS.pop(id(env), None)
             env.set_mapsize(size)
 
-    def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None) -> None:
+    def _write(self, items: list[tuple[bytes, bytes]], merge: Merge | None,
+               guards: list[bytes] | None = None, absent: list[bytes] | None = None) -> None:
+        """items in one write transaction; with `guards` (one per item), only the items whose
+        guard is present, the others' guards appended to `absent`."""
         with self._live().begin(write=True) as txn:
+            if guards is not None and absent is not None:
+                cursor = txn.cursor()
+                kept = []
+                for at, (guard, item) in enumerate(zip(guards, items), 1):
+                    if cursor.set_key(guard):
+                        kept.append(item)
+                    else:
+                        absent.append(guard)
+                    if at % _MISSING_PER_READ_TXN == 0:  # copied nothing out: as missing()
+                        self._release()
+                items = kept
             seen = 0
 
             def read(key: bytes) -> bytes | None:

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -112,13 +112,33 @@ class SqliteStore(Store):
         return self._conn
 
     def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        self._transaction(lambda conn: self._write(conn, items, merge))
+
+    def commit_present(self, items: Sequence[tuple[bytes, bytes, bytes]],
+                       merge: Merge | None = None) -> list[bytes]:
+        absent: list[bytes] = []
+
+        def write(conn: sqlite3.Connection) -> None:
+            kept = []
+            for guard, key, value in items:  # a guard's value is never read out
+                if conn.execute("SELECT 1 FROM ccr WHERE key = ?", (guard,)).fetchone():
+                    kept.append((key, value))
+                else:
+                    absent.append(guard)
+            self._write(conn, kept, merge)
+
+        self._transaction(write)
+        return list(dict.fromkeys(absent))
+
+    def _transaction(self, write: Callable[[sqlite3.Connection], None]) -> None:
+        """write(conn) inside one write transaction (BEGIN IMMEDIATE: the writer lock first)."""
         conn = self._live()
         if self._readonly:
             raise StoreError(f"{self.url} is open read-only")
         with self._lock, _translated(self._path, "commit"):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._write(conn, items, merge)
+                write(conn)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise

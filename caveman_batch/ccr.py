@@ -381,6 +381,26 @@ def touch(store: Store, digests: Iterable[str], now_ms: int | None = None, *,
     store.commit([(_seen_key(d), new) for d in wanted if d not in absent], merge=later)
 
 
+def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) -> list[str]:
+    """Refresh last-seen of those of these records the store holds, as touch() does, and
+    return the digests it does not hold, both in ONE write transaction: a `prune` (which
+    re-checks last-seen inside its own delete transaction) either commits first, and the
+    record is reported absent, or after, and keeps it. A record asked about and refreshed
+    apart could be pruned in between, and a manifest would name it."""
+    stamp = _now_ms() if now_ms is None else now_ms
+    new = _LAST_SEEN.pack(stamp)
+    wanted = list(dict.fromkeys(digests))
+    if not wanted:
+        return []
+
+    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+        return None if _seen_ms(old) >= stamp else new
+
+    absent = set(store.commit_present([(d.encode("ascii"), _seen_key(d), new) for d in wanted],
+                                      merge=later))
+    return [d for d in wanted if d.encode("ascii") in absent]
+
+
 def resolve(store: Store, handle: str) -> str:
     """The full digest a handle (or unique prefix of at least 8 hex digits) names."""
     prefix = parse_handle(handle)

@@ -21,7 +21,7 @@ from . import __version__, _accel, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .payload.cli import payload_app
-from .fsio import atomic_write
+from .fsio import write_target
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
 from .store import Store, canonical_url, open_store, split_store_url
@@ -111,6 +111,21 @@ def _size(n: int) -> str:
     return str(n)
 
 
+# A path, not typer's Path: Path("") is ".", and `-o ''` must not mean the current folder.
+OutputOpt = Annotated[
+    str | None, typer.Option("-o", "--output", metavar="FILE",
+                             help="Write here instead of stdout: a file is replaced atomically "
+                                  "(its mode kept, a new one 0600); a FIFO or device is written into.")]
+
+
+def _output_path(text: str | None, option: str = "-o") -> Path | None:
+    if text is None:
+        return None
+    if not text:
+        raise UsageError(f"{option} needs a path, not an empty string")
+    return Path(text)
+
+
 MaxBytesOpt = Annotated[
     int, typer.Option("--max-bytes", metavar="N", min=1,
                       help="Refuse a document larger than N bytes before reading it whole.")]
@@ -122,19 +137,20 @@ MaxBytesOpt = Annotated[
 @app.command()
 def shrink(
     source: Annotated[str, typer.Argument(metavar="[FILE|-]", help="A catalog file, or - for stdin.")] = "-",
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically) instead of stdout.")] = None,
+    output: OutputOpt = None,
     store: StoreOpt = None,
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
 ) -> None:
     """Compress one catalog; commit its original to the store; report (JSON) on stderr."""
+    target = _output_path(output)
     url = minting_store_url(store)
     label, raw = read_source(source, max_bytes)
     outcome = single.shrink(raw, label, url)
-    if output is None:
+    if target is None:
         sys.stdout.buffer.write(outcome.output)
         sys.stdout.buffer.flush()
     else:
-        atomic_write(output, outcome.output)
+        write_target(target, outcome.output)
     sys.stderr.write(json.dumps(outcome.report, ensure_ascii=False) + "\n")
 
 
@@ -192,32 +208,35 @@ def profile(
 @app.command()
 def compress(
     sources: Annotated[list[str], typer.Argument(metavar="SRC...", help="Directories, *.json / *.jsonl files, registry arrays, or - (JSONL on stdin).")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder (mirrors directory sources).")],
+    out: Annotated[str, typer.Option("-o", "--out", metavar="OUT", help="Output folder (mirrors directory sources).")],
     store: StoreOpt = None,
-    manifest: Annotated[Path | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
+    manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
+    follow_symlinks: Annotated[bool, typer.Option("--follow-symlinks", help="Follow symlinks met while walking a folder (default: each is an error row; one named as SRC is always followed).")] = False,
     keep_removed: Annotated[bool, typer.Option("--keep-removed", help="Keep the outputs of documents no longer in SRC (by default they are deleted from OUT).")] = False,
-    changes: Annotated[Path | None, typer.Option("--changes", metavar="FILE", help="Write one JSON line per added, changed or removed document here (for deploy hooks).")] = None,
+    changes: Annotated[str | None, typer.Option("--changes", metavar="FILE", help="Write one JSON line per added, changed or removed document here (for deploy hooks).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
     config = pipeline.Config(
-        sources=sources, out=out, store_url=minting_store_url(store), manifest=manifest,
+        sources=sources, out=_output_path(out), store_url=minting_store_url(store),  # type: ignore[arg-type]
+        manifest=_output_path(manifest, "--manifest"),
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS,
-        keep_removed=keep_removed, changes=changes,
+        follow_symlinks=follow_symlinks, keep_removed=keep_removed,
+        changes=_output_path(changes, "--changes"),
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)
     if show:
         sys.stderr.write("\n")
     report = summary.as_dict()
-    report.update(out=str(out), manifest=str(config.manifest_path), store=config.store_url)
+    report.update(out=str(config.out), manifest=str(config.manifest_path), store=config.store_url)
     if as_json:
         _echo_json(report)
     else:
@@ -261,21 +280,22 @@ def _changes_text(r: dict[str, object]) -> str:
 def recover(
     handle: Annotated[str | None, typer.Argument(help="ccr_<hex>, ccr://<hex> or hex (8+ digits).")] = None,
     handle_opt: Annotated[str | None, typer.Option("--handle", help="The handle (same as the argument).")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically) instead of stdout.")] = None,
+    output: OutputOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """Print the original bytes behind a handle, verified against its sha256."""
+    target = _output_path(output)
     chosen = handle_opt if handle_opt is not None else handle
     if chosen is None:
         raise UsageError("recover needs a handle: caveman-batch recover --handle ccr_…")
     ccr.parse_handle(chosen)  # refuse a malformed handle before opening anything
     with _open(store) as s:
         original = ccr.recover(s, chosen)
-    if output is None:
+    if target is None:
         sys.stdout.buffer.write(original)
         sys.stdout.buffer.flush()
     else:
-        atomic_write(output, original)
+        write_target(target, original)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,9 +24,14 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path, *, durable: bool = True) -> Iterator[BinaryIO]:
-    """Write to a temp file beside `path`; rename over it only if the block succeeds."""
+def atomic_writer(path: Path, *, durable: bool = True, new_mode: int | None = None) -> Iterator[BinaryIO]:
+    """Write to a temp file beside `path`; rename over it only if the block succeeds. The
+    file keeps the mode of the regular file it replaces; a new one gets `new_mode` (default:
+    0666 less the umask, as open() would)."""
     path = Path(path)
+    mode = _mode_of(path)
+    if mode is None:
+        mode = 0o666 & ~_umask() if new_mode is None else new_mode
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -37,7 +43,7 @@ def atomic_writer(path: Path, *, durable: bool = True) -> Iterator[BinaryIO]:
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
         if durable:
             fsync_dir(path.parent)
@@ -49,9 +55,41 @@ def atomic_writer(path: Path, *, durable: bool = True) -> Iterator[BinaryIO]:
         raise
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
-    with atomic_writer(path, durable=durable) as fh:
+def _mode_of(path: Path) -> int | None:
+    """The permission bits of the regular file at `path` (a symlink followed), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = True, new_mode: int | None = None) -> None:
+    with atomic_writer(path, durable=durable, new_mode=new_mode) as fh:
         fh.write(data)
+
+
+def write_target(path: Path, data: bytes) -> None:
+    """What `-o FILE` does with the user's FILE. Something that is not a regular file (a FIFO,
+    a device, a terminal, /proc/self/fd/1) is written into as it is: replacing it would put a
+    regular file in its place (as root, even over /dev/null). A regular file is replaced
+    atomically, its mode kept; a new one is 0600, as the store's files (a recovered original
+    is no more readable than the store it came from)."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+    if st is None or stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        atomic_write(path, data, new_mode=0o600)  # (a folder: refused by the rename)
+        return
+    try:
+        with open(os.open(path, os.O_WRONLY | os.O_CLOEXEC), "wb") as fh:  # no O_CREAT: never a new file
+            fh.write(data)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
 
 _UMASK: int | None = None

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -83,8 +84,11 @@ class Discovery:
     entries: list[tuple[str | None, str, str]] = field(default_factory=list)
 
 
-def discover(sources: list[str], out_dir: Path) -> Discovery:
-    """Resolve SRC arguments into (path, output rel path, kind) in a stable order."""
+def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False) -> Discovery:
+    """Resolve SRC arguments into (path, output rel path, kind) in a stable order. A symlink
+    met while walking a folder is followed only with `follow_symlinks` (as archivers do: an
+    untrusted tree could otherwise copy any readable file into OUT and the store); without,
+    it is an entry of kind "symlink", an error row. One named on the command line is followed."""
     found = Discovery()
     single = len(sources) == 1
     owners: dict[str, str | None] = {}  # output path -> the source written there
@@ -104,13 +108,22 @@ def discover(sources: list[str], out_dir: Path) -> Discovery:
             add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)
-        if path.is_dir():
+        if _is_dir(path):
             base = "" if single else path.resolve().name + "/"
-            for file, rel, kind in _walk(path, base, out_dir.resolve()):
+            for file, rel, kind in _walk(path, base, out_dir.resolve(), follow_symlinks):
                 add(file, rel, kind)
         else:
             add(str(path), path.name, _kind(path.name))
     return found
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether path is a folder (a symlink followed); one that cannot be looked at (a folder
+    above it not ours to enter) is not, and reading it says why in its error row."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _kind(name: str) -> str:
@@ -118,18 +131,23 @@ def _kind(name: str) -> str:
     return "jsonl" if name.lower().endswith(".jsonl") and len(name) > len(".jsonl") else "json"
 
 
-def _walk(root: Path, base: str, skip: Path) -> Iterator[tuple[str, str, str]]:
+def _walk(root: Path, base: str, skip: Path, follow: bool = False) -> Iterator[tuple[str, str, str]]:
     """Catalog files under root (path, output path, kind): a folder's files by name, then
-    its folders by name, as os.walk (symlinked folders not walked into), hidden ones and OUT
-    skipped. Paths spelled as pathlib would (root / rel), but built as plain strings, one
-    scandir per folder and no resolve(): a registry has thousands."""
+    its folders by name, as os.walk, hidden ones and OUT skipped. A symlink (to a catalog
+    file or to a folder) is an entry of kind "symlink" unless `follow`, and then each folder
+    is walked once (a link back up is not a loop). Paths spelled as pathlib would (root /
+    rel), but built as plain strings, one scandir per folder and no resolve() of a real
+    folder: a registry has thousands."""
     top = str(root)
     prefix = "" if top == "." else top if top.endswith("/") else top + "/"
     todo = [(base, "")]
+    walked: set[tuple[int, int]] = set()  # (device, inode) of each folder walked, when following
     while todo:
         rel, below = todo.pop()  # output path so far; path under root so far
         folder = prefix + below if below else top
         try:
+            if follow and not _first_visit(folder, walked):
+                continue
             with os.scandir(folder) as it:
                 found = list(it)
         except OSError:
@@ -143,17 +161,29 @@ def _walk(root: Path, base: str, skip: Path) -> Iterator[tuple[str, str, str]]:
                 is_dir, is_link = entry.is_dir(), entry.is_symlink()
             except OSError:
                 is_dir, is_link = False, False
-            if not is_dir:
+            if is_link and not follow:
+                if is_dir or name.lower().endswith((".json", ".jsonl")):
+                    files.append((name, "symlink"))
+            elif not is_dir:
                 if name.lower().endswith((".json", ".jsonl")):
-                    files.append(name)
-            elif not is_link:
-                dirs.append(name)
-        for name in sorted(files):
-            yield prefix + below + name, rel + name, _kind(name)
-        for name in sorted(dirs, reverse=True):  # popped in name order
+                    files.append((name, _kind(name)))
+            else:
+                dirs.append((name, is_link))
+        for name, kind in sorted(files):
+            yield prefix + below + name, rel + name, kind
+        for name, is_link in sorted(dirs, reverse=True):  # popped in name order
             # a real folder resolves to its own name: only one named like OUT can be OUT
-            if name != skip.name or Path(prefix + below + name).resolve() != skip:
+            if (name != skip.name and not is_link) or Path(prefix + below + name).resolve() != skip:
                 todo.append((rel + name + "/", below + name + "/"))
+
+
+def _first_visit(folder: str, walked: set[tuple[int, int]]) -> bool:
+    st = os.stat(folder)
+    key = (st.st_dev, st.st_ino)
+    if key in walked:
+        return False
+    walked.add(key)
+    return True
 
 
 def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Path) -> Iterator[Item]:
@@ -166,6 +196,9 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
         sink = Sink(os.fsencode(rel).decode("utf-8", "backslashreplace"), "file")
         yield Document({"path": shown}, sink, error="file name is not UTF-8: skipped")
         yield SinkEnd(sink)
+        return
+    if kind == "symlink":
+        yield from _unread(path, rel, "symlink, not followed (--follow-symlinks)")
         return
     if path is None:
         yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
@@ -187,17 +220,41 @@ def _utf8(name: str) -> bool:
 
 
 def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:
-    """body(fh, its fstat) for a readable file; else an unreadable document."""
+    """body(fh, its fstat) for a readable regular file; else an unreadable document. Opened
+    without blocking and checked after the open (a symlink resolved): a FIFO would hang the
+    batch, a device (/dev/zero) would fill the disk with spill files."""
     try:
-        fh = open(path, "rb")
-        st = os.fstat(fh.fileno())  # before any byte is read: what a rerun compares
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        sink = Sink(rel, "file")
-        yield Document({"path": path}, sink, error=f"cannot read: {exc.strerror or exc}")
-        yield SinkEnd(sink)
+        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}")
         return
-    with fh:
+    try:
+        st = os.fstat(fd)  # before any byte is read: what a rerun compares
+    except OSError as exc:
+        os.close(fd)
+        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}")
+        return
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        yield from _unread(path, rel, f"not a regular file ({_file_type(st.st_mode)}): not read")
+        return
+    with os.fdopen(fd, "rb") as fh:
         yield from body(fh, st)  # type: ignore[operator]
+
+
+def _unread(path: str, rel: str, why: str) -> Iterator[Item]:
+    sink = Sink(rel, "file")
+    yield Document({"path": path}, sink, error=why)
+    yield SinkEnd(sink)
+
+
+_FILE_TYPES: Final = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                      (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                      (stat.S_ISDIR, "a directory"))
+
+
+def _file_type(mode: int) -> str:
+    return next((name for test, name in _FILE_TYPES if test(mode)), "not a file")
 
 
 # -- JSONL ------------------------------------------------------------------------
@@ -288,8 +345,10 @@ def _registry_prefix(head: bytes) -> int | None:
     try:
         text = head[start:].decode("utf-8", "ignore")
         first, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
-    except ValueError:
-        return None  # first item incomplete or invalid: a plain document
+    except (ValueError, RecursionError):
+        # first item incomplete, invalid or nested too deep for json: a plain document (the
+        # compressor says why it passes through)
+        return None
     is_catalog = isinstance(first, list) or (
         isinstance(first, dict) and _tool_of(first) is None
         and any(isinstance(first.get(k), list) for k in ("tools", "functions"))
@@ -365,14 +424,13 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
     while True:
         try:
             end = _DECODER.raw_decode(reader.text, reader.pos)[1]
+        except RecursionError:
+            # nested too deep for json's recursive parser: its end is found by a scanner
+            # that keeps no stack, and the compressor passes it through with its reason
+            return _scanned_item(reader, source, sink, max_bytes, spill_dir)
         except ValueError:
             if reader.consumed_bytes() > max_bytes:
-                spill, size = reader.spill_value(spill_dir)
-                if size <= max_bytes:  # a broken item with more behind it, not a big one
-                    raw = spill.read_bytes()
-                    spill.unlink()
-                    return Document(source, sink, raw=raw, size=len(raw))  # compress says why
-                return Document(source, sink, spill=spill, spill_owned=True, size=size)
+                return _scanned_item(reader, source, sink, max_bytes, spill_dir)
             if not reader.fill():
                 return None
             continue
@@ -387,6 +445,18 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
                 out.write(raw)
             return Document(source, sink, spill=Path(name), spill_owned=True, size=len(raw))
         return Document(source, sink, raw=raw, size=len(raw))
+
+
+def _scanned_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_bytes: int,
+                  spill_dir: Path) -> Document:
+    """The next item, its end found by _ValueScanner (json could not parse it): spilled, and
+    held if small after all (a broken item with more behind it, or one nested too deep)."""
+    spill, size = reader.spill_value(spill_dir)
+    if size <= max_bytes:
+        raw = spill.read_bytes()
+        spill.unlink()
+        return Document(source, sink, raw=raw, size=len(raw))  # compress says why
+    return Document(source, sink, spill=spill, spill_owned=True, size=size)
 
 
 class _TextReader:

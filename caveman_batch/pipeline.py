@@ -13,6 +13,7 @@ names are durably committed. The manifest is renamed into place last.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import gc
 import hashlib
@@ -35,11 +36,12 @@ import orjson
 
 from . import __version__, ccr, converge, fsio, tokens
 from .catalog import DEFAULT_OPTIONS, Options, compress
-from .errors import OutputError, UsageError
+from .errors import IntegrityError, OutputError, UsageError
 from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
 from .store import Store, open_store
 
 TMP_DIR: Final = ".caveman-tmp"
+LOCK_FILE: Final = ".caveman-batch.lock"  # in OUT, held (flock) for the whole run
 ONE_READ: Final = 1 << 20  # files smaller than this are hashed from one read
 BATCH_DOCS: Final = 64
 BATCH_BYTES: Final = 4 << 20
@@ -58,6 +60,7 @@ class Config:
     options: Options = DEFAULT_OPTIONS
     keep_removed: bool = False  # stale outputs (of documents no longer in SRC) stay in OUT
     changes: Path | None = None  # where to write what changed, one JSON line per document
+    follow_symlinks: bool = False  # symlinks met while walking a folder (see inputs.discover)
 
     @property
     def manifest_path(self) -> Path:
@@ -220,9 +223,55 @@ Progress = Callable[[Summary], None]
 
 
 def run(config: Config, progress: Progress | None = None) -> Summary:
-    """Run one batch job; raises StoreError/OutputError (nothing half-done published)."""
-    with _caller_objects_frozen():
+    """Run one batch job; raises StoreError/OutputError (nothing half-done published), or
+    UsageError before anything is written if OUT would overwrite a source or another run
+    holds OUT."""
+    _refuse_out_over_sources(config)
+    with _caller_objects_frozen(), _out_locked(config.out):
         return _run(config, progress)
+
+
+def _refuse_out_over_sources(config: Config) -> None:
+    """OUT is neither a source nor around one (symlinks resolved): its outputs would be
+    written over the sources. (OUT inside a source folder is fine: the walk skips it.)"""
+    out = config.out.resolve()
+    for src in config.sources:
+        if src == "-":
+            continue
+        path = Path(src).resolve()
+        if path == out or path.is_relative_to(out):
+            where = "is" if path == out else "holds"
+            raise UsageError(f"-o {config.out} {where} the source {src}: its outputs would overwrite "
+                             "the sources; give an output folder outside them")
+
+
+@contextlib.contextmanager
+def _out_locked(out: Path) -> Iterator[None]:
+    """OUT for this run alone: an exclusive flock on OUT/.caveman-batch.lock, which holds
+    this process's pid (two runs into one OUT, as cron jobs that overlap, would clear each
+    other's temp folder and publish each other's outputs). The kernel drops the lock when
+    its holder dies: the file a killed run leaves blocks nothing."""
+    lock = out / LOCK_FILE
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write to the output folder: {exc.strerror or exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "not written yet"
+            raise UsageError(f"{lock}: another compress run (pid {holder}) is writing to {out}; "
+                             "wait for it to end, or give another output folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -244,7 +293,7 @@ def _caller_objects_frozen() -> Iterator[None]:
 
 def _run(config: Config, progress: Progress | None) -> Summary:
     started = time.perf_counter()
-    found = discover(config.sources, config.out)
+    found = discover(config.sources, config.out, follow_symlinks=config.follow_symlinks)
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
     out = _prepare_out(config.out)
@@ -257,15 +306,15 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             if config.incremental:
                 previous = _load_previous(config, store, found.entries)
             batches = _batches(_items(found, config, previous, tmp))
-            touched = _Touches(store)  # originals of documents reused one by one
+            touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
-                _heal(store, batch, results)
-                _commit(store, results, touched)
+                _commit(store, results)
+                touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
-            touched.flush()
+            touched.flush()  # before the manifest: its rows are what name the handles
             pub.finish(summary)
     finally:
         if pool is not None:
@@ -559,7 +608,7 @@ def _load_previous(config: Config, store: Store,
             return found
         found.manifest_fd = fd
         if records and st.st_size == manifest_size:
-            presence = _Presence(store)
+            presence = _Presence(store, verify=config.checksum)
             _stream_spans(fd, ranges, spans, heads, found.row_tail, presence, manifest_sha256)
             presence.flush()
             found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
@@ -574,11 +623,13 @@ def _load_previous(config: Config, store: Store,
 class _Presence:
     """Originals named by rows to carry over, asked of the store a few thousand at a time:
     a span naming one the store lacks is not good (pruned, or another store: its documents
-    go through again); those it holds get their last-seen refreshed right away, so that a
-    `prune` running meanwhile keeps them."""
+    go through again); those it holds get their last-seen refreshed in the transaction that
+    checks them (ccr.touch_held), so that a `prune` running meanwhile keeps them. With
+    `verify` (--checksum) a span naming one that does not read back verified is not good
+    either (its documents' originals are committed again, which heals the record)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, verify: bool = False) -> None:
+        self.store, self.verify = store, verify
         self.asked: list[tuple[str, _Span]] = []
 
     def add(self, digest: str, span: _Span) -> None:
@@ -588,11 +639,12 @@ class _Presence:
 
     def flush(self) -> None:
         named = [d for d, _ in self.asked]
-        absent = set(ccr.missing(self.store, named))
+        absent = set(ccr.touch_held(self.store, named))
+        if self.verify:
+            absent |= _unverified(self.store, [d for d in named if d not in absent])
         for d, span in self.asked:
             if d in absent:
                 span.good = False
-        ccr.touch(self.store, [d for d in named if d not in absent], present=True)
         self.asked = []
 
 
@@ -863,51 +915,66 @@ def _read_output(out: Path, where: Any, digest: Any,
 
 
 TOUCH_BATCH: Final = 4096
+TOUCH_BYTES: Final = 8 << 20
 
 
-def _commit(store: Store, results: list[Result | None], touched: _Touches) -> None:
-    """Originals first, durably, in one transaction; last-seen of reused ones in bulk.
-
-    A refreshed last-seen only protects from `prune`, so those wait for a few
-    thousand (one transaction, not one per batch).
-    """
+def _commit(store: Store, results: list[Result | None]) -> None:
+    """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
     if records:
         ccr.commit(store, records)
-    touched.extend([r.touch for r in results if r is not None and r.touch])
-
-
-def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:
-    """A reused document whose original the store lacks (pruned, another store) gets it
-    committed again, from the bytes in hand, before its row names the handle."""
-    reused = [(item, r) for item, r in zip(batch, results) if r is not None and r.touch]
-    if not reused:
-        return
-    absent = set(ccr.missing(store, [r.touch for _, r in reused if r.touch]))
-    for item, result in reused:
-        if result.touch in absent:
-            result.record = ccr.prepare(item.raw)
 
 
 class _Touches:
-    """Originals of documents reused one by one, whose last-seen to refresh, all held by the
-    store (or committed again by _heal), written a few thousand at a time: a refreshed
-    last-seen only protects from `prune`, so one transaction per batch of them, not per
-    document. (Those of sources reused whole are refreshed as _load_previous finds them.)"""
+    """Originals of documents reused one by one, whose last-seen to refresh, a few thousand
+    (or a few MiB of them) at a time: each flush asks the store whether it holds them and
+    refreshes those it does in ONE write transaction (ccr.touch_held: a prune running
+    meanwhile either keeps them or has removed them first), then commits again, from the
+    document's bytes held until then, any it does not (pruned, another store), or (`verify`,
+    for --checksum, which trusts no metadata) any that does not read back verified. All
+    before the manifest is published: only its rows name handles (the outputs never do).
+    One transaction per flush, not per batch: the refresh only protects from `prune`.
+    (Originals of sources reused whole are refreshed as _load_previous finds them.)"""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.pending: list[str] = []
+    def __init__(self, store: Store, verify: bool = False) -> None:
+        self.store, self.verify = store, verify
+        self.pending: dict[str, bytes] = {}  # digest -> the original's bytes
+        self.size = 0
 
-    def extend(self, digests: list[str]) -> None:
-        self.pending += digests
-        if len(self.pending) >= TOUCH_BATCH:
+    def add(self, batch: list[Any], results: list[Result | None]) -> None:
+        for item, result in zip(batch, results):
+            if result is not None and result.touch and result.touch not in self.pending:
+                self.pending[result.touch] = item.raw
+                self.size += len(item.raw)
+        if len(self.pending) >= TOUCH_BATCH or self.size >= TOUCH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending:
-            ccr.touch(self.store, self.pending, present=True)
-            self.pending = []
+        if not self.pending:
+            return
+        digests = list(self.pending)
+        absent = set(ccr.touch_held(self.store, digests))
+        if self.verify:
+            absent |= _unverified(self.store, [d for d in digests if d not in absent])
+        records = [ccr.prepare(self.pending[d]) for d in digests if d in absent]
+        if records:
+            ccr.commit(self.store, records)  # merge_record: a tampered record is healed
+        self.pending, self.size = {}, 0
+
+
+def _unverified(store: Store, digests: Iterable[str]) -> set[str]:
+    """Of these originals, those that do not read back verified (gone, tampered, truncated:
+    the store's own verified read, decompressed and hashed)."""
+    bad = set()
+    for digest in digests:
+        value = store.get(digest.encode("ascii"))
+        try:
+            if value is None:
+                raise KeyError(digest)
+            ccr.open_record(digest, value)
+        except (KeyError, IntegrityError):
+            bad.add(digest)
+    return bad
 
 
 class _Publisher:
@@ -1202,5 +1269,13 @@ def _as_output_error(out: Path) -> Iterator[None]:
     except OSError as exc:
         if isinstance(exc, OutputError):
             raise
-        where = exc.filename or out
-        raise OutputError(f"{where}: cannot write output: {exc.strerror or exc}") from exc
+        raise OutputError(f"{_user_path(exc, out)}: cannot write output: {exc.strerror or exc}") from exc
+
+
+def _user_path(exc: OSError, out: Path) -> object:
+    """What an error names: the output it was about (a rename's target), never a temp file of
+    ours (the user never asked for it), else OUT."""
+    for name in (exc.filename2, exc.filename):
+        if name is not None and TMP_DIR not in Path(os.fsdecode(name)).parts:
+            return name
+    return out

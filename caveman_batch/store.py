@@ -119,6 +119,34 @@ class Store(ABC):
         """The keys, of these, that hold no value (a backend may answer in one read)."""
         return [key for key in keys if self.get(key) is None]
 
+    def commit_present(self, items: Sequence[tuple[bytes, bytes, bytes]],
+                       merge: Merge | None = None) -> list[bytes]:
+        """For each (guard, key, value): write key (through `merge`, as commit does) only if
+        `guard` holds a value, all in ONE transaction; return the guards that hold none,
+        checked in that same transaction (no other writer can remove a guard between the
+        check and the write). Guards are never written, and are not among the keys.
+
+        Built here on commit (each guard read by a merge that writes nothing); a backend
+        may look guards up without reading their values."""
+        guards = {guard for guard, _, _ in items}
+        held: dict[bytes, bool] = {}  # set again if a backend runs the transaction again
+        last: list[bytes] = []  # the guard read just before (each item's own: read in order)
+
+        def guarded(key: bytes, old: bytes | None, new: bytes) -> bytes | None | _Delete:
+            if key in guards:
+                held[key] = old is not None
+                last[:] = [key]
+                return None
+            if not held[last[0]]:
+                return None
+            return new if merge is None else merge(key, old, new)
+
+        plan: list[tuple[bytes, bytes]] = []
+        for guard, key, value in items:
+            plan += [(guard, b""), (key, value)]
+        self.commit(plan, merge=guarded)
+        return [guard for guard in dict.fromkeys(g for g, _, _ in items) if not held[guard]]
+
     @abstractmethod
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
         """Keys starting with `prefix`, in ascending byte order."""

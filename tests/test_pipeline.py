@@ -33,12 +33,13 @@ def _rows(manifest: Path) -> list[dict[str, Any]]:
 
 
 STAT_CACHE = ".manifest.stat.json"  # this machine's file identities: differs between runs
+NOT_COMPARED = {STAT_CACHE, pipeline.LOCK_FILE}  # (the lock file holds the last run's pid)
 
 
 def _tree(root: Path) -> dict[str, str]:
     """Every file of OUT but the stat cache, by sha256."""
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != STAT_CACHE}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED}
 
 
 def _run(tmp: Path, *sources: str | Path, workers: int = 1, **kw: Any) -> tuple[Path, Any]:
@@ -314,7 +315,7 @@ def test_store_failure_is_exit_2_and_publishes_nothing(tmp_path: Path, capsys: p
                  "--store", f"lmdb://{blocker}/ccr"])
     assert code == 2
     assert str(blocker) in capsys.readouterr().err
-    assert [p for p in out.rglob("*") if p.is_file()] == []
+    assert [p for p in out.rglob("*") if p.is_file() and p.name != pipeline.LOCK_FILE] == []
 
 
 def test_strict_exit_1_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -957,7 +958,7 @@ def test_file_name_not_utf8_is_an_error_row(tmp_path: Path) -> None:
     bad = next(r for r in _rows(out / "manifest.jsonl") if r["status"] == "error")
     assert bad["source"] == {"path": f"{reg}/caf\\xe9.json"} and bad["output"] is None
     assert "not UTF-8" in bad["reason"]
-    assert sorted(os.listdir(out)) == sorted([".manifest.stat.json", ".manifest.streams.json", "good.json",
+    assert sorted(os.listdir(out)) == sorted([".manifest.stat.json", ".manifest.streams.json", "good.json", pipeline.LOCK_FILE,
                                               "manifest.jsonl"])
 
 

@@ -499,3 +499,40 @@ def _child_main(role: str, args: list[str]) -> None:
 
 if __name__ == "__main__":
     _child_main(sys.argv[1], sys.argv[2:])
+
+
+# -- checking and refreshing in one transaction (an incremental rerun racing prune) -------------
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "memory"])
+def test_touch_held_refreshes_what_is_held_and_names_the_rest(tmp_path: Path, backend: str) -> None:
+    """ccr.touch_held asks and refreshes in the one write transaction (Store.commit_present:
+    so a prune commits either before it, and the record is named absent, or after, and keeps
+    it). memory:// runs the Store base class's commit_present, the others their own."""
+    url = "memory://" if backend == "memory" else store_url(backend, tmp_path)
+    with open_store(url) as store:
+        held = ccr.store_original(store, b"held")[len("ccr_"):]
+        gone = ccr.store_original(store, b"gone")[len("ccr_"):]
+        never = ccr.digest_of(b"never stored")
+        assert len(ccr.prune(store, 0, now_ms=ccr._now_ms() + 1)) == 2  # both pruned
+        held = ccr.store_original(store, b"held")[len("ccr_"):]
+        assert ccr.touch_held(store, [held, gone, never, held], now_ms=9 << 40) == [gone, never]
+        assert ccr.info(store, held).last_seen == (9 << 40) / 1000
+        assert list(store.keys(ccr.SEEN_PREFIX)) == [ccr.SEEN_PREFIX + held.encode()]  # none for the absent
+        assert ccr.touch_held(store, []) == []
+        # a prune whose cutoff is before the refresh keeps the record
+        assert ccr.prune(store, 1, now_ms=(9 << 40) + 500) == []
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "memory"])
+def test_commit_present_writes_only_what_its_guard_allows(tmp_path: Path, backend: str) -> None:
+    url = "memory://" if backend == "memory" else store_url(backend, tmp_path)
+    with open_store(url) as store:
+        store.commit([(b"g1", b"x"), (b"k2", b"old")])
+        absent = store.commit_present([(b"g1", b"k1", b"v1"), (b"g2", b"k2", b"v2"),
+                                       (b"g2", b"k3", b"v3"), (b"g1", b"k2", b"v4")],
+                                      merge=lambda _k, old, new: new + (old or b""))
+        assert absent == [b"g2"]
+        assert (store.get(b"k1"), store.get(b"k2"), store.get(b"k3")) == (b"v1", b"v4old", None)
+        assert store.get(b"g1") == b"x" and store.get(b"g2") is None  # guards never written
+        assert store.commit_present([]) == []

@@ -300,6 +300,20 @@ class StoreContract:
         assert store.missing([b"k0", b"k1", b"k2", b"k3", b"k4"]) == [b"k0", b"k2", b"k4"]
         assert store.missing([]) == []
 
+    def test_commit_present_writes_only_behind_a_present_guard(self, store: Store) -> None:
+        store.commit([(b"g1", b"x"), (b"k2", b"old")])
+        absent = store.commit_present([(b"g1", b"k1", b"v1"), (b"g2", b"k2", b"v2"),
+                                       (b"g2", b"k3", b"v3"), (b"g1", b"k2", b"v4")],
+                                      merge=lambda _k, old, new: new + (old or b""))
+        assert absent == [b"g2"]
+        assert (store.get(b"k1"), store.get(b"k2"), store.get(b"k3")) == (b"v1", b"v4old", None)
+        assert store.get(b"g1") == b"x" and store.get(b"g2") is None  # guards are never written
+        assert store.commit_present([]) == []
+        digest = ccr.store_original(store, b"held")[4:]
+        assert ccr.touch_held(store, [digest, "f" * 64], now_ms=9 << 40) == ["f" * 64]
+        assert ccr.info(store, "ccr_" + digest).last_seen == (9 << 40) / 1000
+        assert store.get(ccr.SEEN_PREFIX + b"f" * 64) is None
+
     def test_touch_moves_last_seen_forward_only(self, store: Store) -> None:
         digest, absent = ccr.digest_of(b"abc"), ccr.digest_of(b"absent")
         ccr.commit(store, [ccr.prepare(b"abc", now_ms=1_000)])
