@@ -93,7 +93,7 @@ def _fold_run(m: re.Match[str], text: str, lines: bool) -> str:
         return "\n\n"
     if _LIST_MARKER.match(text, m.end()) is not None:
         return "\n"
-    if lines and (markup.stands_alone_at(text, m.end())
+    if lines and (markup.stands_alone_at(text, m.start() + run.rfind("\n") + 1)
                   or markup.stands_alone_at(text, text.rfind("\n", 0, m.start()) + 1)):
         return "\n"  # the break before or after a heading or a lone tag
     return " "

@@ -34,9 +34,9 @@ MARKUP: Final = re.compile(r"^[^\S\n]*(?:```|~~~|#|<[A-Za-z/])|</[A-Za-z]", re.M
 # re-read the line once per backtick), a backtick fence's words hold no backtick.
 _OPENING: Final = re.compile(r"^[^\S\n]*+(?:(`{3,}+)(?=[^`\n]*$)|(~{3,}+))", re.MULTILINE)
 _CLOSING: Final = re.compile(r"^[^\S\n]*+(`{3,}+|~{3,}+)[^\S\n]*$", re.MULTILINE)
-# A line that stands alone, matched at its start (leading white space allowed).
-_ALONE: Final = re.compile(r"[^\S\n]*+(?:#{1,6}(?=\s|\Z)|</?[A-Za-z][\w-]*>[^\S\n]*(?=\n|\Z))")
-_ALONE_LINE: Final = re.compile("^" + _ALONE.pattern, re.MULTILINE)
+# A line that stands alone, from its start (leading white space allowed); anchored,
+# so that a scan does not re-read a run of white space from each of its characters.
+_ALONE: Final = re.compile(r"^[^\S\n]*+(?:#{1,6}(?=\s|\Z)|</?[A-Za-z][\w-]*>[^\S\n]*(?=\n|\Z))", re.MULTILINE)
 _TAG: Final = re.compile(r"<(/?)([A-Za-z][\w-]*)>")
 
 
@@ -70,7 +70,8 @@ def opens_block(text: str) -> bool:
 
 
 def stands_alone_at(text: str, line_start: int) -> bool:
-    """Is the line of `text` that starts at `line_start` a heading or a lone tag?"""
+    """Is the line of `text` that starts at `line_start` (0 or just after a "\\n") a
+    heading or a lone tag?"""
     return _ALONE.match(text, line_start) is not None
 
 
@@ -124,7 +125,7 @@ def of(text: str) -> Markup | None:
         return None
     blocks = fenced_blocks(text)
     outside = Markup(blocks, frozenset(), [], {}, [])  # for in_block() alone
-    alone = frozenset(m.start() for m in _ALONE_LINE.finditer(text) if not outside.in_block(m.start()))
+    alone = frozenset(m.start() for m in _ALONE.finditer(text) if not outside.in_block(m.start()))
     pairs = _pairs(text, outside)
     if not (blocks or alone or pairs):
         return None
