@@ -9,6 +9,9 @@
  * What is mirrored, and from where:
  *
  *   describe.fold             fold_text()           (_FOLDABLE, _fold_run, strip)
+ *   markup.may_hold           opens_markup(), has_closing_tag()  (MARKUP: the
+ *                             text is handed back to Python, which alone keeps
+ *                             fenced blocks, headings and paired tags)
  *   describe._LIST_MARKER     list_marker_at()
  *   describe._protected       span_try()            (_SPANS, finditer semantics)
  *   describe.split_sentences  find_units()          (_END_ASCII, _END_ELLIPSIS,
@@ -1232,14 +1235,39 @@ list_marker_at(int kind, const void *data, Py_ssize_t n, Py_ssize_t p)
     return 0;
 }
 
+/* Does the line whose first character other than white space is data[p] open
+ * with what markup.MARKUP looks for there: ``` ~~~ # or "<" and a letter or "/"? */
+static inline Py_ALWAYS_INLINE int
+opens_markup(int kind, const void *data, Py_ssize_t n, Py_ssize_t p)
+{
+    Py_UCS4 c = PyUnicode_READ(kind, data, p);
+    if (c == '#') {
+        return 1;
+    }
+    if (c == '`' || c == '~') {
+        return p + 2 < n && PyUnicode_READ(kind, data, p + 1) == c
+               && PyUnicode_READ(kind, data, p + 2) == c;
+    }
+    if (c == '<' && p + 1 < n) {
+        Py_UCS4 d = PyUnicode_READ(kind, data, p + 1);
+        return d == '/' || (d < 0x80 && Py_ISALPHA(d));
+    }
+    return 0;
+}
+
 /* describe.fold of data[0:n] (a str of the given kind), written to t as UCS4.
  * Returns the folded length, the text then starting at t[*start]; or -1 when
- * the text holds a character left to Python (a surrogate, or a capital sigma
- * when `sigma`).  Inlined once per kind, so each reads its own width. */
+ * the text holds something left to Python: a surrogate, a capital sigma when
+ * `sigma`, or a line that opens with markup (markup.MARKUP's first branch; the
+ * caller checks its second, "</" and a letter).  Inlined once per kind, so each
+ * reads its own width. */
 static inline Py_ALWAYS_INLINE Py_ssize_t
 fold_text(int kind, const void *data, Py_ssize_t n, Py_UCS4 *t, int sigma, Py_ssize_t *start)
 {
     Py_ssize_t r = 0, w = 0;
+    if (n > 0 && !Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, 0)) && opens_markup(kind, data, n, 0)) {
+        return -1;
+    }
     while (r < n) {
         Py_UCS4 c = PyUnicode_READ(kind, data, r);
         if (c > ' ' && c < 0x7F) {
@@ -1261,6 +1289,9 @@ fold_text(int kind, const void *data, Py_ssize_t n, Py_UCS4 *t, int sigma, Py_ss
         while (j < n && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, j))) {
             newlines += (PyUnicode_READ(kind, data, j) == '\n');
             j++;
+        }
+        if ((newlines > 0 || r == 0) && j < n && opens_markup(kind, data, n, j)) {
+            return -1;  /* a line start, past its white space */
         }
         if (c == ' ' && j == r + 1) {
             t[w++] = ' ';
@@ -1889,15 +1920,35 @@ has_span_chars(const Py_UCS4 *t, Py_ssize_t n)
     return 0;
 }
 
+/* markup.MARKUP's second branch: "</" and an ASCII letter anywhere.  Finding
+ * "<" is a memchr on the common 1-byte text. */
+static int
+has_closing_tag(PyObject *text, Py_ssize_t n)
+{
+    const void *data = PyUnicode_DATA(text);
+    int kind = PyUnicode_KIND(text);
+    for (Py_ssize_t at = 0; (at = PyUnicode_FindChar(text, '<', at, n, 1)) >= 0 && at + 2 < n; at++) {
+        Py_UCS4 letter = PyUnicode_READ(kind, data, at + 2);
+        if (PyUnicode_READ(kind, data, at + 1) == '/' && letter < 0x80 && Py_ISALPHA(letter)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* describe.fold(text) into w->t as UCS4.  Returns 1 when the text holds
- * something this module leaves to Python (a surrogate, or a capital sigma when
- * that matters), 0 when loaded, -1 on error. */
+ * something this module leaves to Python (a surrogate, a capital sigma when
+ * that matters, or markup: markup.may_hold(text), whose blocks, headings and
+ * tags only the Python path keeps), 0 when loaded, -1 on error. */
 static int
 load_folded(Work *w, PyObject *text)
 {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text), start, len;
     const void *data = PyUnicode_DATA(text);
     int sigma = w->cfg->sigma_sensitive;
+    if (has_closing_tag(text, n)) {
+        return 1;
+    }
     if ((size_t)n >= PY_SSIZE_T_MAX / sizeof(Py_UCS4)) {
         PyErr_NoMemory();
         return -1;
@@ -2303,6 +2354,7 @@ static const struct {
     const char *source;
 } mirrored[] = {
     {"describe._FOLDABLE", "[^\\S ]\\s*| \\s+"},
+    {"markup.MARKUP", "^[^\\S\\n]*(?:```|~~~|#|<[A-Za-z/])|</[A-Za-z]"},
     {"describe._LIST_MARKER",
      "(?:[-*+\u2022\u25aa\u2023\u25e6]|\\(?(?:\\d{1,3}|[a-z]|[ivx]{1,4})[.)])(?=\\s|\\Z)"},
     {"describe._SPAN_CHARS", "[`\\\"\u201c]"},

@@ -33,7 +33,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Final
 
-from . import _accel, rules
+from . import _accel, markup, rules
 from .rules import RuleScan, opens_with_instruction
 
 SHORT_BYTES: Final = 160
@@ -66,25 +66,71 @@ def _is_folded(text: str) -> bool:
 
 
 def fold(text: str) -> str:
-    """Collapse white space; keep a blank line as "\\n\\n", a break before a list item as "\\n"."""
+    """Collapse white space; keep a blank line as "\\n\\n", a break before a list item as "\\n".
+
+    Where the text holds markup (see `markup`), a fenced block is copied as written
+    on lines of its own, and a heading or a lone tag keeps the breaks around it.
+    """
+    if not markup.may_hold(text):
+        return _fold_prose(text, False)
+    blocks = markup.fenced_blocks(text)
+    if not blocks:
+        return _fold_prose(text, True)
+    return _fold_around(text, blocks)
+
+
+def _fold_prose(text: str, lines: bool) -> str:
     if _FOLDABLE.search(text) is None:
         return text.strip(" ")
-    return _FOLDABLE.sub(lambda m: _fold_run(m, text), text).strip()
+    return _FOLDABLE.sub(lambda m: _fold_run(m, text, lines), text).strip()
 
 
-def _fold_run(m: re.Match[str], text: str) -> str:
+def _fold_run(m: re.Match[str], text: str, lines: bool) -> str:
     run = m.group()
     if "\n" not in run or m.start() == 0 or m.end() == len(text):
         return " "
     if run.count("\n") >= 2:
         return "\n\n"
-    return "\n" if _LIST_MARKER.match(text, m.end()) else " "
+    if _LIST_MARKER.match(text, m.end()) is not None:
+        return "\n"
+    if lines and (markup.stands_alone_at(text, m.start() + run.rfind("\n") + 1)
+                  or markup.stands_alone_at(text, text.rfind("\n", 0, m.start()) + 1)):
+        return "\n"  # the break before or after a heading or a lone tag
+    return " "
+
+
+def _fold_around(text: str, blocks: list[tuple[int, int]]) -> str:
+    """fold() of a text holding fenced blocks: the prose between them folded, each block
+    copied as written, and a break ("\\n\\n" where the text had a blank line) on each side."""
+    out: list[str] = []
+    gap = ""  # the white space since the last piece written
+    pos = 0
+    for start, end in [*blocks, (len(text), len(text))]:
+        prose = text[pos:start]
+        core = prose.strip()
+        if core:
+            _break(out, gap + prose[:len(prose) - len(prose.lstrip())])
+            out.append(_fold_prose(core, True))
+            gap = prose[len(prose.rstrip()):]
+        else:
+            gap += prose
+        if start < end:
+            _break(out, gap)
+            out.append(text[start:end])
+            gap = ""
+        pos = end
+    return "".join(out)
+
+
+def _break(out: list[str], gap: str) -> None:
+    if out:
+        out.append("\n\n" if gap.count("\n") >= 2 else "\n")
 
 
 @dataclass(frozen=True, slots=True)
 class Sentence:
     start: int
-    end: int  # exclusive; text[start:end] has no leading or trailing white space
+    end: int  # exclusive; text[start:end] has no leading or trailing white space (but an indented block's)
 
 
 def _protected(text: str) -> list[tuple[int, int]]:
@@ -146,12 +192,21 @@ def _is_abbreviation(text: str, dot: int) -> bool:
 
 
 def split_sentences(text: str) -> list[Sentence]:
-    """Sentences of folded `text`, in order; boundaries a careful reader agrees with."""
+    """Sentences of folded `text`, in order; boundaries a careful reader agrees with.
+
+    A fenced block is one sentence: nothing inside it ends one.
+    """
+    return _split(text, markup.of(text))
+
+
+def _split(text: str, marks: markup.Markup | None) -> list[Sentence]:
     spans = _protected(text)
     out: list[Sentence] = []
     begin = 0
     size = len(text)
     for start, end, is_break in _ends(text):
+        if marks is not None and marks.blocks and marks.in_block(start):
+            continue  # a fenced block is one sentence, line breaks and all
         if is_break:
             cut = start  # fold() kept a break only where it carries structure
         elif end < begin or text[end + 1].islower():
@@ -166,6 +221,8 @@ def split_sentences(text: str) -> list[Sentence]:
             out.append(Sentence(begin, cut))
         begin = cut
         while begin < size and text[begin] in " \n":
+            if marks is not None and marks.blocks and marks.block_at(begin):
+                break  # an indented block starts with its indentation
             begin += 1
     if begin < size:
         out.append(Sentence(begin, size))
@@ -212,11 +269,19 @@ def units(text: str) -> list[Sentence]:
     break runs on into the next one: "Valid values:" and the list items under it,
     a heading and its paragraph. The sentences of one list item stay together, so
     a kept rule is never re-attached to the item before it. Deciding per unit means
-    a rule is never separated from the lines that complete it.
+    a rule is never separated from the lines that complete it. Markup adds units
+    of its own (see _marked_units).
     """
+    return _units(text, markup.of(text))
+
+
+def _units(text: str, marks: markup.Markup | None) -> list[Sentence]:
+    sentences = _split(text, marks)
+    if marks is not None:
+        return _marked_units(text, sentences, marks)
     glued: list[Sentence] = []
     in_item = False  # the current unit is a list item: its sentences stay together
-    for s in split_sentences(text):
+    for s in sentences:
         same_line = text[s.start - 1] != "\n"
         if glued and ((not same_line and not _ends_sentence(text, glued[-1]))
                       or (same_line and in_item)):
@@ -227,25 +292,169 @@ def units(text: str) -> list[Sentence]:
     return glued
 
 
+def _marked_units(text: str, sentences: list[Sentence], marks: markup.Markup) -> list[Sentence]:
+    """units() of a text holding markup.
+
+    A fenced block hangs under the unit before it (the sentence it follows on the
+    next line, or a unit that runs on into it, "Example:") and ends its unit. A tag
+    of a pair that stand alone on their lines is a unit of its own, kept by what the
+    pair encloses. A heading's sentences stay together, as a list item's do. A pair
+    of tags that do not stand alone keeps the units it spans together.
+    """
+    lone = marks.lone_tags
+    glued: list[Sentence] = []
+    in_item = on_heading = closed = False  # closed: the unit ends with a block or is a lone tag
+    for s in sentences:
+        block = marks.block_at(s.start)
+        tag = lone.get(s.start) == s.end
+        if s.start == 0 or text[s.start - 1] == "\n":
+            on_heading = s.start in marks.alone_lines  # the heading's line, not its paragraph
+        together = in_item or on_heading
+        if glued and not (closed or tag) and _runs_on(text, glued[-1], s.start, together, block):
+            glued[-1] = Sentence(glued[-1].start, s.end)
+            closed = block
+            continue
+        glued.append(s)
+        in_item = _LIST_MARKER.match(text, s.start) is not None
+        closed = block or tag
+    return _enclose_pairs(glued, marks)
+
+
+def _runs_on(text: str, unit: Sentence, start: int, in_item: bool, block: bool) -> bool:
+    """Does the sentence at `start` join `unit`?"""
+    if text[start - 1] != "\n":
+        return in_item
+    if block and text[start - 2] != "\n":
+        return True  # a block on the line under a sentence is that sentence's example
+    return not _ends_sentence(text, unit)
+
+
+def _enclose_pairs(glued: list[Sentence], marks: markup.Markup) -> list[Sentence]:
+    """Each pair of tags that do not stand alone, with the units between, as one unit."""
+    starts = [u.start for u in glued]
+    reach: dict[int, int] = {}  # a unit's index -> the last unit merged into it
+    for pair in marks.pairs:
+        if not pair.alone:
+            first = bisect_right(starts, pair.open_start) - 1
+            reach[first] = max(reach.get(first, first), bisect_right(starts, pair.close_start) - 1)
+    if all(last == first for first, last in reach.items()):
+        return glued
+    out: list[Sentence] = []
+    i = 0
+    while i < len(glued):
+        last = j = reach.get(i, i)
+        while j < last:  # a unit merged in may reach further
+            j += 1
+            last = max(last, reach.get(j, j))
+        out.append(Sentence(glued[i].start, glued[last].end))
+        i = last + 1
+    return out
+
+
 def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
+    marks = markup.of(folded)
+    spans = _units(folded, marks)
+    chosen, lead = _choose(folded, spans, lead_bytes, marks)
     parts: list[str] = []
     kept: list[str] = []
     dropped: list[str] = []
-    lead: str | None = None
-    scan = RuleScan(folded)
-    for s in units(folded):
-        body = folded[s.start:s.end]
-        if not (scan.states_rule(s.start, s.end) or opens_with_instruction(body)):
-            if lead is not None:
-                dropped.append(body)
-                continue
-            body = lead = cut_lead(body, lead_bytes)
+    ending = ""  # what the last piece kept ends with: "block", "line" (one that stands alone) or ""
+    for s, piece in zip(spans, chosen):
+        if piece is None:
+            dropped.append(folded[s.start:s.end])
+            continue
         if parts:
-            parts.append(_separator(folded, s.start))
-        parts.append(body)
-        kept.append(body)
+            separator = _separator(folded, s.start)
+            if marks is not None and separator != "\n\n":
+                separator = _line_break(piece, s, marks, ending, separator)
+            parts.append(separator)
+        parts.append(piece)
+        kept.append(piece)
+        ending = _ending(piece, s, marks) if marks is not None else ""
     text = "".join(parts)
     return Reduction(text, kept, dropped if text != folded else [], lead)
+
+
+def _choose(folded: str, spans: list[Sentence], lead_bytes: int,
+            marks: markup.Markup | None) -> tuple[list[str | None], str | None]:
+    """What each unit keeps (None: it is dropped), and the lead.
+
+    Every rule unit is kept whole and the first other one as the lead; a lone tag
+    is kept when anything its pair encloses is.
+    """
+    scan = RuleScan(folded)
+    lone = marks.lone_tags if marks is not None else {}
+    chosen: list[str | None] = []
+    lead: str | None = None
+    for s in spans:
+        body = folded[s.start:s.end]
+        if lone and lone.get(s.start) == s.end:
+            chosen.append(None)  # decided by what it encloses, below
+        elif scan.states_rule(s.start, s.end) or opens_with_instruction(body):
+            chosen.append(body)
+        elif lead is None and (piece := _lead(folded, s, body, lead_bytes, marks)) is not None:
+            chosen.append(piece)
+            lead = piece
+        else:
+            chosen.append(None)
+    if marks is not None and lone:
+        _balance(folded, spans, chosen, marks)
+    return chosen, lead
+
+
+def _lead(folded: str, unit: Sentence, body: str, lead_bytes: int,
+          marks: markup.Markup | None) -> str | None:
+    """The unit as the lead, or None where it cannot be one: a block never leads, and
+    the cut (to the first line) is not made where it would part a pair of tags."""
+    if marks is not None and marks.block_at(unit.start):
+        return None
+    cut = cut_lead(body, lead_bytes)
+    if cut.startswith(("```", "~~~")) and cut != body and markup.fenced_blocks(cut):
+        return None  # "``` a `b`" cut before its second backtick would open a block
+    if marks is not None and cut != body:
+        line_end = folded.find("\n", unit.start, unit.end)
+        if marks.tag_between(unit.start, unit.end if line_end < 0 else line_end):
+            return None
+    return cut
+
+
+def _balance(folded: str, spans: list[Sentence], chosen: list[str | None], marks: markup.Markup) -> None:
+    """Keep both lone tags of a pair where anything between them is kept, else neither."""
+    lone = marks.lone_tags
+    index = {s.start: i for i, s in enumerate(spans) if lone.get(s.start) == s.end}
+    kept_before = [0]  # units kept before each index (lone tags are all None still)
+    for piece in chosen:
+        kept_before.append(kept_before[-1] + (piece is not None))
+    for pair in marks.pairs:
+        first, last = index.get(pair.open_start), index.get(pair.close_start)
+        if first is not None and last is not None and kept_before[last] > kept_before[first + 1]:
+            chosen[first] = folded[pair.open_start:pair.open_end]
+            chosen[last] = folded[pair.close_start:pair.close_end]
+
+
+def _line_break(piece: str, unit: Sentence, marks: markup.Markup, ending: str, separator: str) -> str:
+    """The separator before `piece` where the text had one break (`separator`) or
+    none: a break where fold() keeps one, else a space.
+
+    A break before a list item, a block or a line that stands alone stays. One that
+    was kept for a line now dropped goes. A piece that now follows a block (whose
+    closing fence must end its line), a heading or a lone tag starts a line of its
+    own, after a heading or a tag only where that makes no markup of it."""
+    if separator == "\n" and (_LIST_MARKER.match(piece) is not None or markup.stands_alone_at(piece, 0)
+                              or (marks.block_at(unit.start) and len(piece) == unit.end - unit.start)):
+        return "\n"
+    if ending == "block" or (ending == "line" and not markup.stands_alone_at(piece, 0)
+                             and not markup.opens_block(piece)):
+        return "\n"
+    return " "
+
+
+def _ending(piece: str, unit: Sentence, marks: markup.Markup) -> str:
+    """What `piece` (all of `unit`, or its lead cut) ends with: "block", "line" (a
+    heading or a lone tag), or ""."""
+    if len(piece) == unit.end - unit.start and marks.block_ends_at(unit.end):
+        return "block"
+    return "line" if markup.stands_alone_at(piece, piece.rfind("\n") + 1) else ""
 
 
 def _separator(folded: str, start: int) -> str:

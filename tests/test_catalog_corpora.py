@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +239,80 @@ def test_corpus_is_idempotent_and_saves_tokens(corpora: Path, name: str) -> None
             after += result.tokens_after or 0
     assert_none(failures, "not idempotent")
     assert 0 < after < before
+
+
+# This file's own idea of a fenced block: an opening line (indented or not) of ``` or ~~~
+# (a backtick fence's words hold no backtick) to a line of only a fence as long, of the same
+# character; unclosed, the rest of the text. The block: from the opening line's start to the
+# closing fence.
+FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
+LONE_TAG = re.compile(r"[ \t]*<(/?)([A-Za-z][\w-]*)>[ \t\r]*")
+
+
+def fenced_blocks(text: str) -> list[str]:
+    blocks, opening, offset = [], None, 0
+    for line in text.split("\n"):
+        m = FENCE_LINE.fullmatch(line)
+        if opening is None:
+            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                opening = (offset, m.group(1))
+        elif m and m.group(1)[0] == opening[1][0] and len(m.group(1)) >= len(opening[1]) and not m.group(2).strip():
+            blocks.append(text[opening[0]:offset + m.end(1)])
+            opening = None
+        offset += len(line) + 1
+    if opening is not None:
+        blocks.append(text[opening[0]:].rstrip())
+    return blocks
+
+
+def outside_blocks(text: str) -> str:
+    for block in fenced_blocks(text):
+        text = text.replace(block, "")
+    return text
+
+
+def lone_tag_counts(text: str) -> Counter[tuple[str, str]]:
+    """How many lines of `text` outside blocks hold only an opening or a closing tag, by name."""
+    return Counter((m.group(2), m.group(1)) for line in outside_blocks(text).split("\n")
+                   if (m := LONE_TAG.fullmatch(line)))
+
+
+def fences(text: str) -> int:
+    return text.count("```") + text.count("~~~")
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus_keeps_fenced_blocks_whole_and_tags_balanced(corpora: Path, name: str) -> None:
+    """Every fenced block of every description is absent from the output or there byte for
+    byte: every block the output holds is one of the input's, and no fence is left outside
+    them that the input had not (a folded block would leave its fences); lone tags that were
+    balanced stay balanced."""
+    failures, kept = [], 0
+    for path in catalogs(corpora, name):
+        raw, out, _ = compressed(path)
+        pairs = zip(descriptions(json.loads(raw)), descriptions(json.loads(out)), strict=True)
+        for before, after in pairs:
+            blocks = fenced_blocks(before)
+            kept += sum(block in after for block in blocks)
+            failures += [f"{path.name}: {b!r} is not a block of the input" for b in fenced_blocks(after)
+                         if b not in blocks]
+            if fences(outside_blocks(after)) > fences(outside_blocks(before)):
+                failures.append(f"{path.name}: a fence outside any block in {after!r}")
+            tags, tags_after = lone_tag_counts(before), lone_tag_counts(after)
+            failures += [f"{path.name}: <{tag}> unbalanced in {after!r}" for tag, _ in tags
+                         if tags[(tag, "")] == tags[(tag, "/")] and tags_after[(tag, "")] != tags_after[(tag, "/")]]
+    assert_none(failures, "broke a block or a tag")
+    if name == "livemcpbench":
+        assert kept > 0  # the corpus holds blocks that are kept: this test can see them
+
+
+def test_the_corpus_block_checker_sees_a_folded_block() -> None:
+    before = "Example:\n    ```\n    run(\n        a=1\n    )\n    ```\n<hints>\n- x\n</hints>"
+    assert fenced_blocks(before) == ["    ```\n    run(\n        a=1\n    )\n    ```"]
+    folded = "Example: ``` run( a=1 ) ```"
+    assert fenced_blocks(folded) == [] and fences(outside_blocks(folded)) > fences(outside_blocks(before))
+    assert fenced_blocks("a\n~~~\nb  \n\n") == ["~~~\nb"]
+    assert lone_tag_counts(before) == Counter({("hints", ""): 1, ("hints", "/"): 1})
 
 
 def test_corpus_descriptions_are_found_by_both_walkers(corpora: Path) -> None:

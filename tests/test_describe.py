@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from caveman_batch import describe, rules
+from caveman_batch import describe, markup, rules
 from caveman_batch.describe import (
     ELLIPSIS,
     cut_lead,
@@ -348,6 +350,9 @@ PROBES = {
     "backtick-word": "`a", "quote-word": '"a', "unterminated": "word\n", "dots": ".",
     "mixed": "e.g. `a. B` \"c. D\" 1.5 v1.2. J. K. ", "rule-words": "must not at least ",
     "uppercase-run": "A", "word-star": "x*", "ellipsis": "… ",
+    "fence-lines": "```\n", "tilde-fence": "~~~ x\n", "indented-fence": "  ````a`\n", "heading": "## h\n",
+    "tag-lines": "<a>\n", "closing-tag-lines": "</a>\n", "tag-pairs": "<a>x</a> ", "open-tags": "<a>",
+    "closing-tags": "</b>", "hashes": "#",
 }
 SMALL_CHARS = 20_000  # the probe at n and at 4n; linear code takes ~4x, we allow 8x
 
@@ -381,7 +386,7 @@ def assert_linear(fn: Callable[[str], object], unit: str, small_chars: int = SMA
 
 def regexes() -> list[tuple[str, object]]:
     found = []
-    for module in (describe, rules):
+    for module in (describe, markup, rules):
         for name, value in sorted(vars(module).items()):
             if isinstance(value, re.Pattern) or type(value).__name__ == "_Regexp":
                 found.append((f"{module.__name__}.{name}", value))
@@ -394,7 +399,9 @@ def test_every_regex_is_probed() -> None:
     names = {name for name, _ in regexes()}
     assert {"caveman_batch.describe._END_ASCII", "caveman_batch.describe._SPANS",
             "caveman_batch.describe._FOLDABLE", "caveman_batch.rules._RULE",
-            "caveman_batch.rules._SIGNAL", "caveman_batch.rules._IMPERATIVE"} <= names
+            "caveman_batch.rules._SIGNAL", "caveman_batch.rules._IMPERATIVE",
+            "caveman_batch.markup.MARKUP", "caveman_batch.markup._OPENING", "caveman_batch.markup._CLOSING",
+            "caveman_batch.markup._ALONE", "caveman_batch.markup._TAG"} <= names
 
 
 @pytest.mark.parametrize("probe", list(PROBES))
@@ -424,3 +431,162 @@ def test_units_linear_in_glued_lines() -> None:
     line = "- " + " ".join(["abcdefghi"] * 20) + "\n"  # items without terminal punctuation: one unit
     assert fold("Intro:\n" + line * 3) == "Intro:\n" + (line * 3).strip()  # already folded
     assert_linear(units, line, small_chars=len(line) * 2_500)
+
+
+# -- markup: fenced blocks, headings, paired tags ------------------------------------------------
+
+ISSUE_BLOCK = "```\ncreate_team(organizationSlug='x')\n```"
+YAML_BLOCK = ("```yaml\napiVersion: apps/v1\nkind: Deployment\nspec:\n  replicas: 3\n  template:\n"
+              "    containers:\n      - name: web\n        image: nginx:1.25\n```")
+SENTRY_SHAPE = f"""Find issues in Sentry.
+
+Use this tool when you need to:
+- View all issues in a Sentry organization
+
+<examples>
+### Find the newest unresolved issues across 'my-organization'
+
+```
+find_issues(organizationSlug='my-organization', query='is:unresolved', sortBy='last_seen')
+```
+</examples>
+
+<hints>
+- The organization is shown in the web address of every page.
+- Pass the project slug when you know it.
+</hints>"""
+
+
+@pytest.mark.parametrize(("text", "folded"), [
+    ("a\n```\nx  y\n\n\n  z\n```\nb", "a\n```\nx  y\n\n\n  z\n```\nb"),
+    ("a\n~~~python\n\tx = 1  \n~~~\nb", "a\n~~~python\n\tx = 1  \n~~~\nb"),
+    ("a\n    ```\n    x\n    ```\n    b", "a\n    ```\n    x\n    ```\nb"),  # the opening line's indentation is the block's
+    ("a\n\n\n```\nx\n```  \n\n\nb", "a\n\n```\nx\n```\n\nb"),
+    ("a\n```\nx   y\n\n\nz  \n\n", "a\n```\nx   y\n\n\nz"),  # unclosed: the rest of the text
+    ("a\n````\n```\nx\n````\nb", "a\n````\n```\nx\n````\nb"),  # closed by a fence as long only
+    ("a\n```\n~~~\nx\n```\nb", "a\n```\n~~~\nx\n```\nb"),  # and of the same character
+    ("```\nx\n```\n```\ny\n```", "```\nx\n```\n```\ny\n```"),
+    ("a ```\nb  c", "a ``` b c"),  # not at a line start: no fence
+    ("```a`b\nc", "```a`b c"),  # a backtick fence's words hold no backtick
+    ("Intro\n## Title\nBody\ntext", "Intro\n## Title\nBody text"),
+    ("  ### T  \n  b", "### T\nb"),
+    ("#tag\nx", "#tag x"),  # no heading without white space after the marks
+    ("a\n<hints>\n- x\n</hints>\nb", "a\n<hints>\n- x\n</hints>\nb"),
+    ("a\n<b>x</b>\nc", "a <b>x</b> c"),  # a tag with more on its line: no line of its own
+])
+def test_fold_keeps_markup(text: str, folded: str) -> None:
+    assert fold(text) == folded
+    assert fold(folded) == folded
+
+
+def test_a_fenced_block_is_one_sentence() -> None:
+    text = "Call it so:\n```\nrun(a). Then(b)! Done?\n\n  indented. Line\n```\nNext one. And more."
+    assert sentences(text) == ["Call it so:", "```\nrun(a). Then(b)! Done?\n\n  indented. Line\n```",
+                               "Next one.", "And more."]
+    assert unit_texts(text) == ["Call it so:\n```\nrun(a). Then(b)! Done?\n\n  indented. Line\n```",
+                                "Next one.", "And more."]
+
+
+def test_the_issues_block_is_kept_byte_for_byte_with_its_lead_in() -> None:
+    text = f"Creates a team. {F1}\n\nThe slug must be given like this:\n{ISSUE_BLOCK}\n\n{F2}"
+    assert reduce(text) == f"Creates a team.\n\nThe slug must be given like this:\n{ISSUE_BLOCK}"
+
+
+def test_a_block_is_dropped_whole_with_its_lead_in() -> None:
+    text = f"Creates a team. {F1}\n\nFor example:\n{ISSUE_BLOCK}\n\n{F2}"
+    assert reduce(text) == "Creates a team."
+
+
+def test_a_fenced_yaml_example_keeps_its_indentation() -> None:
+    text = f"Creates a deployment from a manifest. {F1}\n\nThe manifest must look like this:\n{YAML_BLOCK}\n\n{F2}"
+    assert reduce(text) == f"Creates a deployment from a manifest.\n\nThe manifest must look like this:\n{YAML_BLOCK}"
+    assert reduce(reduce(text)) == reduce(text)
+
+
+def test_a_block_under_a_finished_sentence_on_the_next_line_is_its_example() -> None:
+    text = f"Creates a team. {F1}\nNames must be unique.\n{ISSUE_BLOCK}\n\nApples.\n\n{ISSUE_BLOCK}\n{F2}"
+    # the first block hangs under the rule; the second stands alone after a blank line
+    assert reduce(text) == f"Creates a team. Names must be unique.\n{ISSUE_BLOCK}"
+
+
+def test_a_block_never_leads_and_a_rule_in_it_keeps_it() -> None:
+    block = "```\ntulips(a)\n```"
+    assert reduce(f"{block}\n\nLists files. {F1} {F2}") == "Lists files."
+    rule = "```\nlimit: 10  # must not exceed 10\n```"
+    assert reduce(f"Lists files. {F1} {F2}\n\n{rule}") == f"Lists files.\n\n{rule}"
+
+
+def test_an_unclosed_fence_is_the_rest_of_the_text() -> None:
+    rest = "```\nmust   stay\n\n\n  as   written. Really"
+    text = f"Lists files. {F1} {F2}\nExample:\n{rest}"
+    assert reduce(text) == f"Lists files. Example:\n{rest}"
+
+
+def test_a_short_description_keeps_its_block_unfolded() -> None:
+    text = "Runs it:\n```\na  =  1\n\n\nb = 2\n```"
+    assert len(text.encode()) <= 160
+    assert reduce(text) == text
+
+
+def test_a_heading_keeps_its_breaks() -> None:
+    text = f"Lists files. {F1}\n## Limits\nAt most 10 items. {F2}"
+    assert reduce(text) == "Lists files.\n## Limits\nAt most 10 items."
+    # the lead is the heading: what is kept after it still starts a line of its own
+    text = f"## Notes.\n{F1} Must be set. {F2} {F1}"
+    assert reduce(text) == "## Notes.\nMust be set."
+    assert reduce(reduce(text)) == reduce(text)
+    # the sentences of a heading's line stay together, as a list item's do
+    assert reduce(f"Lists files. {F1}\n## Step one. Must be set.\n{F2}") == "Lists files.\n## Step one. Must be set."
+
+
+def test_a_hints_list_ending_in_a_rule_item_keeps_both_tags() -> None:
+    assert reduce(SENTRY_SHAPE) == ("Find issues in Sentry.\n\nUse this tool when you need to:\n"
+                                    "- View all issues in a Sentry organization\n\n"
+                                    "<hints>\n- Pass the project slug when you know it.\n</hints>")
+    why = explain(SENTRY_SHAPE)
+    assert "<examples>" in why.dropped and "</examples>" in why.dropped  # nothing inside was kept
+
+
+def test_paired_tags_go_together_when_nothing_inside_is_kept() -> None:
+    text = f"Lists files. {F1}\n<hints>\n- {F1}\n- {F2}\n</hints>\nMust be set."
+    assert reduce(text) == "Lists files. Must be set."  # the break was the closing tag's
+
+
+def test_nested_paired_tags_stay_balanced() -> None:
+    text = f"Lists files. {F1}\n<a>\n<b>\n{F2}\n</b>\n<c>\nMust be set.\n</c>\n</a>"
+    assert reduce(text) == "Lists files.\n<a>\n<c>\nMust be set.\n</c>\n</a>"
+
+
+def test_a_pair_not_alone_on_its_lines_keeps_what_it_spans_together() -> None:
+    text = f"Lists files. {F1} <tip>{F2} Must be set.</tip>"
+    assert reduce(text) == f"Lists files. <tip>{F2} Must be set.</tip>"
+    assert reduce(f"Lists files. {F1} <tip>{F2} {F1}</tip>") == "Lists files."
+
+
+def test_the_lead_is_not_cut_through_a_pair() -> None:
+    text = f"<b>{F1}</b> {F2}\n\nLists files. Must be set."
+    assert reduce(text) == "Lists files. Must be set."  # the first unit could lead only cut
+
+
+MARKUP_PIECES = ["```", "```yaml", "~~~", "~~~~", "````", "    ```", "  ~~~ py", "```a`b", "#", "## Title",
+                 "### Notes.", "#tag", "<hints>", "</hints>", "<examples>", "</examples>", "<b>", "</b>",
+                 "< b>", "</ b>", "\n", "\n\n", "\n  ", "  \n", " ", "\t", "\r\n", "Example:", "Must be set.",
+                 "Use this tool when asked.", F1, F2, "- item", "- Must be set.", "1. first", "Lists files.",
+                 "key: value", "  nested: 1", "a. B", "e.g.", '"', "`", "…", "Valid values:", "Pass the id."]
+markup_text = st.lists(st.sampled_from(MARKUP_PIECES), max_size=50).flatmap(
+    lambda pieces: st.sampled_from(["", " ", "\n"]).map(lambda joint: joint.join(pieces)))
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=600,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(markup_text, st.sampled_from([(160, 80), (40, 20), (0, 20), (20, 200)]))
+def test_markup_is_idempotent_and_keeps_blocks_whole(text: str, limits: tuple[int, int]) -> None:
+    short_bytes, lead_bytes = limits
+    folded = fold(text)
+    assert fold(folded) == folded
+    once = reduce(text, short_bytes=short_bytes, lead_bytes=lead_bytes)
+    assert reduce(once, short_bytes=short_bytes, lead_bytes=lead_bytes) == once
+    blocks = markup.fenced_blocks(folded)
+    outside = "".join(folded[a:b] for a, b in zip([0] + [e for _, e in blocks], [s for s, _ in blocks] + [len(folded)]))
+    if "```" not in outside and "~~~" not in outside:  # a fence mid-line may start a line once cut free
+        assert all(once[a:b] in {folded[a:b] for a, b in blocks} for a, b in markup.fenced_blocks(once))

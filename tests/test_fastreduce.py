@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import re
 import string
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from caveman_batch import _accel, describe, rules
+from caveman_batch import _accel, catalog, describe, markup, rules
 
 if _accel.fastreduce is None:
     pytest.skip("caveman_batch._fastreduce is not built (python setup.py build_ext --inplace) "
@@ -78,7 +80,7 @@ def test_mirrored_patterns_and_constants_are_unchanged() -> None:
     live: dict[str, object] = {}
     for name in fast.MIRRORED:
         module_name, attr = name.split(".")
-        value = getattr(describe if module_name == "describe" else rules, attr)
+        value = getattr({"describe": describe, "markup": markup, "rules": rules}[module_name], attr)
         if isinstance(value, re.Pattern):
             live[name] = value.pattern
         elif isinstance(value, tuple):
@@ -223,7 +225,7 @@ def test_each_fragment_decides_as_re2_does(fragment: str) -> None:
     "Returns — a, list; of: things – " * 10,
     "word (" * 40,
     '"' + "a. B " * 70 + '"',
-    "`" * 500,
+    "a" + "`" * 500,  # a run of backticks inside a line: no fence
     "a.\n" * 100,
 ])
 def test_targeted(text: str) -> None:
@@ -535,3 +537,78 @@ def test_thirty_megabytes(shape: str) -> None:
     took = cpu_seconds(lambda: c_reduce(text), 1)
     assert c_reduce(text) is not None
     assert took < 40 * baseline + 1.0, f"{shape}: {took:.2f}s, a linear scan {baseline:.2f}s"
+
+
+# -- markup: handed back to Python ------------------------------------------------------------
+
+MARKUP_TEXTS = [
+    f"Lists files. {F1}\nExample:\n```\ncreate_team(organizationSlug='x')\n```\n{F2}",
+    f"Lists files. {F1}\n  ~~~yaml\n  a:  1\n  ~~~\n{F2}",
+    f"```\nunclosed   code\n\n{F1} {F2}",
+    f"Lists files. {F1}\n## Limits\nAt most 10. {F2}",
+    f"#\n{F1} {F2} {F1}",
+    f"Lists files. {F1}\n<hints>\n- Must be set.\n</hints>\n{F2}",
+    f"Lists files. {F1} <tip>{F2} Must be set.</tip> {F1}",
+    f"Lists files. {F1}\n\t<x\n{F2} {F1}",
+]
+NEAR_MISSES = [  # what markup.MARKUP does not match: the C reducer answers
+    f"Lists files. {F1} ``` not at a line start. {F2}",
+    f"Lists files. {F1}\n`` two backticks\n{F2} {F1}",
+    f"Lists files. {F1} issue #12 and a < b and </ b> and <1>. {F2}",
+    f"Lists files. {F1}\n- ~~ not a fence\n{F2}",
+]
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_markup_is_left_to_python(text: str) -> None:
+    assert markup.may_hold(text)
+    assert c_reduce(text) is None
+    folded = describe.fold(text)
+    assert (fast.split_sentences(folded) is None) == markup.may_hold(folded)  # "\t<x" folds away
+    describe._reduce_cached.cache_clear()
+    assert describe.reduce(text) == describe.explain(text).text
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES)
+def test_near_misses_of_markup_stay_in_c(text: str) -> None:
+    assert not markup.may_hold(text)
+    assert assert_same(text) is not None
+
+
+markup_pieces = st.sampled_from(["```", "~~~", "``", "~~", "#", "##", "<a>", "</a>", "<", "</", "< /a>",
+                                 "<1>", "\n", "\n  ", " ", "\t", "x", F1, "Must be set."])
+
+
+@HYPOTHESIS
+@given(st.lists(markup_pieces, max_size=40).map("".join))
+def test_c_hands_back_exactly_what_markup_may_hold(text: str) -> None:
+    got = assert_same(text)
+    assert (got is None) == markup.may_hold(text), text
+
+
+def test_catalogs_with_markup_compress_alike_with_and_without_accelerators(tmp_path: Path) -> None:
+    """catalog.compress gives the same bytes with the C paths (walker and reducer) and
+    without them, in this process and in one started with CAVEMAN_PURE_PYTHON=1."""
+    tools = [{"name": f"t{i}", "description": text, "inputSchema": {"type": "object", "properties": {
+        "q": {"type": "string", "description": text}}}} for i, text in enumerate(MARKUP_TEXTS + NEAR_MISSES)]
+    raw = json.dumps({"tools": tools}, ensure_ascii=False).encode()
+    path = tmp_path / "catalog.json"
+    path.write_bytes(raw)
+    out, result = catalog.compress(raw)
+    assert result.status == "ok"
+    saved = _accel.fastwalk, describe._FAST
+    _accel.fastwalk = describe._FAST = None
+    describe._reduce_cached.cache_clear()
+    try:
+        assert catalog.compress(raw)[0] == out
+    finally:
+        _accel.fastwalk, describe._FAST = saved
+        describe._reduce_cached.cache_clear()
+    script = ("import sys; from caveman_batch import catalog, _accel; assert not any(_accel.status().values()); "
+              "sys.stdout.buffer.write(catalog.compress(open(sys.argv[1], 'rb').read())[0])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAVEMAN_")}
+    pure = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, timeout=120,
+                          env={**env, "CAVEMAN_PURE_PYTHON": "1"}, check=True)
+    assert pure.stdout == out
+    assert "```\ncreate_team(organizationSlug='x')\n```" in json.loads(out)["tools"][0]["description"] or \
+        "create_team" not in json.loads(out)["tools"][0]["description"]
