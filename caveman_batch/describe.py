@@ -9,6 +9,12 @@ sentences and keeps, in their original order:
 * the lead: the first sentence that states no rule, cut on a word boundary to at
   most LEAD_BYTES bytes, ending in "…" when cut.
 
+Markup (see `markup`) is kept as written: a fenced code block is one unit, never
+folded, split or cut, kept or dropped whole with the sentence that leads into it (and
+kept if either states a rule); a heading line keeps the breaks around it; a pair of
+tags alone on their lines is kept when anything inside is, dropped with it otherwise,
+and a pair inside running text holds what it spans together as one unit.
+
 `reduce(reduce(x)) == reduce(x)`: every boundary decision looks only at the
 sentence before it and the character after it, and kept sentences are joined by the
 separator that preceded them, so the reduced text splits into exactly the kept
@@ -18,7 +24,7 @@ shift when a sentence goes), so texts holding them are re-split and checked.
 `reduce` asks the C reducer `_fastreduce` first when it is built (see `_accel`). It
 mirrors `explain(...).text` exactly, with the rule fragments of `rules` and the
 abbreviations below compiled into it on import, and answers None for input it
-does not mirror (a lone surrogate, a limit under 0, a lead limit under 3 bytes, a
+does not mirror (any text `markup.may_hold` accepts, a lone surrogate, a limit under 0, a lead limit under 3 bytes, a
 capital sigma when a rule fragment holds a Greek letter - none does today);
 that input takes the Python path. `explain` (what `lint` shows) is always the
 Python path, which defines the output; tests/test_fastreduce.py compares the two.
