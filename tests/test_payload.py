@@ -9,7 +9,7 @@ import pytest
 
 from caveman_batch import ccr
 from caveman_batch.payload import Budget, Hint, PayloadResult, reduce
-from caveman_batch.payload.view import count_lines
+from caveman_batch.payload.view import Doc, count_lines
 from caveman_batch.store import Store, open_store
 from caveman_batch.testing import payload_outputs as po
 
@@ -262,3 +262,69 @@ def test_command_hint_picks_the_fallback_end() -> None:
     text = "\n".join(f"plain line {i}" for i in range(5_000))
     assert reduce(text, Hint(command="rg -n foo src/"), Budget(1_000)).strategy == "size-head"
     assert reduce(text, Hint(command="/usr/bin/make all"), Budget(1_000)).strategy == "size-tail"
+
+
+# -- where the budget goes (issue 12) ----------------------------------------------------
+
+_MARKER = re.compile(r"\[… ([\d,]+) (?:line|lines|rows) omitted(?: \((.*)\))? …\]")
+
+
+def _walk(view: str, text: str) -> tuple[list[int | None], list[tuple[str, list[str]]]]:
+    """A line cut's view read against its original: the original index of each view line
+    (None for a marker) and each gap marker with the lines it stands for. Every line that is
+    not a marker must be the next line of the original, every marker must count its gap
+    exactly; lines of a cut's own lead (on top, not in the original) are skipped."""
+    lines = Doc(text).lines
+    source = set(lines)
+    body = view.split("\n")[:-1]  # the footer is last
+    while body and body[0] not in source and not _MARKER.fullmatch(body[0]):
+        body.pop(0)
+    at: list[int | None] = []
+    gaps: list[tuple[str, list[str]]] = []
+    pos = 0
+    for line in body:
+        marker = _MARKER.fullmatch(line)
+        if marker:
+            k = int(marker[1].replace(",", ""))
+            gaps.append((line, lines[pos:pos + k]))
+            at.append(None)
+            pos += k
+            continue
+        assert lines[pos] == line or (line.endswith(" chars omitted]")
+                                      and lines[pos].startswith(line[:line.rindex(" [… ")])), (pos, line)
+        at.append(pos)
+        pos += 1
+    assert pos == len(lines), "the markers do not count every hidden line"
+    return at, gaps
+
+
+WALKED = ("traceback", "git-log", "git-diff", "pytest", "log", "tsc", "gcc", "cargo")
+
+
+@pytest.mark.parametrize("budget", (2_000, 6_000, 20_000))
+@pytest.mark.parametrize("name", WALKED)
+def test_no_gap_is_marked_that_costs_less_to_show(outputs: dict[str, po.Output], name: str, budget: int) -> None:
+    out = outputs[name]
+    text = out.data.decode()
+    result = reduce(out.data, Hint(tool=out.tool), Budget(budget))
+    if result.strategy == "none":
+        return
+    assert result.strategy == out.strategy
+    _, gaps = _walk(result.content, text)
+    cheap = [(marker, hidden) for marker, hidden in gaps if sum(len(x) + 1 for x in hidden) <= len(marker) + 1]
+    assert not cheap
+
+
+def test_markers_are_reserved_at_their_true_size() -> None:
+    """Errors between info lines: the budget is filled to within one error and its marker,
+    which a reservation at the longest marker (counts included) would leave far from full."""
+    from caveman_batch.payload.cuts import log
+    from caveman_batch.payload.model import Limits
+
+    text = "".join(f"2026-01-02T03:04:{i % 60:02d}Z INFO step {i} ok\n" * 3
+                   + f"2026-01-02T03:04:{i % 60:02d}Z ERROR job {i:04d} failed\n" for i in range(3_000))
+    view = log.CUT.cut(text, Limits(1_800))
+    assert view is not None
+    error = len("2026-01-02T03:04:00Z ERROR job 0000 failed")
+    assert 1_800 - len(view) < error + 1 + len("[… 3 lines omitted …]") + 1 + 2
+    assert view.count(" ERROR job ") > 1_800 // (error + 1 + len("[… 11,999 lines omitted (2,999 error) …]"))

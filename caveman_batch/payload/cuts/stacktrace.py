@@ -18,7 +18,6 @@ from ..view import (
     count_lines,
     finish,
     line_hits,
-    lines_marker,
     pick,
     sample,
 )
@@ -128,10 +127,9 @@ class StackCut(LineCut):
             k = end - start
             return f"[… {k:,} line{'s' if k != 1 else ''} omitted{extra} …]"
 
-        room = len(lines_marker(len(doc))) + len(f"{len(doc):,}") + 24
         # messages (priority 0, in order) then own frames (1 + rank): already sorted
         ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, all_frames, dep), rest)
-        return finish(pick(doc, ordered, limits, label=label, label_room=room, presorted=True),
+        return finish(pick(doc, ordered, limits, label=label, presorted=True),
                       limits)
 
 
