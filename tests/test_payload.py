@@ -61,7 +61,7 @@ def _encodes(text: str) -> bool:
     return True
 
 
-NAMES = ("pytest", "traceback", "git-log", "git-diff", "find", "api-json", "log", "tsc", "gcc",
+NAMES = ("pytest", "traceback", "deep-traceback", "git-log", "git-diff", "find", "api-json", "log", "tsc", "gcc",
          "eslint", "ruff", "cargo")
 
 
@@ -298,7 +298,7 @@ def _walk(view: str, text: str) -> tuple[list[int | None], list[tuple[str, list[
     return at, gaps
 
 
-WALKED = ("traceback", "git-log", "git-diff", "pytest", "log", "tsc", "gcc", "cargo")
+WALKED = ("traceback", "deep-traceback", "git-log", "git-diff", "pytest", "log", "tsc", "gcc", "cargo")
 
 
 @pytest.mark.parametrize("budget", (2_000, 6_000, 20_000))
@@ -328,3 +328,35 @@ def test_markers_are_reserved_at_their_true_size() -> None:
     error = len("2026-01-02T03:04:00Z ERROR job 0000 failed")
     assert 1_800 - len(view) < error + 1 + len("[… 3 lines omitted …]") + 1 + 2
     assert view.count(" ERROR job ") > 1_800 // (error + 1 + len("[… 11,999 lines omitted (2,999 error) …]"))
+
+
+def _count(marker: str, what: str) -> int:
+    found = re.search(rf"([\d,]+) {what}", marker)
+    return int(found[1].replace(",", "")) if found else 0
+
+
+@pytest.mark.parametrize("budget", (2_000, 6_000))
+def test_deep_traceback_keeps_both_ends_and_collapses_the_middle(
+        outputs: dict[str, po.Output], budget: int) -> None:
+    out = outputs["deep-traceback"]
+    text = out.data.decode()
+    assert text.count('  File "') == 120 and "^^^^" in text  # a real deep trace, 3.11 carets in it
+    view = reduce(out.data, budget=Budget(budget)).content
+    assert not [f for f in out.facts if f not in view]  # <module>, handler, dispatch ... parse_leaf, check
+    at, gaps = _walk(view, text)
+    assert len(gaps) == 1, "the middle is one marker"
+    shown = view.count('  File "')
+    assert _count(gaps[0][0], "frames") == 120 - shown == sum(1 for x in gaps[0][1] if x.startswith('  File "'))
+    lines = Doc(text).lines
+    carets = 0
+    for k, i in enumerate(at):  # every shown frame comes whole: its code and caret lines with it
+        if i is not None and lines[i].startswith('  File "'):
+            end = i + 1
+            while lines[end].startswith("    "):
+                end += 1
+            own = list(range(i + 1, end))
+            assert at[k + 1:k + 1 + len(own)] == own
+            carets += sum(lines[j].strip(" ^") == "" for j in own)
+    assert carets >= 5
+    outer = [line for line in view.split("\n") if line.startswith('  File "')][:3]
+    assert [line.rsplit(" in ", 1)[1] for line in outer] == ["<module>", "handler", "dispatch"]

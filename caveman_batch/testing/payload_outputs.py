@@ -69,6 +69,49 @@ def traceback_run(tmp: Path) -> Output:
                   ("json.decoder.JSONDecodeError: Expecting property name", "step_25", "Traceback"))
 
 
+DEEP_APP = """\
+def handler(request):
+    return dispatch(request["path"], request["depth"])
+
+
+def dispatch(path, depth):
+    return walk(path.split("/"), depth)
+
+
+def walk(parts, depth):
+    if depth == 0:
+        return parse_leaf(parts[-1])
+    return visit(parts, depth - 1)
+
+
+def visit(parts, depth):
+    return walk(parts, depth)
+
+
+def parse_leaf(token):
+    return check(token)
+
+
+def check(token):
+    return int(token)
+
+
+handler({"path": "api/v1/items/x12", "depth": 57})
+"""
+DEEP_ERROR = "ValueError: invalid literal for int() with base 10: 'x12'"
+
+
+def deep_traceback_run(tmp: Path) -> Output:
+    """A real 120-frame Python traceback, every frame the program's own (handler -> dispatch ->
+    walk/visit x 115 -> parse_leaf -> check): both ends of it must survive."""
+    tmp.mkdir(parents=True)
+    (tmp / "deep.py").write_text(DEEP_APP)
+    out = _run([sys.executable, "deep.py"], tmp)
+    return Output("deep-traceback", out, "stacktrace",
+                  (DEEP_ERROR, "in <module>", "in handler", "in dispatch", "in parse_leaf", "in check",
+                   "return int(token)"))
+
+
 def git_repo(tmp: Path, commits: int = 60, files: int = 30) -> Path:
     repo = tmp / "repo"
     repo.mkdir(parents=True)
@@ -190,7 +233,8 @@ def cargo_output(n: int = 60) -> Output:
 
 def fixtures(tmp: Path) -> list[Output]:
     """Every output above (the slow ones, pytest and git, run once per call)."""
-    made = [pytest_run(tmp / "pytest"), traceback_run(tmp / "tb"), *git_outputs(tmp / "git"),
+    made = [pytest_run(tmp / "pytest"), traceback_run(tmp / "tb"), deep_traceback_run(tmp / "deep"),
+            *git_outputs(tmp / "git"),
             find_tree(tmp / "find")]
     return made + [api_json(), service_log(), tsc_output(), gcc_output(), eslint_output(),
                    ruff_output(), cargo_output()]
