@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +63,7 @@ def _encodes(text: str) -> bool:
     return True
 
 
-NAMES = ("pytest", "traceback", "deep-traceback", "git-log", "git-diff", "find", "api-json", "log", "tsc", "gcc",
+NAMES = ("pytest", "traceback", "deep-traceback", "git-log", "git-diff", "git-diff-rewrite", "find", "api-json", "log", "tsc", "gcc",
          "eslint", "ruff", "cargo")
 
 
@@ -298,7 +300,8 @@ def _walk(view: str, text: str) -> tuple[list[int | None], list[tuple[str, list[
     return at, gaps
 
 
-WALKED = ("traceback", "deep-traceback", "git-log", "git-diff", "pytest", "log", "tsc", "gcc", "cargo")
+WALKED = ("traceback", "deep-traceback", "git-log", "git-diff", "git-diff-rewrite", "pytest", "log", "tsc",
+          "gcc", "cargo")
 
 
 @pytest.mark.parametrize("budget", (2_000, 6_000, 20_000))
@@ -360,3 +363,74 @@ def test_deep_traceback_keeps_both_ends_and_collapses_the_middle(
     assert carets >= 5
     outer = [line for line in view.split("\n") if line.startswith('  File "')][:3]
     assert [line.rsplit(" in ", 1)[1] for line in outer] == ["<module>", "handler", "dispatch"]
+
+
+def test_git_log_shows_the_newest_commit_whole_and_more_subjects(outputs: dict[str, po.Output]) -> None:
+    out = outputs["git-log"]
+    text = out.data.decode()
+    assert text.count("\ncommit ") + 1 == 61 and len(set(re.findall(r"^Author: .*", text, re.M))) == 7
+    view = reduce(out.data, budget=Budget(2_000)).content
+    newest = text.split("\n\n", 1)[0]  # commit, Author, Date
+    assert view.startswith(newest + "\n")
+    subjects = [line for line in view.split("\n") if re.match(r"    Change \d+:", line)]
+    assert len(subjects) >= 15  # what the view showed before (and no Author or Date line)
+    _walk(view, text)
+
+
+def test_a_long_git_log_shows_authors_and_dates_at_the_default_budget(tmp_path: Path) -> None:
+    repo = po.git_repo(tmp_path, commits=200)
+    log = subprocess.run(["git", "log"], cwd=repo, capture_output=True, check=True).stdout.decode()
+    view = reduce(log).content
+    dates = re.findall(r"^Date: .*", view, re.M)
+    assert len(dates) >= 10 and re.findall(r"^Date: .*", log, re.M)[:len(dates)] == dates  # the newest
+    assert len(re.findall(r"^    Change \d+:", view, re.M)) >= 150
+    _walk(view, log)
+
+
+def _file_changes(text: str) -> dict[str, list[str]]:
+    """Each file of a git diff with its hunk headers and changed lines."""
+    files: dict[str, list[str]] = {}
+    for part in ("\n" + text).split("\ndiff --git ")[1:]:
+        head, *rest = part.split("\n")
+        files["diff --git " + head] = [x for x in rest if x.startswith(("@@", "+", "-"))
+                                       and not x.startswith(("+++ ", "--- "))]
+    return files
+
+
+@pytest.mark.parametrize("budget,least", [(2_000, 4), (6_000, 20)])
+def test_diff_spends_the_budget_on_hunks_file_by_file(
+        outputs: dict[str, po.Output], budget: int, least: int) -> None:
+    out = outputs["git-diff"]
+    text = out.data.decode()
+    files = _file_changes(text)
+    assert len(files) == 30 and len(text) > 6_000
+    view = reduce(out.data, budget=Budget(budget)).content
+    shown = [f for f in files if f in view.split("\n")]
+    whole = [f for f in shown if all(x in view.split("\n") for x in files[f])]
+    assert shown == list(files)[:len(shown)]  # file by file, in order
+    assert whole == shown[:len(whole)] and len(whole) >= max(least, len(shown) - 1)
+    assert len(whole) > len(files) // 2 or budget < 6_000  # at 6,000: most files' changed lines
+    _, gaps = _walk(view, text)
+    assert sum(_count(marker, "files?") for marker, _ in gaps) == len(files) - len(shown)  # the rest counted
+    assert view.split("\n")[1:31] == [f"  {name.split(' b/')[-1]} +{sum(x[0] == '+' for x in files[name])} "
+                                      f"-{sum(x[0] == '-' for x in files[name])}" for name in files]
+
+
+def test_diff_of_whole_rewrites_shows_hunks_too(outputs: dict[str, po.Output]) -> None:
+    out = outputs["git-diff-rewrite"]
+    view = reduce(out.data, budget=Budget(2_000)).content.split("\n")
+    first = _file_changes(out.data.decode())["diff --git a/src/mod_00.py b/src/mod_00.py"]
+    assert first[0] in view and sum(x in view for x in first[1:]) >= 10
+
+
+def test_a_diff_of_many_files_lists_what_fits_and_still_shows_hunks(tmp_path: Path) -> None:
+    repo = po.git_repo(tmp_path, commits=2, files=300)
+    text = subprocess.run(["git", "diff", "HEAD~1", "HEAD"], cwd=repo, capture_output=True, check=True).stdout.decode()
+    result = reduce(text, budget=Budget(2_000))
+    check_laws(text, Budget(2_000), result)
+    view = result.content.split("\n")
+    listed = [x for x in view if re.fullmatch(r"  src/mod_\d+\.py \+\d+ -\d+", x)]
+    assert view[0] == "[diff cut: 300 files changed]" and view[len(listed) + 1] == f"  … {300 - len(listed)} more files"
+    assert 20 <= len(listed) < 300
+    changes = _file_changes(text)["diff --git a/src/mod_00.py b/src/mod_00.py"]
+    assert all(x in view for x in changes)
