@@ -264,8 +264,9 @@ class _Picker:
     def __init__(self, doc: Doc, limits: Limits, size: GapSize) -> None:
         self.doc = doc
         self.n = len(doc)
-        self.size = size
-        whole = size(0, self.n)
+        self._size = size
+        self._sizes: dict[tuple[int, int], int] = {}  # a gap is costed when made and when split
+        self.whole = whole = size(0, self.n)  # the longest marker there is
         self.width = min(limits.line_chars or limits.chars, limits.chars - whole - 2)
         self.kept: list[int] = []  # the chosen lines, in order
         self.chars = whole + 1  # one gap covers everything at the start
@@ -273,22 +274,36 @@ class _Picker:
         self.lead: list[str] = []
         self.limits = limits
 
+    def size(self, start: int, end: int) -> int:
+        key = (start, end)
+        found = self._sizes.get(key)
+        if found is None:
+            found = self._sizes[key] = self._size(start, end)
+        return found
+
     def _shown(self, start: int, end: int) -> int:
         """What lines [start, end) cost shown, each with its newline."""
-        width = self.width
-        return sum(min(len(line), width) for line in self.doc.lines[start:end]) + end - start
+        lines, width = self.doc.lines, self.width
+        if end - start == 1:
+            return min(len(lines[start]), width) + 1
+        return sum(min(len(line), width) for line in lines[start:end]) + end - start
 
     def _cheap(self, start: int, end: int) -> bool:
         """Whether the gap [start, end) costs no more shown than marked (in lines too, when
-        lines are budgeted)."""
-        if end - start > 1 and self.limits.lines is not None:
+        lines are budgeted). No marker is longer than the whole text's: a gap that costs
+        more shown is ruled out before its own marker is made."""
+        if end - start > 1 and self.limits.lines is not None or end - start > self.whole + 1:
             return False
-        marker = self.size(start, end) + 1
-        return end - start <= marker and self._shown(start, end) <= marker
+        shown = self._shown(start, end)
+        return shown <= self.whole + 1 and shown <= self.size(start, end) + 1
 
     def _gap_cost(self, gaps: Iterable[tuple[int, int]]) -> tuple[int, int]:
-        marked = [self.size(s, e) + 1 for s, e in gaps if s < e]
-        return sum(marked), len(marked)
+        chars = count = 0
+        for s, e in gaps:
+            if s < e:
+                chars += self.size(s, e) + 1
+                count += 1
+        return chars, count
 
     def offer(self, start: int, end: int) -> bool | None:
         """Whether the run was taken (None: it had nothing new)."""
@@ -300,13 +315,18 @@ class _Picker:
         lo = kept[a - 1] if a else -1  # the kept lines around the run: the gaps it touches
         hi = kept[b] if b < len(kept) else self.n
         inside = kept[a:b]
-        old_chars, old_gaps = self._gap_cost((p + 1, q) for p, q in zip([lo, *inside], [*inside, hi]))
+        if inside:
+            old_chars, old_gaps = self._gap_cost((p + 1, q) for p, q in zip([lo, *inside], [*inside, hi]))
+        else:  # the usual case: the run lies in one gap
+            old_chars, old_gaps = self.size(lo + 1, hi) + 1, 1
         if lo + 1 < start and self._cheap(lo + 1, start):
             start = lo + 1
         if end < hi and self._cheap(end, hi):
             end = hi
         new_chars, new_gaps = self._gap_cost(((lo + 1, start), (end, hi)))
-        shown = self._shown(start, end) - sum(min(len(self.doc.lines[i]), self.width) + 1 for i in inside)
+        shown = self._shown(start, end)
+        if inside:
+            shown -= sum(min(len(self.doc.lines[i]), self.width) + 1 for i in inside)
         chars = shown + new_chars - old_chars
         lines = end - start - len(inside) + new_gaps - old_gaps
         if self.chars + chars > self.limits.chars:
@@ -331,12 +351,12 @@ class _Picker:
         return self.limits.chars - self.chars
 
     def full(self) -> bool:
-        """Whether nothing of size fits: room for no line with a marker of its own."""
-        return self.room() < _LEAST_MARKER + 2
+        """Whether nothing of size fits: room for no line with a marker as long as the longest
+        (a line beside a kept one may still fit, but looking for it costs searches)."""
+        return self.room() < self.whole + 2
 
 
 _MAX_MISSES: Final = 64
-_LEAST_MARKER: Final = len(lines_marker(1))
 _LOW_ROOM: Final = 64
 
 
@@ -364,7 +384,7 @@ def pick(doc: Doc, runs: Iterable[Run], limits: Limits, lead: list[str] | None =
             lead = []
         taken = picker.offer(start, end)
         if taken is False:  # nearly full, only a few more tries: each may start a search of the text
-            misses += 1 if picker.room() > max(_LOW_ROOM, limits.chars // 20) else _MAX_MISSES // 8
+            misses += 1 if picker.room() > max(_LOW_ROOM, limits.chars // 20) else _MAX_MISSES // 2
         elif taken:
             misses = 0
         if picker.full() or misses > _MAX_MISSES:  # nothing more of size will fit

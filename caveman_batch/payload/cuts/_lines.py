@@ -95,7 +95,10 @@ class LineCut:
 
         def label(start: int, end: int) -> str:
             counts = [(name, count_between(h, start, end)) for name, h in hits]
-            if present:
+            if present and end - start <= _EXACT_GAP:  # no needle holds a newline: line by line
+                part = doc.lines[start:end]
+                counts += [(name, sum(line.count(n) for line in part for n in needles)) for name, needles in present]
+            elif present:
                 a, b = doc.offset(start), doc.offset(end)
                 counts += [(name, sum(doc.text.count(n, a, b) for n in needles)) for name, needles in present]
             return _marker(end - start, counts)
