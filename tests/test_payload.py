@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from caveman_batch import ccr
 from caveman_batch.payload import Budget, Hint, PayloadResult, reduce
-from caveman_batch.payload.view import count_lines
+from caveman_batch.payload.view import Doc, count_lines
 from caveman_batch.store import Store, open_store
 from caveman_batch.testing import payload_outputs as po
 
@@ -66,7 +68,7 @@ def _encodes(text: str) -> bool:
     return True
 
 
-NAMES = ("pytest", "traceback", "git-log", "git-diff", "find", "api-json", "log", "tsc", "gcc",
+NAMES = ("pytest", "traceback", "deep-traceback", "git-log", "git-diff", "git-diff-rewrite", "find", "api-json", "log", "tsc", "gcc",
          "eslint", "ruff", "cargo")
 
 
@@ -267,3 +269,173 @@ def test_command_hint_picks_the_fallback_end() -> None:
     text = "\n".join(f"plain line {i}" for i in range(5_000))
     assert reduce(text, Hint(command="rg -n foo src/"), Budget(1_000)).strategy == "size-head"
     assert reduce(text, Hint(command="/usr/bin/make all"), Budget(1_000)).strategy == "size-tail"
+
+
+# -- where the budget goes (issue 12) ----------------------------------------------------
+
+_MARKER = re.compile(r"\[… ([\d,]+) (?:line|lines|rows) omitted(?: \((.*)\))? …\]")
+
+
+def _walk(view: str, text: str) -> tuple[list[int | None], list[tuple[str, list[str]]]]:
+    """A line cut's view read against its original: the original index of each view line
+    (None for a marker) and each gap marker with the lines it stands for. Every line that is
+    not a marker must be the next line of the original, every marker must count its gap
+    exactly; lines of a cut's own lead (on top, not in the original) are skipped."""
+    lines = Doc(text).lines
+    source = set(lines)
+    body = view.split("\n")[:-1]  # the footer is last
+    while body and body[0] not in source and not _MARKER.fullmatch(body[0]):
+        body.pop(0)
+    at: list[int | None] = []
+    gaps: list[tuple[str, list[str]]] = []
+    pos = 0
+    for line in body:
+        marker = _MARKER.fullmatch(line)
+        if marker:
+            k = int(marker[1].replace(",", ""))
+            gaps.append((line, lines[pos:pos + k]))
+            at.append(None)
+            pos += k
+            continue
+        assert lines[pos] == line or (line.endswith(" chars omitted]")
+                                      and lines[pos].startswith(line[:line.rindex(" [… ")])), (pos, line)
+        at.append(pos)
+        pos += 1
+    assert pos == len(lines), "the markers do not count every hidden line"
+    return at, gaps
+
+
+WALKED = ("traceback", "deep-traceback", "git-log", "git-diff", "git-diff-rewrite", "pytest", "log", "tsc",
+          "gcc", "cargo")
+
+
+@pytest.mark.parametrize("budget", (2_000, 6_000, 20_000))
+@pytest.mark.parametrize("name", WALKED)
+def test_no_gap_is_marked_that_costs_less_to_show(outputs: dict[str, po.Output], name: str, budget: int) -> None:
+    out = outputs[name]
+    text = out.data.decode()
+    result = reduce(out.data, Hint(tool=out.tool), Budget(budget))
+    if result.strategy == "none":
+        return
+    assert result.strategy == out.strategy
+    _, gaps = _walk(result.content, text)
+    cheap = [(marker, hidden) for marker, hidden in gaps if sum(len(x) + 1 for x in hidden) <= len(marker) + 1]
+    assert not cheap
+
+
+def test_markers_are_reserved_at_their_true_size() -> None:
+    """Errors between info lines: the budget is filled to within one error and its marker,
+    which a reservation at the longest marker (counts included) would leave far from full."""
+    from caveman_batch.payload.cuts import log
+    from caveman_batch.payload.model import Limits
+
+    text = "".join(f"2026-01-02T03:04:{i % 60:02d}Z INFO step {i} ok\n" * 3
+                   + f"2026-01-02T03:04:{i % 60:02d}Z ERROR job {i:04d} failed\n" for i in range(3_000))
+    view = log.CUT.cut(text, Limits(1_800))
+    assert view is not None
+    error = len("2026-01-02T03:04:00Z ERROR job 0000 failed")
+    assert 1_800 - len(view) < error + 1 + len("[… 3 lines omitted …]") + 1 + 2
+    assert view.count(" ERROR job ") > 1_800 // (error + 1 + len("[… 11,999 lines omitted (2,999 error) …]"))
+
+
+def _count(marker: str, what: str) -> int:
+    found = re.search(rf"([\d,]+) {what}", marker)
+    return int(found[1].replace(",", "")) if found else 0
+
+
+@pytest.mark.parametrize("budget", (2_000, 6_000))
+def test_deep_traceback_keeps_both_ends_and_collapses_the_middle(
+        outputs: dict[str, po.Output], budget: int) -> None:
+    out = outputs["deep-traceback"]
+    text = out.data.decode()
+    assert text.count('  File "') == 120 and "^^^^" in text  # a real deep trace, 3.11 carets in it
+    view = reduce(out.data, budget=Budget(budget)).content
+    assert not [f for f in out.facts if f not in view]  # <module>, handler, dispatch ... parse_leaf, check
+    at, gaps = _walk(view, text)
+    assert len(gaps) == 1, "the middle is one marker"
+    shown = view.count('  File "')
+    assert _count(gaps[0][0], "frames") == 120 - shown == sum(1 for x in gaps[0][1] if x.startswith('  File "'))
+    lines = Doc(text).lines
+    carets = 0
+    for k, i in enumerate(at):  # every shown frame comes whole: its code and caret lines with it
+        if i is not None and lines[i].startswith('  File "'):
+            end = i + 1
+            while lines[end].startswith("    "):
+                end += 1
+            own = list(range(i + 1, end))
+            assert at[k + 1:k + 1 + len(own)] == own
+            carets += sum(lines[j].strip(" ^") == "" for j in own)
+    assert carets >= 5
+    outer = [line for line in view.split("\n") if line.startswith('  File "')][:3]
+    assert [line.rsplit(" in ", 1)[1] for line in outer] == ["<module>", "handler", "dispatch"]
+
+
+def test_git_log_shows_the_newest_commit_whole_and_more_subjects(outputs: dict[str, po.Output]) -> None:
+    out = outputs["git-log"]
+    text = out.data.decode()
+    assert text.count("\ncommit ") + 1 == 61 and len(set(re.findall(r"^Author: .*", text, re.M))) == 7
+    view = reduce(out.data, budget=Budget(2_000)).content
+    newest = text.split("\n\n", 1)[0]  # commit, Author, Date
+    assert view.startswith(newest + "\n")
+    subjects = [line for line in view.split("\n") if re.match(r"    Change \d+:", line)]
+    assert len(subjects) >= 15  # what the view showed before (and no Author or Date line)
+    _walk(view, text)
+
+
+def test_a_long_git_log_shows_authors_and_dates_at_the_default_budget(tmp_path: Path) -> None:
+    repo = po.git_repo(tmp_path, commits=200)
+    log = subprocess.run(["git", "log"], cwd=repo, capture_output=True, check=True).stdout.decode()
+    view = reduce(log).content
+    dates = re.findall(r"^Date: .*", view, re.M)
+    assert len(dates) >= 10 and re.findall(r"^Date: .*", log, re.M)[:len(dates)] == dates  # the newest
+    assert len(re.findall(r"^    Change \d+:", view, re.M)) >= 150
+    _walk(view, log)
+
+
+def _file_changes(text: str) -> dict[str, list[str]]:
+    """Each file of a git diff with its hunk headers and changed lines."""
+    files: dict[str, list[str]] = {}
+    for part in ("\n" + text).split("\ndiff --git ")[1:]:
+        head, *rest = part.split("\n")
+        files["diff --git " + head] = [x for x in rest if x.startswith(("@@", "+", "-"))
+                                       and not x.startswith(("+++ ", "--- "))]
+    return files
+
+
+@pytest.mark.parametrize("budget,least", [(2_000, 4), (6_000, 20)])
+def test_diff_spends_the_budget_on_hunks_file_by_file(
+        outputs: dict[str, po.Output], budget: int, least: int) -> None:
+    out = outputs["git-diff"]
+    text = out.data.decode()
+    files = _file_changes(text)
+    assert len(files) == 30 and len(text) > 6_000
+    view = reduce(out.data, budget=Budget(budget)).content
+    shown = [f for f in files if f in view.split("\n")]
+    whole = [f for f in shown if all(x in view.split("\n") for x in files[f])]
+    assert shown == list(files)[:len(shown)]  # file by file, in order
+    assert whole == shown[:len(whole)] and len(whole) >= max(least, len(shown) - 1)
+    assert len(whole) > len(files) // 2 or budget < 6_000  # at 6,000: most files' changed lines
+    _, gaps = _walk(view, text)
+    assert sum(_count(marker, "files?") for marker, _ in gaps) == len(files) - len(shown)  # the rest counted
+    assert view.split("\n")[1:31] == [f"  {name.split(' b/')[-1]} +{sum(x[0] == '+' for x in files[name])} "
+                                      f"-{sum(x[0] == '-' for x in files[name])}" for name in files]
+
+
+def test_diff_of_whole_rewrites_shows_hunks_too(outputs: dict[str, po.Output]) -> None:
+    out = outputs["git-diff-rewrite"]
+    view = reduce(out.data, budget=Budget(2_000)).content.split("\n")
+    first = _file_changes(out.data.decode())["diff --git a/src/mod_00.py b/src/mod_00.py"]
+    assert first[0] in view and sum(x in view for x in first[1:]) >= 10
+
+
+def test_a_diff_of_many_files_lists_what_fits_and_still_shows_hunks(tmp_path: Path) -> None:
+    repo = po.git_repo(tmp_path, commits=2, files=300)
+    text = subprocess.run(["git", "diff", "HEAD~1", "HEAD"], cwd=repo, capture_output=True, check=True).stdout.decode()
+    result = reduce(text, budget=Budget(2_000))
+    check_laws(text, Budget(2_000), result)
+    view = result.content.split("\n")
+    listed = [x for x in view if re.fullmatch(r"  src/mod_\d+\.py \+\d+ -\d+", x)]
+    assert view[0] == "[diff cut: 300 files changed]" and view[len(listed) + 1] == f"  … {300 - len(listed)} more files"
+    assert 20 <= len(listed) < 300
+    changes = _file_changes(text)["diff --git a/src/mod_00.py b/src/mod_00.py"]
+    assert all(x in view for x in changes)

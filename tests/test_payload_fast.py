@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from caveman_batch.payload import Hint, registry
 from caveman_batch.payload.cuts import json_cut, log, stacktrace
 from caveman_batch.payload.cuts._lines import by_priority
-from caveman_batch.payload.view import Doc, clip
+from caveman_batch.payload.view import Doc
 
 # -- json: error items and outliers, a column at a time ---------------------------------
 
@@ -199,30 +199,41 @@ def test_anchored_tells_line_patterns_from_the_rest() -> None:
     assert not _anchored(r"^a|^b")  # anchored, but only a whole "^(...)" is recognized
 
 
-# -- diff: the file list is not counted when it cannot fit --------------------------------
+# -- diff: the file list's counts, made in C over each file's part of the text -----------
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(1, 40), st.sampled_from([0, 3, 12, 30]), st.integers(-10, 120),
-       st.one_of(st.none(), st.integers(-2, 3)), st.sampled_from([None, 20, 25, 32, 45, 80, 300]))
-def test_diff_lead_skipped_only_when_pick_would_drop_it(files: int, name_len: int, slack: int,
-                                                        line_slack: int | None, line_chars: int | None) -> None:
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=40),
+       st.sampled_from([0, 3, 12, 30]), st.integers(60, 3_000), st.one_of(st.none(), st.integers(1, 60)),
+       st.sampled_from([None, 20, 45, 300]))
+def test_diff_file_list_is_the_line_by_line_count_within_its_share(
+        files: list[tuple[int, int]], name_len: int, chars: int, lines: int | None,
+        line_chars: int | None) -> None:
     from caveman_batch.payload.cuts import diff
     from caveman_batch.payload.model import Limits
 
-    text = "".join(f"diff --git a/{'d' * name_len}{k} b/{'d' * name_len}{k}\nindex 1..2 100644\n"
-                   f"--- a/x{k}\n+++ b/x{k}\n@@ -1,2 +1,2 @@\n-old {k}\n+new {k}\n context\n" for k in range(files))
-    original = diff._may_fit
-    try:
-        diff._may_fit = lambda names, limits: True  # always count: the lead as before
-        lead = diff.CUT.lead(Doc(text), Limits(10**6))
-        # budgets around what the whole lead takes, where a wrong bound would show
-        size = sum(len(clip(x, line_chars or 10**6)) + 1 for x in lead)
-        limits = Limits(max(size + slack, 60),
-                        None if line_slack is None else max(len(lead) + line_slack, 1), line_chars)
-        whole = diff.CUT.cut(text, limits)
-    finally:
-        diff._may_fit = original
-    assert diff.CUT.cut(text, limits) == whole
+    parts = []
+    for k, (added, removed) in enumerate(files):
+        body = "".join(f"-old {j}\n" for j in range(removed)) + "".join(f"+new {j}\n" for j in range(added))
+        parts.append(f"diff --git a/{'d' * name_len}{k} b/{'d' * name_len}{k}\nindex 1..2 100644\n--- a/x{k}\n"
+                     f"+++ b/x{k}\n@@ -1,{removed} +1,{added} @@\n{body}")
+    text = "".join(parts)
+    limits = Limits(chars, lines, line_chars)
+    lead = diff._files(Doc(text), limits)
+    head, more = f"[diff cut: {len(files):,} files changed]", f"  … {len(files):,} more files"
+    if not lead:  # only when not even the count line and the "more" line fit half the budget
+        assert len(head) + len(more) + 2 > chars // 2 or (lines is not None and lines < 5)
+        return
+    assert lead[0] == head
+    listed = [line for line in lead[1:] if not line.startswith("  … ")]
+    for k, line in enumerate(listed):  # the plain rule: count the file's lines one by one
+        own = parts[k].split("\n")[4:]
+        added = sum(1 for x in own if x.startswith("+") and not x.startswith("+++ "))
+        removed = sum(1 for x in own if x.startswith("-") and not x.startswith("--- "))
+        assert line == f"  {'d' * name_len}{k} +{added:,} -{removed:,}"
+    if len(listed) < len(files):
+        assert lead[-1] == f"  … {len(files) - len(listed):,} more files"
+    assert sum(min(len(x), line_chars or chars) + 1 for x in lead) <= chars // 2
+    assert lines is None or len(lead) <= (lines - 1) // 2
 
 
 # -- one split per reduce ------------------------------------------------------------------

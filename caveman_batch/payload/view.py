@@ -26,6 +26,8 @@ SAMPLE_TAIL: Final = 4_096
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
 Run = tuple[int, int, int]
 GapLabel = Callable[[int, int], str]
+#: the chars a gap's marker is reserved at (its label's length, or a bound on it)
+GapSize = Callable[[int, int], int]
 
 
 def sample(text: str) -> str:
@@ -253,39 +255,85 @@ def count_between(hits: list[int], start: int, end: int) -> int:
 
 
 class _Picker:
-    """Greedy selection of runs with exact accounting of gap markers."""
+    """Greedy selection of runs with exact accounting of gap markers.
 
-    def __init__(self, doc: Doc, limits: Limits, label_room: int) -> None:
+    Every gap is reserved at its own marker's size (`size`), not at the longest one a
+    marker could take, and a gap that costs no more to show than its marker is shown:
+    a blank or one-char line is never replaced by a 20-char marker."""
+
+    def __init__(self, doc: Doc, limits: Limits, size: GapSize) -> None:
         self.doc = doc
         self.n = len(doc)
-        self.width = min(limits.line_chars or limits.chars, limits.chars - label_room - 2)
-        self.chosen: set[int] = set()
-        self.chars = label_room + 1  # one gap covers everything at the start
+        self._size = size
+        self._sizes: dict[tuple[int, int], int] = {}  # a gap is costed when made and when split
+        self.whole = whole = size(0, self.n)  # the longest marker there is
+        self.width = min(limits.line_chars or limits.chars, limits.chars - whole - 2)
+        self.kept: list[int] = []  # the chosen lines, in order
+        self.chars = whole + 1  # one gap covers everything at the start
         self.lines = 1
         self.lead: list[str] = []
         self.limits = limits
-        self.label_room = label_room
 
-    def line_cost(self, i: int, taken: set[int]) -> tuple[int, int]:
-        left = i > 0 and (i - 1) not in self.chosen and (i - 1) not in taken
-        right = i < self.n - 1 and (i + 1) not in self.chosen and (i + 1) not in taken
-        gaps = left + right - 1  # splitting a gap adds one; closing one removes one
-        return min(len(self.doc.lines[i]), self.width) + 1 + gaps * (self.label_room + 1), 1 + gaps
+    def size(self, start: int, end: int) -> int:
+        key = (start, end)
+        found = self._sizes.get(key)
+        if found is None:
+            found = self._sizes[key] = self._size(start, end)
+        return found
 
-    def offer(self, start: int, end: int) -> bool:
-        taken: set[int] = set()
-        chars, lines = 0, 0
-        for i in range(start, min(end, self.n)):
-            if i in self.chosen:
-                continue
-            c, n = self.line_cost(i, taken)
-            taken.add(i)
-            chars, lines = chars + c, lines + n
+    def _shown(self, start: int, end: int) -> int:
+        """What lines [start, end) cost shown, each with its newline."""
+        lines, width = self.doc.lines, self.width
+        if end - start == 1:
+            return min(len(lines[start]), width) + 1
+        return sum(min(len(line), width) for line in lines[start:end]) + end - start
+
+    def _cheap(self, start: int, end: int) -> bool:
+        """Whether the gap [start, end) costs no more shown than marked (in lines too, when
+        lines are budgeted). No marker is longer than the whole text's: a gap that costs
+        more shown is ruled out before its own marker is made."""
+        if end - start > 1 and self.limits.lines is not None or end - start > self.whole + 1:
+            return False
+        shown = self._shown(start, end)
+        return shown <= self.whole + 1 and shown <= self.size(start, end) + 1
+
+    def _gap_cost(self, gaps: Iterable[tuple[int, int]]) -> tuple[int, int]:
+        chars = count = 0
+        for s, e in gaps:
+            if s < e:
+                chars += self.size(s, e) + 1
+                count += 1
+        return chars, count
+
+    def offer(self, start: int, end: int) -> bool | None:
+        """Whether the run was taken (None: it had nothing new)."""
+        end = min(end, self.n)
+        kept = self.kept
+        a, b = bisect_left(kept, start), bisect_left(kept, end)
+        if b - a >= end - start:
+            return None
+        lo = kept[a - 1] if a else -1  # the kept lines around the run: the gaps it touches
+        hi = kept[b] if b < len(kept) else self.n
+        inside = kept[a:b]
+        if inside:
+            old_chars, old_gaps = self._gap_cost((p + 1, q) for p, q in zip([lo, *inside], [*inside, hi]))
+        else:  # the usual case: the run lies in one gap
+            old_chars, old_gaps = self.size(lo + 1, hi) + 1, 1
+        if lo + 1 < start and self._cheap(lo + 1, start):
+            start = lo + 1
+        if end < hi and self._cheap(end, hi):
+            end = hi
+        new_chars, new_gaps = self._gap_cost(((lo + 1, start), (end, hi)))
+        shown = self._shown(start, end)
+        if inside:
+            shown -= sum(min(len(self.doc.lines[i]), self.width) + 1 for i in inside)
+        chars = shown + new_chars - old_chars
+        lines = end - start - len(inside) + new_gaps - old_gaps
         if self.chars + chars > self.limits.chars:
             return False
         if self.limits.lines is not None and self.lines + lines > self.limits.lines:
             return False
-        self.chosen |= taken
+        kept[a:b] = range(start, end)
         self.chars += chars
         self.lines += lines
         return True
@@ -299,26 +347,34 @@ class _Picker:
             return
         self.lead, self.chars, self.lines = lead, self.chars + chars, self.lines + len(lead)
 
+    def room(self) -> int:
+        return self.limits.chars - self.chars
+
     def full(self) -> bool:
-        return self.limits.chars - self.chars < 2 + self.label_room
+        """Whether nothing of size fits: room for no line with a marker as long as the longest
+        (a line beside a kept one may still fit, but looking for it costs searches)."""
+        return self.room() < self.whole + 2
 
 
-_MAX_MISSES: Final = 256
+_MAX_MISSES: Final = 64
+_LOW_ROOM: Final = 64
 
 
 def pick(doc: Doc, runs: Iterable[Run], limits: Limits, lead: list[str] | None = None,
-         label: GapLabel | None = None, label_room: int | None = None,
+         label: GapLabel | None = None, size: GapSize | None = None,
          presorted: bool = False, lead_after: int = -1) -> str | None:
     """The lines of the best runs that fit, in source order, every gap marked.
 
     With `presorted`, `runs` is consumed lazily in the order given (most wanted first)
     and only as far as the budget reaches: a cut can offer every line of a huge
     output without materializing them. `lead` (summary lines a cut writes) is placed
-    on top, but competes for room after the runs of priority <= `lead_after`."""
+    on top, but competes for room after the runs of priority <= `lead_after`.
+    `size` is what a gap's marker is reserved at: at least `len(label(start, end))`
+    (the default is that length, so pass it only when a label is costly to make)."""
     lead = lead or []
     label = label or (lambda s, e: lines_marker(e - s))
-    room = label_room if label_room is not None else len(lines_marker(max(len(doc), 10)))
-    picker = _Picker(doc, limits, room)
+    size = size or (lambda s, e: len(label(s, e)))
+    picker = _Picker(doc, limits, size)
     if picker.chars > limits.chars:
         return None
     misses = 0
@@ -326,14 +382,18 @@ def pick(doc: Doc, runs: Iterable[Run], limits: Limits, lead: list[str] | None =
         if lead and prio > lead_after:
             picker.offer_lead(lead)
             lead = []
-        misses = 0 if picker.offer(start, end) else misses + 1
+        taken = picker.offer(start, end)
+        if taken is False:  # nearly full, only a few more tries: each may start a search of the text
+            misses += 1 if picker.room() > max(_LOW_ROOM, limits.chars // 20) else _MAX_MISSES // 2
+        elif taken:
+            misses = 0
         if picker.full() or misses > _MAX_MISSES:  # nothing more of size will fit
             break
     if lead:
         picker.offer_lead(lead)
-    if not picker.chosen:
+    if not picker.kept:
         return None
-    return render(doc, sorted(picker.chosen), picker.lead, label, picker.width)
+    return render(doc, picker.kept, picker.lead, label, picker.width)
 
 
 def render(doc: Doc, keep: list[int], lead: list[str], label: GapLabel, width: int) -> str:

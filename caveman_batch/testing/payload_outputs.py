@@ -69,35 +69,128 @@ def traceback_run(tmp: Path) -> Output:
                   ("json.decoder.JSONDecodeError: Expecting property name", "step_25", "Traceback"))
 
 
-def git_repo(tmp: Path, commits: int = 60, files: int = 30) -> Path:
+DEEP_APP = """\
+def handler(request):
+    return dispatch(request["path"], request["depth"])
+
+
+def dispatch(path, depth):
+    return walk(path.split("/"), depth)
+
+
+def walk(parts, depth):
+    if depth == 0:
+        return parse_leaf(parts[-1])
+    return visit(parts, depth - 1)
+
+
+def visit(parts, depth):
+    return walk(parts, depth)
+
+
+def parse_leaf(token):
+    return check(token)
+
+
+def check(token):
+    return int(token)
+
+
+handler({"path": "api/v1/items/x12", "depth": 57})
+"""
+DEEP_ERROR = "ValueError: invalid literal for int() with base 10: 'x12'"
+
+
+def deep_traceback_run(tmp: Path) -> Output:
+    """A real 120-frame Python traceback, every frame the program's own (handler -> dispatch ->
+    walk/visit x 115 -> parse_leaf -> check): both ends of it must survive."""
+    tmp.mkdir(parents=True)
+    (tmp / "deep.py").write_text(DEEP_APP)
+    out = _run([sys.executable, "deep.py"], tmp)
+    return Output("deep-traceback", out, "stacktrace",
+                  (DEEP_ERROR, "in <module>", "in handler", "in dispatch", "in parse_leaf", "in check",
+                   "return int(token)"))
+
+
+AUTHORS = ("Ada Lovelace", "Grace Hopper", "Alan Turing", "Edsger Dijkstra", "Barbara Liskov",
+           "Donald Knuth", "Frances Allen")
+_EPOCH = 1_767_254_400  # 2026-01-01T08:00:00Z
+
+
+def _module(values: list[int]) -> str:
+    """A Python module of small functions, so git names each hunk's function."""
+    return "".join(f"def value_{k}(x):\n    return x + {v}\n\n\n" for k, v in enumerate(values))
+
+
+def _data(text: str) -> bytes:
+    raw = text.encode()
+    return b"data %d\n%s\n" % (len(raw), raw)
+
+
+def _commit(c: int, message: str, files: dict[str, str]) -> bytes:
+    """Commit `c` as `git fast-import` reads it: its author (one of seven, in turn), its date
+    (a day and a minute after the one before), its message and its files' new contents."""
+    name = AUTHORS[c % len(AUTHORS)]
+    who = f"{name} <{name.split()[0].lower()}@example.com> {_EPOCH + c * 86_460} +0000"
+    parts = [f"commit refs/heads/main\nmark :{c + 1}\nauthor {who}\ncommitter {who}\n".encode(),
+             _data(message), f"from :{c}\n".encode() if c else b""]
+    for path, text in files.items():
+        parts += [f"M 100644 inline {path}\n".encode(), _data(text)]
+    return b"".join(parts) + b"\n"
+
+
+def git_repo(tmp: Path, commits: int = 61, files: int = 30) -> Path:
+    """A repo of `commits` commits by distinct authors on distinct dates, one in three with a
+    body, written by `git fast-import` (one process, not three per commit): each of the first
+    ones rewrites four modules whole; the last edits one or two functions in every module."""
     repo = tmp / "repo"
     repo.mkdir(parents=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@example.com",
-           "GIT_COMMITTER_NAME": "Dev", "GIT_COMMITTER_EMAIL": "dev@example.com",
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp)}
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp)}
     _run(["git", "init", "-q", "-b", "main"], repo, env)
     rng = random.Random(7)
-    for c in range(commits):
-        for f in rng.sample(range(files), 4):
-            path = repo / f"src/mod_{f:02d}.py"
-            path.parent.mkdir(exist_ok=True)
-            lines = [f"value_{k} = {rng.randint(0, 999)}\n" for k in range(40)]
-            path.write_text("".join(lines))
-        _run(["git", "add", "-A"], repo, env)
-        _run(["git", "commit", "-q", "-m", f"Change {c}: tune values\n\nLonger body {c}."], repo, env)
+    modules = {f: [rng.randint(0, 999) for _ in range(12)] for f in range(files)}
+    stream = []
+    for c in range(commits - 1):
+        changed = {}
+        for f in (range(files) if c == 0 else rng.sample(range(files), 4)):
+            modules[f] = [rng.randint(0, 999) for _ in range(12)]
+            changed[f"src/mod_{f:02d}.py"] = _module(modules[f])
+        body = f"\n\nWhy: longer body {c}." if c % 3 == 0 else ""  # many commits have no body
+        stream.append(_commit(c, f"Change {c}: tune values{body}", changed))
+    for f in range(files):  # the last commit: a small edit in every module
+        for k in (2, 9)[:1 + f % 3 // 2]:
+            modules[f][k] += 1
+    stream.append(_commit(commits - 1, f"Change {commits - 1}: bump every module\n\nOne edit each.",
+                          {f"src/mod_{f:02d}.py": _module(modules[f]) for f in range(files)}))
+    done = subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(stream), env=env,
+                          capture_output=True, timeout=120, check=False)
+    if done.returncode:
+        raise RuntimeError(f"git fast-import failed: {done.stderr.decode(errors='replace')}")
     return repo
 
 
-def git_outputs(tmp: Path) -> tuple[Output, Output]:
+def _diff_facts(diff: str) -> tuple[str, ...]:
+    """Every file name, and the first file's hunk headers and changed lines."""
+    names = sorted({line.split(" b/")[-1] for line in diff.splitlines() if line.startswith("diff --git ")})
+    first = diff.split("\ndiff --git ", 1)[0].splitlines()
+    hunks = [line for line in first if line.startswith(("@@", "+", "-")) and not line.startswith(("+++", "---"))]
+    return (*names, *hunks)
+
+
+def git_outputs(tmp: Path) -> tuple[Output, Output, Output]:
+    """`git log` of 61 commits; `git diff` of the last commit (30 files, small hunks) and of the
+    last 20 (30 files rewritten)."""
     repo = git_repo(tmp)
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp)}
     log = _run(["git", "log"], repo, env)
-    diff = _run(["git", "diff", "HEAD~20", "HEAD"], repo, env)
-    names = tuple(sorted({line.split(" b/")[-1] for line in diff.decode().splitlines()
-                          if line.startswith("diff --git ")}))
-    first_commit = log.decode().split("\n", 1)[0]
-    return (Output("git-log", log, "gitlog", (first_commit, "Change 59: tune values")),
-            Output("git-diff", diff, "diff", names))
+    newest = log.decode().split("\n\n", 1)[0].split("\n")  # commit, Author, Date
+    edit = _run(["git", "diff", "HEAD~1", "HEAD"], repo, env)
+    rewrite = _run(["git", "diff", "HEAD~20", "HEAD"], repo, env)
+    rewrite_names = _diff_facts(rewrite.decode())[:30]
+    return (Output("git-log", log, "gitlog", (*newest, "Change 60: bump every module",
+                                                   "Change 47: tune values")),
+            Output("git-diff", edit, "diff", _diff_facts(edit.decode())),
+            Output("git-diff-rewrite", rewrite, "diff", rewrite_names))
 
 
 def find_tree(tmp: Path) -> Output:
@@ -190,7 +283,8 @@ def cargo_output(n: int = 60) -> Output:
 
 def fixtures(tmp: Path) -> list[Output]:
     """Every output above (the slow ones, pytest and git, run once per call)."""
-    made = [pytest_run(tmp / "pytest"), traceback_run(tmp / "tb"), *git_outputs(tmp / "git"),
+    made = [pytest_run(tmp / "pytest"), traceback_run(tmp / "tb"), deep_traceback_run(tmp / "deep"),
+            *git_outputs(tmp / "git"),
             find_tree(tmp / "find")]
     return made + [api_json(), service_log(), tsc_output(), gcc_output(), eslint_output(),
                    ruff_output(), cargo_output()]

@@ -12,11 +12,11 @@ from ..model import Hint, Limits
 from ..view import (
     Doc,
     GapLabel,
+    GapSize,
     Run,
     count_between,
     finish,
     line_hits,
-    lines_marker,
     pick,
     sample,
 )
@@ -77,33 +77,56 @@ class LineCut:
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        label, room = self.labeler(doc)
+        label, size = self.labeler(doc)
         lead = self.lead(doc, limits)
-        view = pick(doc, self.runs(doc), limits, lead=lead, label=label,
-                    label_room=room, presorted=True, lead_after=self.lead_after)
+        view = pick(doc, self.runs(doc), limits, lead=lead, label=label, size=size,
+                    presorted=True, lead_after=self.lead_after)
         return finish(view, limits)
 
-    def labeler(self, doc: Doc) -> tuple[GapLabel | None, int | None]:
-        """Gap markers that also count the lines of each kind in `gap_counts` they hide."""
+    def labeler(self, doc: Doc) -> tuple[GapLabel | None, GapSize | None]:
+        """Gap markers that also count the lines of each kind in `gap_counts` they hide,
+        and the size each is reserved at."""
         if not self.gap_counts and not self.gap_needles:
             return None, None
         hits = [(name, doc.grep(p, self.needles.get(p.pattern, ()))) for name, p in self.gap_counts]
         # a needle that is nowhere in the text is not counted gap by gap
         present = [(name, tuple(n for n in needles if doc.count(n))) for name, needles in self.gap_needles]
+        present = [(name, needles) for name, needles in present if needles]
 
         def label(start: int, end: int) -> str:
             counts = [(name, count_between(h, start, end)) for name, h in hits]
-            if present:
+            if present and end - start <= _EXACT_GAP:  # no needle holds a newline: line by line
+                part = doc.lines[start:end]
+                counts += [(name, sum(line.count(n) for line in part for n in needles)) for name, needles in present]
+            elif present:
                 a, b = doc.offset(start), doc.offset(end)
                 counts += [(name, sum(doc.text.count(n, a, b) for n in needles)) for name, needles in present]
-            hidden = [f"{k:,} {name}" for name, k in counts if k]
-            extra = f" ({', '.join(hidden)})" if hidden else ""
-            return f"[… {end - start:,} line{'s' if end - start != 1 else ''} omitted{extra} …]"
+            return _marker(end - start, counts)
 
-        digits = len(f"{len(doc):,}")
-        names = [n for n, _ in hits] + [n for n, _ in self.gap_needles]
-        room = len(lines_marker(len(doc))) + sum(len(n) + digits + 2 for n in names) + 3
-        return label, room
+        if not present:
+            return label, None  # every count is a bisection: the true size is cheap
+        totals = [(name, sum(map(doc.count, needles))) for name, needles in present]
+
+        def size(start: int, end: int) -> int:
+            """The true size of a short gap's marker; a long gap's counts of substrings (a
+            scan of the gap each) are bounded by their count in the whole text."""
+            if end - start <= _EXACT_GAP:
+                return len(label(start, end))
+            return len(_marker(end - start, [(name, count_between(h, start, end)) for name, h in hits]
+                               + totals))
+
+        return label, size
+
+
+#: gaps of up to this many lines get their marker's true size even when counting is a scan
+_EXACT_GAP = 64
+
+
+def _marker(lines: int, counts: list[tuple[str, int]]) -> str:
+    """A gap marker: the lines it hides, and how many of each kind (those it has)."""
+    hidden = [f"{k:,} {name}" for name, k in counts if k]
+    extra = f" ({', '.join(hidden)})" if hidden else ""
+    return f"[… {lines:,} line{'s' if lines != 1 else ''} omitted{extra} …]"
 
 
 def _hits(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...], prio: int,

@@ -18,7 +18,6 @@ from ..view import (
     count_lines,
     finish,
     line_hits,
-    lines_marker,
     pick,
     sample,
 )
@@ -81,29 +80,59 @@ def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
     return sorted(dep)
 
 
-def _dep_lines(doc: Doc, dep_frames: list[int]) -> bytearray:
-    """A dependency frame and the source line printed under it (Python) are both dep."""
-    dep = bytearray(len(doc))
-    lines, n = doc.lines, len(doc)
-    for i in dep_frames:
-        dep[i] = 1
-        if i + 1 < n and lines[i + 1].startswith("    ") and lines[i].lstrip().startswith("File "):
-            dep[i + 1] = 1
-    return dep
+class _Frames:
+    """The frame lines of a trace, and the lines each frame owns, found when asked: a Python
+    frame's `File` line owns the code, caret (`^^^^`) and `[Previous line repeated …]` lines
+    printed under it. A long trace has thousands of frames and a view shows a few."""
+
+    def __init__(self, doc: Doc, frames: list[int], dep: list[int]) -> None:
+        self.lines, self.n = doc.lines, len(doc)
+        self.starts, self.dep = set(frames), set(dep)
+        self.own = [i for i in frames if i not in self.dep]
+
+    def end(self, i: int) -> int:
+        """Where frame `i` ends (exclusive)."""
+        lines, j = self.lines, i + 1
+        if lines[i].lstrip(" \t").startswith('File "'):
+            while j < self.n and j not in self.starts and (
+                    lines[j].startswith("    ") or lines[j].startswith("  [Previous line repeated")):
+                j += 1
+        return j
 
 
-def _own_frames(doc: Doc, frames: list[int], dep: bytearray) -> Iterator[Run]:
-    """The program's own frames, nearest the error first: Python prints that frame last,
-    Java, JS and Go print it first. A Python frame keeps its source line with it.
+#: how many of the program's outermost frames are kept early: where the call came in
+#: (`<module>`, `main`, the handler) says what the program was doing
+_OUTER = 3
 
-    Lazily: a long trace has thousands, and the budget takes the first few."""
+
+def _own_frames(doc: Doc, frames: _Frames) -> Iterator[Run]:
+    """The program's own frames, whole, by how much they tell: the one nearest the error,
+    the outermost ones, then inwards from the error, so a deep trace keeps both ends and
+    its middle collapses into one marker. Python prints the frame nearest the error last;
+    Java, JS and Go print it first."""
     python = "Traceback (most recent call last):" in doc.text
-    own = [i for i in frames if not dep[i]]
-    n = len(doc)
-    is_frame = set(frames) if python else set()
-    for rank, i in enumerate(reversed(own) if python else own):
-        end = i + 2 if python and i + 1 < n and i + 1 not in is_frame else i + 1
-        yield (1 + rank, i, end)
+    inner = frames.own[::-1] if python else frames.own
+    outer = inner[::-1]
+    seen: set[int] = set()
+    for rank, start in enumerate(chain(inner[:1], outer[:2], inner[1:2], outer[2:_OUTER], inner[2:])):
+        if start not in seen:
+            seen.add(start)
+            yield (1 + rank, start, frames.end(start))
+
+
+def _rest(frames: _Frames) -> Iterator[Run]:
+    """Every other line the program printed, in order, a frame still whole (never a frame's
+    `File` line without its code); dependency frames are left to the markers."""
+    i = 0
+    while i < frames.n:
+        end = frames.end(i) if i in frames.starts else i + 1
+        if i not in frames.dep:
+            yield (1 << 30, i, end)
+        i = end
+
+
+def _counted(n: int, what: str) -> str:
+    return f"{n:,} {what}{'s' if n != 1 else ''}"
 
 
 class StackCut(LineCut):
@@ -119,20 +148,18 @@ class StackCut(LineCut):
         doc = Doc.of(text)
         all_frames, messages = _frames(doc), doc.grep(_MESSAGE)
         frames = _dep_frames(doc, all_frames)
-        dep = _dep_lines(doc, frames)
-        rest = ((1 << 30, i, i + 1) for i in range(len(doc)) if not dep[i])
+        found = _Frames(doc, all_frames, frames)
 
         def label(start: int, end: int) -> str:
-            n = count_between(frames, start, end)
-            extra = f" ({n:,} dependency frame{'s' if n != 1 else ''})" if n else ""
-            k = end - start
-            return f"[… {k:,} line{'s' if k != 1 else ''} omitted{extra} …]"
+            deps = count_between(frames, start, end)
+            own = count_between(all_frames, start, end) - deps
+            hidden = [_counted(n, what) for n, what in ((own, "frame"), (deps, "dependency frame")) if n]
+            extra = f" ({', '.join(hidden)})" if hidden else ""
+            return f"[… {_counted(end - start, 'line')} omitted{extra} …]"
 
-        room = len(lines_marker(len(doc))) + len(f"{len(doc):,}") + 24
         # messages (priority 0, in order) then own frames (1 + rank): already sorted
-        ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, all_frames, dep), rest)
-        return finish(pick(doc, ordered, limits, label=label, label_room=room, presorted=True),
-                      limits)
+        ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, found), _rest(found))
+        return finish(pick(doc, ordered, limits, label=label, presorted=True), limits)
 
 
 CUT = StackCut(
