@@ -1,0 +1,314 @@
+"""Tool search: one index of every tool, ranked by SQLite FTS5's bm25 with field weights.
+
+A `ToolDoc` is one tool ready to index: its catalog (server) id, its name, the handle of
+its exact original bytes, its compressed definition (what a search returns) and its
+search text by field. `ToolIndex` keeps them in one SQLite file: a `tools` table of what
+a hit returns, an FTS5 table of the search text (same rowid) and a `servers` table of
+each catalog's sha256, so a rerun knows which catalogs changed.
+
+Ranking belongs to the engine: `bm25()` with a weight per field (the name counts most),
+the porter stemmer over unicode61 tokens. A natural-language query becomes an OR of its
+quoted words (FTS5 reads implicit terms as AND, and bare words as syntax): any text is a
+valid query. Ties are broken by (server, name, position), never by rowid, so the same
+tools give the same results whatever order they were indexed in.
+
+Every change is one transaction: a crash leaves the index as it was before the change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
+from .errors import SearchIndexError, SearchIndexNotFoundError
+
+SCHEMA_VERSION: Final = 1
+FIELDS: Final = ("name", "description", "params")
+# bm25 weight per field, in FIELDS order: a word of the name says more than one of the
+# description, which says more than a parameter's.
+WEIGHTS: Final = (4.0, 1.0, 0.5)
+TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+MAX_QUERY_TERMS: Final = 64
+
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT);
+CREATE TABLE IF NOT EXISTS tools (
+    id INTEGER PRIMARY KEY,
+    server TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    handle TEXT,
+    definition TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
+CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDoc:
+    """One tool, ready to index."""
+
+    server: str
+    name: str
+    handle: str | None  # ccr_<sha256> of the tool object's exact original bytes, if stored
+    definition: str  # the compressed tool object, compact JSON text
+    fields: dict[str, str] = field(default_factory=dict)  # search text by FIELDS name
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    server: str
+    name: str
+    score: float  # higher is better
+    handle: str | None
+    definition: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"server": self.server, "name": self.name, "score": self.score,
+                "handle": self.handle, "definition": self.definition}
+
+
+# -- search text ------------------------------------------------------------------
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[\s_\-.:/]+")
+
+
+def split_name(name: str) -> str:
+    """`getPullRequest_v2.list-all` -> `get Pull Request v2 list all`."""
+    return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
+
+
+def search_fields(tool: dict[str, Any]) -> dict[str, str]:
+    """The search text of one parsed tool object, by field."""
+    description = tool.get("description")
+    params: list[str] = []
+    for key in SCHEMA_KEYS:
+        if key in tool and not key.startswith("output"):
+            _schema_text(tool[key], params, 0)
+    return {"name": split_name(str(tool.get("name", ""))),
+            "description": description if isinstance(description, str) else "",
+            "params": " ".join(params)}
+
+
+def _schema_text(node: Any, out: list[str], depth: int) -> None:
+    """Parameter names (split), their descriptions and enum values, in document order."""
+    if not isinstance(node, dict) or depth > 64:
+        return
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            out.append(value)
+        elif key == "enum" and isinstance(value, list):
+            out.extend(str(v) for v in value if isinstance(v, (str, int, float)))
+        elif key in NAME_MAPS and isinstance(value, dict):
+            for name, sub in value.items():
+                out.append(split_name(name))
+                _schema_text(sub, out, depth + 1)
+        elif key in SCHEMA_LIST and isinstance(value, list):
+            for sub in value:
+                _schema_text(sub, out, depth + 1)
+        elif key in ONE_SCHEMA:
+            _schema_text(value, out, depth + 1)
+
+
+def definition_text(tool: dict[str, Any]) -> str:
+    """A tool object as compact JSON text (number literals as parsed, key order kept)."""
+    return orjson.dumps(tool).decode("utf-8")
+
+
+def tool_docs(server: str, tools: list[dict[str, Any]], compressed: list[dict[str, Any]],
+              handles: Sequence[str | None]) -> list[ToolDoc]:
+    """Docs of one catalog: search text from the original tools, definitions compressed."""
+    if not len(tools) == len(compressed) == len(handles):
+        raise ValueError(f"{server}: {len(tools)} tools, {len(compressed)} compressed, "
+                         f"{len(handles)} handles")
+    return [ToolDoc(server, str(tool.get("name", "")), handle, definition_text(small),
+                    search_fields(tool))
+            for tool, small, handle in zip(tools, compressed, handles)]
+
+
+# -- queries ----------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+STOP_WORDS: Final = frozenset("""
+a an and are as at be by can could do does for from has have how i in into is it its me my
+of on or our please that the their them then there these this to use using want was we what
+when where which who will with would you your need needs some any all get
+""".split())
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for free text: the OR of its quoted words, or None.
+
+    Stop words go unless nothing else is left. Each word is quoted, so FTS5 syntax in
+    the query (AND, NEAR, quotes, column filters) is only text.
+    """
+    words = [w.lower() for w in _WORD.findall(query)]
+    kept = [w for w in words if w not in STOP_WORDS] or words
+    unique = list(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
+    if not unique:
+        return None
+    return " OR ".join(f'"{w}"' for w in unique)
+
+
+# -- the index --------------------------------------------------------------------
+
+
+class ToolIndex:
+    """A search index of tools in one SQLite file (or ":memory:").
+
+    One writer at a time (SQLite serializes writers across processes); the caller
+    serializes threads. Changes are transactions: all of a call or none of it.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, location: str) -> None:
+        self._db = connection
+        self.location = location
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> ToolIndex:
+        location = os.fspath(path)
+        if location != ":memory:" and not create and not Path(location).is_file():
+            raise SearchIndexNotFoundError(f"no search index at {location}", location)
+        try:
+            db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
+            index = cls(db, location)
+            index._prepare()
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+        return index
+
+    def _prepare(self) -> None:
+        self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
+                         "PRAGMA journal_mode=MEMORY")
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._transaction():
+            for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
+                if statement.strip():
+                    self._db.execute(statement)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                raise SearchIndexError(f"search index {self.location} has schema {row[0]}, "
+                                       f"this version reads {SCHEMA_VERSION}")
+
+    # transactions ------------------------------------------------------------------
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, kind: object, *_: object) -> None:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+    def _transaction(self) -> ToolIndex._Tx:
+        return ToolIndex._Tx(self._db)
+
+    # writing ----------------------------------------------------------------------
+
+    def replace_server(self, server: str, docs: Sequence[ToolDoc], *,
+                       catalog_sha256: str | None = None) -> None:
+        """Make `docs` the tools of `server` (all of them, in order), in one transaction."""
+        try:
+            with self._transaction() as db:
+                self._delete(db, server)
+                self._insert(db, server, docs)
+                db.execute("INSERT INTO servers VALUES (?, ?)", (server, catalog_sha256))
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
+    def remove_server(self, server: str) -> None:
+        try:
+            with self._transaction() as db:
+                self._delete(db, server)
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, server: str) -> None:
+        db.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE server=?)",
+                   (server,))
+        db.execute("DELETE FROM tools WHERE server=?", (server,))
+        db.execute("DELETE FROM servers WHERE server=?", (server,))
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, server: str, docs: Sequence[ToolDoc]) -> None:
+        for position, doc in enumerate(docs):
+            if doc.server != server:
+                raise ValueError(f"a doc of {doc.server!r} given as one of {server!r}")
+            cursor = db.execute(
+                "INSERT INTO tools (server, position, name, handle, definition) "
+                "VALUES (?, ?, ?, ?, ?)", (server, position, doc.name, doc.handle, doc.definition))
+            db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
+                       (cursor.lastrowid, *(doc.fields.get(f, "") for f in FIELDS)))
+
+    # reading ----------------------------------------------------------------------
+
+    def servers(self) -> dict[str, str | None]:
+        """Every indexed server and the catalog sha256 recorded with it."""
+        return dict(self._read("SELECT server, sha256 FROM servers ORDER BY server"))
+
+    def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
+        """Every indexed tool (of one server), by server then position."""
+        sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
+               "FROM tools t JOIN tools_fts f ON f.rowid = t.id "
+               + ("WHERE t.server = ? " if server is not None else "")
+               + "ORDER BY t.server, t.position")
+        for row in self._read(sql, () if server is None else (server,)):
+            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS, row[4:])))
+
+    def __len__(self) -> int:
+        return self._read("SELECT count(*) FROM tools")[0][0]
+
+    def search(self, query: str, k: int = 5, *,
+               servers: Collection[str] | None = None) -> list[Hit]:
+        """The k best tools for free text, best first (k <= 0: none)."""
+        expression = match_expression(query)
+        if expression is None or k <= 0 or (servers is not None and not servers):
+            return []
+        weights = ", ".join(str(w) for w in WEIGHTS)
+        where = "tools_fts MATCH ?"
+        params: list[Any] = [expression]
+        if servers is not None:
+            where += f" AND t.server IN ({', '.join('?' * len(servers))})"
+            params.extend(sorted(servers))
+        sql = (f"SELECT t.server, t.name, -bm25(tools_fts, {weights}) AS score, t.handle, "
+               f"t.definition FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
+               f"WHERE {where} ORDER BY score DESC, t.server, t.name, t.position LIMIT ?")
+        params.append(k)
+        return [Hit(*row) for row in self._read(sql, params)]
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
+
+    # life -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ToolIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ToolIndex({self.location!r})"
