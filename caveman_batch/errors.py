@@ -129,3 +129,13 @@ class SearchIndexNotFoundError(UsageError, FileNotFoundError):
     def __init__(self, message: str, location: str) -> None:
         super().__init__(message)
         self.location = location
+
+
+class QueryFileError(UsageError):
+    """A labelled-queries file (eval search) could not be read; knows its file and line."""
+
+    def __init__(self, message: str, source: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.line = line
+        self.lineno = line
