@@ -218,7 +218,7 @@ def _summary_text(r: dict[str, object]) -> str:
 
 IndexOpt = Annotated[Path, typer.Option("--index", metavar="PATH",
                                         help="The tool-search index (built by compress --index).")]
-eval_app = typer.Typer(name="eval", help="Measure things.", no_args_is_help=True)
+eval_app = typer.Typer(name="eval", help="Measure retrieval quality.", no_args_is_help=True)
 app.add_typer(eval_app)
 
 
