@@ -120,3 +120,27 @@ class UpstreamExited(CavemanError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.exit_code = status
+
+
+class SearchIndexError(CavemanError, OSError):
+    """The tool search index could not be opened, read or written."""
+
+    exit_code = 2
+
+
+class SearchIndexNotFoundError(UsageError, FileNotFoundError):
+    """A command that only reads was pointed at a search index that does not exist."""
+
+    def __init__(self, message: str, location: str) -> None:
+        super().__init__(message)
+        self.location = location
+
+
+class QueryFileError(UsageError):
+    """A labelled-queries file (eval search) could not be read; knows its file and line."""
+
+    def __init__(self, message: str, source: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.line = line
+        self.lineno = line

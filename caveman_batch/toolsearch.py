@@ -1,0 +1,427 @@
+"""Tool search: one index of every tool, ranked by SQLite FTS5's bm25 with field weights.
+
+A `ToolDoc` is one tool ready to index: its catalog (server) id, its name, the handle of
+its exact original bytes, its compressed definition (what a search returns) and its
+search text by field. `ToolIndex` keeps them in one SQLite file: a `tools` table of what
+a hit returns, an FTS5 table of the search text (same rowid) and a `servers` table of
+each catalog's sha256, so a rerun knows which catalogs changed.
+
+Ranking belongs to the engine: `bm25()` with a weight per field (the name counts most),
+the porter stemmer over unicode61 tokens. A natural-language query becomes an OR of its
+quoted words (FTS5 reads implicit terms as AND, and bare words as syntax): any text is a
+valid query. Ties are broken by (server, name, position), never by rowid, so the same
+tools give the same results whatever order they were indexed in.
+
+Every change is one transaction: a crash leaves the index as it was before the change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
+from .errors import SearchIndexError, SearchIndexNotFoundError
+
+SCHEMA_VERSION: Final = 2
+FIELDS: Final = ("name", "description", "params")
+# bm25 weight per field, in FIELDS order: a word of the name says more than one of the
+# description or the parameters.
+WEIGHTS: Final = (3.0, 1.0, 1.0)
+_WEIGHTS: Final = ", ".join(str(w) for w in WEIGHTS)
+# search() ranks the best k + _TIE_MARGIN texts, unless their last ties with the k-th
+_TIE_MARGIN: Final = 16
+TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
+MAX_QUERY_TERMS: Final = 64
+
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- a server's catalog sha256, and where it was read (a JSON source, as a manifest names it)
+CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
+CREATE INDEX IF NOT EXISTS servers_by_source ON servers (source);
+-- whole source files every tool of which is indexed, with the sha256 they had
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+-- search texts, each once however many tools share it (a registry repeats its tools): the
+-- FTS row of text `id` has rowid `id`, and `refs` counts the tools that have it
+CREATE TABLE IF NOT EXISTS texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE,
+                                  refs INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tools (
+    id INTEGER PRIMARY KEY,
+    server TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    handle TEXT,
+    definition TEXT NOT NULL,
+    text_id INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
+CREATE INDEX IF NOT EXISTS tools_by_text ON tools (text_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDoc:
+    """One tool, ready to index."""
+
+    server: str
+    name: str
+    handle: str | None  # ccr_<sha256> of the tool object's exact original bytes, if stored
+    definition: str  # the compressed tool object, compact JSON text
+    fields: dict[str, str] = field(default_factory=dict)  # search text by FIELDS name
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    server: str
+    name: str
+    score: float  # higher is better
+    handle: str | None
+    definition: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"server": self.server, "name": self.name, "score": self.score,
+                "handle": self.handle, "definition": self.definition}
+
+
+# -- search text ------------------------------------------------------------------
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[\s_\-.:/]+")
+
+
+def split_name(name: str) -> str:
+    """`getPullRequest_v2.list-all` -> `get Pull Request v2 list all`."""
+    return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
+
+
+def search_fields(tool: dict[str, Any]) -> dict[str, str]:
+    """The search text of one parsed tool object, by field."""
+    description = tool.get("description")
+    params: list[str] = []
+    for key in SCHEMA_KEYS:
+        if key in tool and not key.startswith("output"):
+            _schema_text(tool[key], params, 0)
+    return {"name": split_name(str(tool.get("name", ""))),
+            "description": description if isinstance(description, str) else "",
+            "params": " ".join(params)}
+
+
+def _schema_text(node: Any, out: list[str], depth: int) -> None:
+    """Parameter names (split), their descriptions and enum values, in document order."""
+    if not isinstance(node, dict) or depth > 64:
+        return
+    for key, value in node.items():
+        if key == "description" and isinstance(value, str):
+            out.append(value)
+        elif key == "enum" and isinstance(value, list):
+            out.extend(str(v) for v in value if isinstance(v, (str, int, float)))
+        elif key in NAME_MAPS and isinstance(value, dict):
+            for name, sub in value.items():
+                out.append(split_name(name))
+                _schema_text(sub, out, depth + 1)
+        elif key in SCHEMA_LIST and isinstance(value, list):
+            for sub in value:
+                _schema_text(sub, out, depth + 1)
+        elif key in ONE_SCHEMA:
+            _schema_text(value, out, depth + 1)
+
+
+def definition_text(tool: dict[str, Any]) -> str:
+    """A tool object as compact JSON text (number literals as parsed, key order kept)."""
+    return orjson.dumps(tool).decode("utf-8")
+
+
+def tool_docs(server: str, tools: list[dict[str, Any]], compressed: list[dict[str, Any]],
+              handles: Sequence[str | None]) -> list[ToolDoc]:
+    """Docs of one catalog: search text from the original tools, definitions compressed."""
+    if not len(tools) == len(compressed) == len(handles):
+        raise ValueError(f"{server}: {len(tools)} tools, {len(compressed)} compressed, "
+                         f"{len(handles)} handles")
+    return [ToolDoc(server, str(tool.get("name", "")), handle, definition_text(small),
+                    search_fields(tool))
+            for tool, small, handle in zip(tools, compressed, handles)]
+
+
+# -- queries ----------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+")
+STOP_WORDS: Final = frozenset("""
+a an and are as at be by can could do does for from has have how i in into is it its me my
+of on or our please that the their them then there these this to use using want was we what
+when where which who will with would you your need needs some any all get
+""".split())
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for free text: the OR of its quoted words, or None.
+
+    Stop words go unless nothing else is left. Each word is quoted, so FTS5 syntax in
+    the query (AND, NEAR, quotes, column filters) is only text.
+    """
+    words = [w.lower() for w in _WORD.findall(query)]
+    kept = [w for w in words if w not in STOP_WORDS] or words
+    unique = list(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
+    if not unique:
+        return None
+    return " OR ".join(f'"{w}"' for w in unique)
+
+
+# -- the index --------------------------------------------------------------------
+
+
+def _text_ids(db: sqlite3.Connection, digests: set[bytes]) -> dict[bytes, int]:
+    """The ids of the texts already indexed among these digests."""
+    found: dict[bytes, int] = {}
+    pending = sorted(digests)
+    for at in range(0, len(pending), 500):
+        chunk = pending[at:at + 500]
+        found.update((digest, id_) for id_, digest in db.execute(
+            f"SELECT id, digest FROM texts WHERE digest IN ({','.join('?' * len(chunk))})", chunk))
+    return found
+
+
+class ToolIndex:
+    """A search index of tools in one SQLite file (or ":memory:").
+
+    One writer at a time (SQLite serializes writers across processes); the caller
+    serializes threads. Changes are transactions: all of a call or none of it.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, location: str) -> None:
+        self._db = connection
+        self.location = location
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> ToolIndex:
+        location = os.fspath(path)
+        if location != ":memory:" and not create and not Path(location).is_file():
+            raise SearchIndexNotFoundError(f"no search index at {location}", location)
+        try:
+            db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
+            index = cls(db, location)
+            index._prepare()
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+        return index
+
+    def _prepare(self) -> None:
+        self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
+                         "PRAGMA journal_mode=MEMORY")
+        # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
+        # committed transaction, a power loss at most the last ones (a rerun redoes them)
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
+        with self._transaction():
+            for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
+                if statement.strip():
+                    self._db.execute(statement)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                raise SearchIndexError(f"search index {self.location} has schema {row[0]}, "
+                                       f"this version reads {SCHEMA_VERSION}")
+
+    # transactions ------------------------------------------------------------------
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, kind: object, *_: object) -> None:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+    def _transaction(self) -> ToolIndex._Tx:
+        return ToolIndex._Tx(self._db)
+
+    # writing ----------------------------------------------------------------------
+
+    def replace_server(self, server: str, docs: Sequence[ToolDoc], *,
+                       catalog_sha256: str | None = None, source: str | None = None,
+                       path: str | None = None) -> None:
+        """Make `docs` the tools of `server` (all of them, in order), in one transaction.
+
+        `source` and `path`: where the catalog was read (see `sources()`)."""
+        self.apply([(server, docs, catalog_sha256, source, path)], [])
+
+    def optimize(self) -> None:
+        """Merge the full-text index into one segment (after a build: faster searches)."""
+        try:
+            with self._transaction() as db:
+                db.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
+    def remove_server(self, server: str) -> None:
+        self.apply([], [server])
+
+    def apply(self, replace: Iterable[tuple[str, Sequence[ToolDoc], str | None, str | None,
+                                            str | None]],
+              remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+        """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
+        source, path), servers removed, and (if given) the whole `files` table."""
+        try:
+            with self._transaction() as db:
+                for server in remove:
+                    self._delete(db, server)
+                for server, docs, sha256, source, path in replace:
+                    self._delete(db, server)
+                    self._insert(db, server, docs)
+                    db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
+                               (server, sha256, source, path))
+                if files is not None:
+                    db.execute("DELETE FROM files")
+                    db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, server: str) -> None:
+        texts = [(row[0],) for row in db.execute("SELECT text_id FROM tools WHERE server=?",
+                                                  (server,))]
+        if texts:
+            db.executemany("UPDATE texts SET refs = refs - 1 WHERE id = ?", texts)
+            unused = [(row[0],) for row in db.execute(
+                f"SELECT id FROM texts WHERE refs <= 0 AND id IN ({','.join('?' * len(texts))})",
+                [t[0] for t in texts])]
+            db.executemany("DELETE FROM tools_fts WHERE rowid = ?", unused)
+            db.executemany("DELETE FROM texts WHERE id = ?", unused)
+            db.execute("DELETE FROM tools WHERE server=?", (server,))
+        db.execute("DELETE FROM servers WHERE server=?", (server,))
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, server: str, docs: Sequence[ToolDoc]) -> None:
+        """The tools, their texts added once each (or counted once more), in bulk."""
+        if any(doc.server != server for doc in docs):
+            raise ValueError(f"a doc of another server given as one of {server!r}")
+        values = [tuple(doc.fields.get(f, "") for f in FIELDS) for doc in docs]
+        digests = [hashlib.sha256("\0".join(v).encode("utf-8", "surrogatepass")).digest()
+                   for v in values]
+        ids = _text_ids(db, set(digests))
+        uses = Counter(digests)
+        db.executemany("UPDATE texts SET refs = refs + ? WHERE id = ?",
+                       [(uses[d], i) for d, i in ids.items()])
+        next_id = db.execute("SELECT coalesce(max(id), 0) FROM texts").fetchone()[0] + 1
+        new_texts, new_rows = [], []
+        for digest, text in zip(digests, values):
+            if digest not in ids:
+                ids[digest] = next_id
+                new_texts.append((next_id, digest, uses[digest]))
+                new_rows.append((next_id, *text))
+                next_id += 1
+        db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
+        db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
+                       new_rows)
+        db.executemany("INSERT INTO tools (server, position, name, handle, definition, text_id) "
+                       "VALUES (?, ?, ?, ?, ?, ?)",
+                       [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
+                        for position, (doc, digest) in enumerate(zip(docs, digests))])
+
+    # reading ----------------------------------------------------------------------
+
+    def servers(self) -> dict[str, str | None]:
+        """Every indexed server and the catalog sha256 recorded with it."""
+        return dict(self._read("SELECT server, sha256 FROM servers ORDER BY server"))
+
+    def sources(self) -> dict[str, tuple[str, str | None, str | None]]:
+        """Where each server's catalog was read: source -> (server, sha256, path)."""
+        return {row[0]: row[1:] for row in self._read(
+            "SELECT source, server, sha256, path FROM servers WHERE source IS NOT NULL "
+            "ORDER BY server")}
+
+    def files(self) -> dict[str, str]:
+        """Source files every tool of which is indexed: path -> the sha256 it had."""
+        return dict(self._read("SELECT path, sha256 FROM files ORDER BY path"))
+
+    def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
+        """Every indexed tool (of one server), by server then position."""
+        sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
+               "FROM tools t JOIN tools_fts f ON f.rowid = t.text_id "
+               + ("WHERE t.server = ? " if server is not None else "")
+               + "ORDER BY t.server, t.position")
+        for row in self._read(sql, () if server is None else (server,)):
+            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS, row[4:])))
+
+    def __len__(self) -> int:
+        return self._read("SELECT count(*) FROM tools")[0][0]
+
+    def search(self, query: str, k: int = 5, *,
+               servers: Collection[str] | None = None) -> list[Hit]:
+        """The k best tools for free text, best first (k <= 0: none)."""
+        expression = match_expression(query)
+        if expression is None or k <= 0 or (servers is not None and not servers):
+            return []
+        if servers is None:
+            best = self._best_texts(expression, k + _TIE_MARGIN)
+            if best is not None:
+                return self._tools_of(best, k)
+        return self._hits(expression, k, servers)
+
+    def _best_texts(self, expression: str, limit: int) -> dict[int, float] | None:
+        """The best `limit` texts' scores by id, or None if the last of them ties with the
+        ones before the margin (then which texts make the cut would depend on their ids,
+        which depend on the order the index was built in: the caller ranks every match)."""
+        rows = self._read(f"SELECT rowid, -bm25(tools_fts, {_WEIGHTS}) AS score FROM tools_fts "
+                          f"WHERE tools_fts MATCH ? ORDER BY score DESC LIMIT ?",
+                          (expression, limit))
+        if len(rows) == limit and rows[-1][1] == rows[-_TIE_MARGIN - 1][1]:
+            return None
+        return dict(rows)
+
+    def _tools_of(self, scores: dict[int, float], k: int) -> list[Hit]:
+        """The k best tools of these texts (each text has one tool at least)."""
+        if not scores:
+            return []
+        rows = self._read(f"SELECT text_id, server, name, position, handle, definition FROM tools "
+                          f"WHERE text_id IN ({', '.join('?' * len(scores))})", list(scores))
+        rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
+        return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
+
+    def _hits(self, expression: str, k: int, servers: Collection[str] | None) -> list[Hit]:
+        """The k best tools of every match (of these servers)."""
+        params: list[Any] = [expression]
+        where = ""
+        if servers is not None:
+            where = f"WHERE t.server IN ({', '.join('?' * len(servers))}) "
+            params.extend(sorted(servers))
+        sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {_WEIGHTS}) AS score "
+               f"FROM tools_fts WHERE tools_fts MATCH ?) "
+               f"SELECT t.server, t.name, m.score, t.handle, t.definition "
+               f"FROM m JOIN tools t ON t.text_id = m.text_id {where}"
+               f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
+        params.append(k)
+        return [Hit(*row) for row in self._read(sql, params)]
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
+
+    # life -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ToolIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ToolIndex({self.location!r})"

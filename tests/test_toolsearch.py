@@ -1,0 +1,195 @@
+"""The tool-search index: docs from tools, replace/remove by server, bm25 search."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from caveman_batch.errors import SearchIndexError, SearchIndexNotFoundError
+from caveman_batch.toolsearch import (
+    ToolDoc,
+    ToolIndex,
+    match_expression,
+    search_fields,
+    split_name,
+    tool_docs,
+)
+
+GITHUB = [
+    {"name": "create_issue", "description": "Create a new issue in a GitHub repository.",
+     "inputSchema": {"type": "object", "properties": {
+         "owner": {"type": "string", "description": "Repository owner"},
+         "title": {"type": "string"},
+         "state": {"type": "string", "enum": ["open", "closed"]}}}},
+    {"name": "getPullRequest", "description": "Get details of a specific pull request.",
+     "inputSchema": {"type": "object", "properties": {"pullNumber": {"type": "number"}}}},
+    {"name": "search_code", "description": "Search for code across repositories.",
+     "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+]
+WEATHER = [
+    {"name": "get_forecast", "description": "Weather forecast for a city, by day.",
+     "inputSchema": {"type": "object", "properties": {
+         "city": {"type": "string", "description": "City name"},
+         "units": {"type": "string", "enum": ["metric", "imperial"]}}}},
+]
+
+
+def _docs(server: str, tools: list[dict]) -> list[ToolDoc]:
+    return tool_docs(server, tools, tools, [f"ccr_{server}{i}" for i in range(len(tools))])
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> ToolIndex:
+    with ToolIndex.open(tmp_path / "tools.db") as index:
+        index.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
+        index.replace_server("weather", _docs("weather", WEATHER), catalog_sha256="b" * 64)
+        yield index
+
+
+def test_split_name_on_case_and_separators() -> None:
+    assert split_name("getPullRequest_v2.list-all") == "get Pull Request v2 list all"
+    assert split_name("HTTPServer") == "HTTP Server"
+    assert split_name("") == ""
+
+
+def test_search_fields_take_parameter_names_descriptions_and_enums() -> None:
+    fields = search_fields(GITHUB[0])
+    assert fields["name"] == "create issue"
+    assert fields["description"] == GITHUB[0]["description"]
+    assert fields["params"] == "owner Repository owner title state open closed"
+
+
+def test_nested_parameters_are_search_text() -> None:
+    tool = {"name": "t", "inputSchema": {"properties": {"filter": {"anyOf": [
+        {"properties": {"labelName": {"enum": ["bug"]}}}], "items": {"description": "deep"}}}}}
+    assert search_fields(tool)["params"] == "filter label Name bug deep"
+
+
+def test_search_ranks_the_named_tool_first(index: ToolIndex) -> None:
+    hits = index.search("open a new issue", k=3)
+    assert hits[0].server == "github" and hits[0].name == "create_issue"
+    assert hits[0].handle == "ccr_github0"
+    assert hits[0].definition.startswith('{"name":"create_issue"')
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_camel_case_name_and_stemming(index: ToolIndex) -> None:
+    assert index.search("pull requests", k=1)[0].name == "getPullRequest"
+    assert index.search("forecasts for the weather", k=1)[0].name == "get_forecast"
+
+
+def test_or_semantics_a_word_nowhere_does_not_empty_the_result(index: ToolIndex) -> None:
+    assert index.search("weather zyzzyva", k=1)[0].name == "get_forecast"
+
+
+@pytest.mark.parametrize("query", ['foo AND "bar', "NEAR(a b)", "name:x", "*", "-", "'\"", "^a",
+                                   "a OR", ") (", "\x00", "col : umn"])
+def test_any_text_is_a_valid_query(index: ToolIndex, query: str) -> None:
+    index.search(query)
+
+
+def test_empty_query_or_k_gives_nothing(index: ToolIndex) -> None:
+    assert index.search("   ") == []
+    assert index.search("issue", k=0) == []
+
+
+def test_stop_words_only_still_search() -> None:
+    assert match_expression("the") == '"the"'
+    assert match_expression("the weather") == '"weather"'
+    assert match_expression('foo AND "bar') == '"foo" OR "bar"'
+    assert match_expression('NEAR(x y)') == '"near" OR "x" OR "y"'
+
+
+def test_servers_filter(index: ToolIndex) -> None:
+    assert [h.server for h in index.search("city repository", k=5, servers=["weather"])] == \
+        ["weather"]
+    assert index.search("city", servers=[]) == []
+
+
+def test_replace_and_remove_server(index: ToolIndex) -> None:
+    assert index.servers() == {"github": "a" * 64, "weather": "b" * 64}
+    index.replace_server("github", _docs("github", GITHUB[:1]), catalog_sha256="c" * 64)
+    assert index.servers()["github"] == "c" * 64
+    assert [d.name for d in index.docs("github")] == ["create_issue"]
+    assert index.search("pull request") == []
+    index.remove_server("weather")
+    assert index.servers() == {"github": "c" * 64}
+    assert index.search("forecast") == []
+    assert len(index) == 1
+
+
+def test_a_failed_replace_changes_nothing(index: ToolIndex) -> None:
+    bad = [*_docs("github", GITHUB[:1]), _docs("weather", WEATHER)[0]]
+    with pytest.raises(ValueError):
+        index.replace_server("github", bad, catalog_sha256="c" * 64)
+    assert index.servers()["github"] == "a" * 64
+    assert len(list(index.docs("github"))) == 3
+
+
+def test_results_do_not_depend_on_index_order(tmp_path: Path, index: ToolIndex) -> None:
+    with ToolIndex.open(tmp_path / "other.db") as other:
+        other.replace_server("weather", _docs("weather", WEATHER), catalog_sha256="b" * 64)
+        other.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
+        for query in ("issue", "request city", "code repositories", "get"):
+            assert other.search(query, k=10) == index.search(query, k=10)
+
+
+def test_reopen_keeps_everything(tmp_path: Path, index: ToolIndex) -> None:
+    index.close()
+    with ToolIndex.open(tmp_path / "tools.db", create=False) as again:
+        assert again.servers() == {"github": "a" * 64, "weather": "b" * 64}
+        assert [d.fields for d in again.docs("weather")] == [search_fields(WEATHER[0])]
+
+
+def test_missing_index_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SearchIndexNotFoundError, match="nope.db"):
+        ToolIndex.open(tmp_path / "nope.db", create=False)
+
+
+def test_a_file_that_is_not_an_index(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(SearchIndexError, match="junk.db"):
+        ToolIndex.open(path)
+
+
+def test_memory_index() -> None:
+    with ToolIndex.open(":memory:") as index:
+        index.replace_server("w", _docs("w", WEATHER))
+        assert index.servers() == {"w": None}
+        assert index.search("city")[0].name == "get_forecast"
+
+
+def test_tool_docs_lengths_must_agree() -> None:
+    with pytest.raises(ValueError):
+        tool_docs("s", GITHUB, GITHUB[:1], [None])
+
+
+def test_schema_version_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    ToolIndex.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    with pytest.raises(SearchIndexError, match="schema 99"):
+        ToolIndex.open(path)
+
+
+def test_ties_are_broken_by_server_and_name_whatever_the_build_order() -> None:
+    """40 tools of equal score (more than search's margin): the first k by server, name."""
+    tools = {f"s{i:02d}": [{"name": f"t{i:02d}", "description": "a widget"}] for i in range(40)}
+    expected = [("s00", "t00"), ("s01", "t01"), ("s02", "t02")]
+    for order in (sorted(tools), sorted(tools, reverse=True)):
+        with ToolIndex.open(":memory:") as index:
+            for server in order:
+                index.replace_server(server, tool_docs(server, tools[server], tools[server], [None]))
+            hits = index.search("widget", k=3)
+            assert [(h.server, h.name) for h in hits] == expected
+            assert len({h.score for h in index.search("widget", k=40)}) == 1
+
+
+def test_the_fast_path_ranks_as_every_match_would(index: ToolIndex) -> None:
+    for query in ("issue", "request city", "code repositories", "get", "weather forecast city"):
+        for k in (1, 2, 5):
+            assert index.search(query, k) == index._hits(match_expression(query), k, None)
