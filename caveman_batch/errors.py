@@ -129,3 +129,7 @@ class SearchIndexNotFoundError(UsageError, FileNotFoundError):
     def __init__(self, message: str, location: str) -> None:
         super().__init__(message)
         self.location = location
+
+
+class EmbedderUnavailable(UsageError):
+    """Dense embeddings were asked for, but the embed extra (or its bundled model) is missing."""

@@ -23,12 +23,16 @@ import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
+from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted
+
+if TYPE_CHECKING:
+    from .embedding import Embedder
 
 SCHEMA_VERSION: Final = 1
 FIELDS: Final = ("name", "description", "params")
@@ -51,6 +55,7 @@ CREATE TABLE IF NOT EXISTS tools (
 );
 CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
 CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
+{VECTOR_SCHEMA};
 """
 
 
@@ -171,18 +176,26 @@ class ToolIndex:
     serializes threads. Changes are transactions: all of a call or none of it.
     """
 
-    def __init__(self, connection: sqlite3.Connection, location: str) -> None:
+    def __init__(self, connection: sqlite3.Connection, location: str,
+                 vectors: ToolVectors | None = None) -> None:
         self._db = connection
         self.location = location
+        self._vectors = vectors
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> ToolIndex:
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True,
+             embedder: Embedder | None = None) -> ToolIndex:
+        """Open (or create) an index; with an `embedder`, search is hybrid (BM25 + dense).
+
+        With an embedder, opening also embeds every tool that has no vector of this
+        embedder yet (an index built without one, or by another model), in one transaction.
+        """
         location = os.fspath(path)
         if location != ":memory:" and not create and not Path(location).is_file():
             raise SearchIndexNotFoundError(f"no search index at {location}", location)
         try:
             db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
-            index = cls(db, location)
+            index = cls(db, location, None if embedder is None else ToolVectors(embedder))
             index._prepare()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
@@ -202,6 +215,8 @@ class ToolIndex:
             elif row[0] != str(SCHEMA_VERSION):
                 raise SearchIndexError(f"search index {self.location} has schema {row[0]}, "
                                        f"this version reads {SCHEMA_VERSION}")
+            if self._vectors is not None:
+                self._vectors.adopt(self._db)
 
     # transactions ------------------------------------------------------------------
 
@@ -226,9 +241,13 @@ class ToolIndex:
         """Make `docs` the tools of `server` (all of them, in order), in one transaction."""
         try:
             with self._transaction() as db:
+                reuse = {} if self._vectors is None else self._vectors.previous(db, server)
                 self._delete(db, server)
                 self._insert(db, server, docs)
+                if self._vectors is not None:
+                    self._vectors.fill(db, self._rows_of(db, server, docs), reuse)
                 db.execute("INSERT INTO servers VALUES (?, ?)", (server, catalog_sha256))
+            self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
@@ -236,11 +255,14 @@ class ToolIndex:
         try:
             with self._transaction() as db:
                 self._delete(db, server)
+            self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
     @staticmethod
     def _delete(db: sqlite3.Connection, server: str) -> None:
+        db.execute("DELETE FROM tool_vectors WHERE id IN (SELECT id FROM tools WHERE server=?)",
+                   (server,))
         db.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE server=?)",
                    (server,))
         db.execute("DELETE FROM tools WHERE server=?", (server,))
@@ -256,6 +278,16 @@ class ToolIndex:
                 "VALUES (?, ?, ?, ?, ?)", (server, position, doc.name, doc.handle, doc.definition))
             db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
                        (cursor.lastrowid, *(doc.fields.get(f, "") for f in FIELDS)))
+
+    @staticmethod
+    def _rows_of(db: sqlite3.Connection, server: str,
+                 docs: Sequence[ToolDoc]) -> list[tuple[int, dict[str, str]]]:
+        ids = db.execute("SELECT id FROM tools WHERE server=? ORDER BY position", (server,))
+        return [(row_id, doc.fields) for (row_id,), doc in zip(ids.fetchall(), docs)]
+
+    def _forget_vectors(self) -> None:
+        if self._vectors is not None:
+            self._vectors.forget()
 
     # reading ----------------------------------------------------------------------
 
@@ -281,6 +313,8 @@ class ToolIndex:
         expression = match_expression(query)
         if expression is None or k <= 0 or (servers is not None and not servers):
             return []
+        if self._vectors is not None:
+            return self._hybrid_search(query, expression, k, servers)
         weights = ", ".join(str(w) for w in WEIGHTS)
         where = "tools_fts MATCH ?"
         params: list[Any] = [expression]
@@ -292,6 +326,31 @@ class ToolIndex:
                f"WHERE {where} ORDER BY score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
+
+    def _hybrid_search(self, query: str, expression: str, k: int,
+                       servers: Collection[str] | None) -> list[Hit]:
+        """BM25 and dense rankings, each FUSION_DEPTH deep, fused (toolvectors)."""
+        assert self._vectors is not None
+        weights = ", ".join(str(w) for w in WEIGHTS)
+        where, params = "tools_fts MATCH ?", [expression]
+        if servers is not None:
+            where += f" AND t.server IN ({', '.join('?' * len(servers))})"
+            params.extend(sorted(servers))
+        bm25 = self._read(f"SELECT t.id, -bm25(tools_fts, {weights}) AS score FROM tools_fts "
+                          f"JOIN tools t ON t.id = tools_fts.rowid WHERE {where} "
+                          f"ORDER BY score DESC, t.server, t.name, t.position LIMIT ?",
+                          [*params, FUSION_DEPTH])
+        try:
+            dense = self._vectors.rank(self._db, query, FUSION_DEPTH, servers)
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
+        fused = fuse_weighted(bm25, dense)
+        if not fused:
+            return []
+        rows = self._read(f"SELECT id, server, name, position, handle, definition FROM tools "
+                          f"WHERE id IN ({', '.join('?' * len(fused))})", list(fused))
+        rows.sort(key=lambda r: (-fused[r[0]], r[1], r[2], r[3]))
+        return [Hit(r[1], r[2], fused[r[0]], r[4], r[5]) for r in rows[:k]]
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:

@@ -1,0 +1,171 @@
+"""Dense text embeddings for tool search: an optional extra (`pip install '.[embed]'`).
+
+The model is WordLlama's `l2_supercat_256` (MIT): a static table of 256-dimensional token
+vectors distilled from LLM input embeddings, shipped inside the `wordllama` wheel (16 MB of
+safetensors plus its tokenizer). A text's vector is the mean of its tokens' vectors, scaled
+to unit length: no PyTorch, no network, the same text always gives the same bytes.
+
+We read the two files ourselves (safetensors + tokenizers + numpy) instead of calling
+`wordllama.WordLlama.load`: that loader looks for the bundled tokenizer in a folder the wheel
+does not have and falls back to a Hugging Face download, and importing `wordllama` calls
+`logging.basicConfig` on the root logger. The files are found through the installed
+distribution's metadata, which imports nothing.
+
+`Embedder.name` goes into the index beside the vectors: it names the model and the sha256 of
+its weights as the wheel records them, so vectors made by another model (or another release
+of this one) are recomputed instead of compared with vectors they do not share a space with.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from .errors import EmbedderUnavailable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "EMBED_EXTRA_HINT",
+    "EmbedderUnavailable",
+    "Embedder",
+    "WordLlamaEmbedder",
+    "extra_installed",
+    "load_embedder",
+]
+
+EMBED_EXTRA_HINT = "pip install 'caveman-batch[embed]' (from a checkout: pip install '.[embed]')"
+
+# The modules the default embedder imports, and the distribution whose wheel holds its files.
+_REQUIRED_MODULES = ("numpy", "safetensors", "tokenizers")
+_MODEL_DIST = "wordllama"
+_WEIGHTS = "wordllama/weights/l2_supercat_256.safetensors"
+_TOKENIZER = "wordllama/tokenizers/l2_supercat_tokenizer_config.json"
+_TENSOR_KEY = "embedding.weight"
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors, the same bytes for the same text."""
+
+    @property
+    def name(self) -> str:
+        """Model id and weights digest: vectors are comparable only under the same name."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One row per text, L2-normalised (an empty text gives a zero row)."""
+        ...
+
+
+def extra_installed() -> bool:
+    """True when the embed extra's modules and model files are installed (imports nothing)."""
+    return _missing() is None
+
+
+def load_embedder(*, required: bool = False) -> Embedder | None:
+    """The default embedder, or None when the extra is missing and it was not `required`."""
+    missing = _missing()
+    if missing is not None:
+        if required:
+            raise EmbedderUnavailable(f"dense embeddings need the embed extra: {missing}")
+        return None
+    return WordLlamaEmbedder()
+
+
+def _missing() -> str | None:
+    """Why the default embedder cannot load, or None if it can."""
+    for module in _REQUIRED_MODULES:
+        if importlib.util.find_spec(module) is None:
+            return f"module {module!r} is not installed: {EMBED_EXTRA_HINT}"
+    try:
+        _model_files()
+    except EmbedderUnavailable as exc:
+        return str(exc)
+    return None
+
+
+class WordLlamaEmbedder:
+    """WordLlama l2_supercat (256 dims): mean of static token vectors, unit length.
+
+    The weights and tokenizer load on the first `encode`, not at construction, so an index
+    that only reads stored vectors and embeds nothing pays for neither.
+    """
+
+    def __init__(self) -> None:
+        self._weights_path, self._tokenizer_path, digest = _model_files()
+        self._name = f"wordllama/l2_supercat_256@{digest[:16]}"
+        self._table: npt.NDArray[np.float32] | None = None
+        self._tokenizer = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return 256
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        table, tokenizer = self._loaded()
+        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        # No padding: a text's vector is its own tokens' mean, whatever it was encoded with.
+        for row, encoding in enumerate(tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            if encoding.ids:
+                out[row] = table[np.asarray(encoding.ids, dtype=np.int64)].mean(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        return out
+
+    def _loaded(self):  # -> tuple[ndarray, tokenizers.Tokenizer]
+        if self._table is None:
+            import numpy as np
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+
+            tensors = load_file(str(self._weights_path))
+            self._table = np.ascontiguousarray(tensors[_TENSOR_KEY], dtype=np.float32)
+            tokenizer = Tokenizer.from_file(str(self._tokenizer_path))
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            self._tokenizer = tokenizer
+        return self._table, self._tokenizer
+
+
+def _model_files() -> tuple[Path, Path, str]:
+    """(weights, tokenizer, sha256 of the weights as the wheel's RECORD states it)."""
+    try:
+        dist = importlib.metadata.distribution(_MODEL_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise EmbedderUnavailable(
+            f"the embedding model's package {_MODEL_DIST!r} is not installed: {EMBED_EXTRA_HINT}"
+        ) from None
+    weights = Path(str(dist.locate_file(_WEIGHTS)))
+    tokenizer = Path(str(dist.locate_file(_TOKENIZER)))
+    for path in (weights, tokenizer):
+        if not path.is_file():
+            raise EmbedderUnavailable(
+                f"{_MODEL_DIST} {dist.version} does not ship {path.name} where expected ({path}): "
+                f"reinstall it with {EMBED_EXTRA_HINT}"
+            )
+    return weights, tokenizer, _recorded_digest(dist, _WEIGHTS) or f"v{dist.version}"
+
+
+def _recorded_digest(dist: importlib.metadata.Distribution, relpath: str) -> str | None:
+    # RECORD holds "sha256=<urlsafe b64>" per file; hex keeps the name readable in the index.
+    import base64
+
+    for file in dist.files or ():
+        if file.as_posix() == relpath and file.hash is not None and file.hash.mode == "sha256":
+            padded = file.hash.value + "=" * (-len(file.hash.value) % 4)
+            return base64.urlsafe_b64decode(padded).hex()
+    return None
