@@ -131,5 +131,15 @@ class SearchIndexNotFoundError(UsageError, FileNotFoundError):
         self.location = location
 
 
+class QueryFileError(UsageError):
+    """A labelled-queries file (eval search) could not be read; knows its file and line."""
+
+    def __init__(self, message: str, source: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.line = line
+        self.lineno = line
+
+
 class EmbedderUnavailable(UsageError):
     """Dense embeddings were asked for, but the embed extra (or its bundled model) is missing."""

@@ -35,16 +35,21 @@ if TYPE_CHECKING:
     from .embedding import Embedder
 
 SCHEMA_VERSION: Final = 1
-FIELDS: Final = ("name", "description", "params")
+FIELDS: Final = ("name", "description", "params", "server")
 # bm25 weight per field, in FIELDS order: a word of the name says more than one of the
-# description, which says more than a parameter's.
-WEIGHTS: Final = (4.0, 1.0, 0.5)
+# description or the parameters; the server's name (its last path part, split as a tool
+# name is: "Office-Word-MCP-Server") says what all its tools are about.
+WEIGHTS: Final = (2.0, 1.0, 1.0, 1.0)
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 MAX_QUERY_TERMS: Final = 64
 
 _SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT);
+-- a server's catalog sha256, and where it was read (a JSON source, as a manifest names it)
+CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
+CREATE INDEX IF NOT EXISTS servers_by_source ON servers (source);
+-- whole source files every tool of which is indexed, with the sha256 they had
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tools (
     id INTEGER PRIMARY KEY,
     server TEXT NOT NULL,
@@ -92,6 +97,11 @@ _SEPARATORS = re.compile(r"[\s_\-.:/]+")
 def split_name(name: str) -> str:
     """`getPullRequest_v2.list-all` -> `get Pull Request v2 list all`."""
     return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
+
+
+def server_text(server: str) -> str:
+    """A server id's search text: its last path part, split (the folders say little)."""
+    return split_name(server.rsplit("/", 1)[-1])
 
 
 def search_fields(tool: dict[str, Any]) -> dict[str, str]:
@@ -204,7 +214,9 @@ class ToolIndex:
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
                          "PRAGMA journal_mode=MEMORY")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
+        # committed transaction, a power loss at most the last ones (a rerun redoes them)
+        self._db.execute("PRAGMA synchronous=NORMAL")
         with self._transaction():
             for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
                 if statement.strip():
@@ -237,24 +249,36 @@ class ToolIndex:
     # writing ----------------------------------------------------------------------
 
     def replace_server(self, server: str, docs: Sequence[ToolDoc], *,
-                       catalog_sha256: str | None = None) -> None:
-        """Make `docs` the tools of `server` (all of them, in order), in one transaction."""
-        try:
-            with self._transaction() as db:
-                reuse = {} if self._vectors is None else self._vectors.previous(db, server)
-                self._delete(db, server)
-                self._insert(db, server, docs)
-                if self._vectors is not None:
-                    self._vectors.fill(db, self._rows_of(db, server, docs), reuse)
-                db.execute("INSERT INTO servers VALUES (?, ?)", (server, catalog_sha256))
-            self._forget_vectors()
-        except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+                       catalog_sha256: str | None = None, source: str | None = None,
+                       path: str | None = None) -> None:
+        """Make `docs` the tools of `server` (all of them, in order), in one transaction.
+
+        `source` and `path`: where the catalog was read (see `sources()`)."""
+        self.apply([(server, docs, catalog_sha256, source, path)], [])
 
     def remove_server(self, server: str) -> None:
+        self.apply([], [server])
+
+    def apply(self, replace: Iterable[tuple[str, Sequence[ToolDoc], str | None, str | None,
+                                            str | None]],
+              remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+        """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
+        source, path), servers removed, and (if given) the whole `files` table."""
         try:
             with self._transaction() as db:
-                self._delete(db, server)
+                for server in remove:
+                    self._delete(db, server)
+                for server, docs, sha256, source, path in replace:
+                    reuse = {} if self._vectors is None else self._vectors.previous(db, server)
+                    self._delete(db, server)
+                    self._insert(db, server, docs)
+                    if self._vectors is not None:
+                        self._vectors.fill(db, self._rows_of(db, server, docs), reuse)
+                    db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
+                               (server, sha256, source, path))
+                if files is not None:
+                    db.execute("DELETE FROM files")
+                    db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
             self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
@@ -276,8 +300,9 @@ class ToolIndex:
             cursor = db.execute(
                 "INSERT INTO tools (server, position, name, handle, definition) "
                 "VALUES (?, ?, ?, ?, ?)", (server, position, doc.name, doc.handle, doc.definition))
-            db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
-                       (cursor.lastrowid, *(doc.fields.get(f, "") for f in FIELDS)))
+            fields = dict(doc.fields, server=server_text(server))
+            db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?, ?)",
+                       (cursor.lastrowid, *(fields.get(f, "") for f in FIELDS)))
 
     @staticmethod
     def _rows_of(db: sqlite3.Connection, server: str,
@@ -295,6 +320,16 @@ class ToolIndex:
         """Every indexed server and the catalog sha256 recorded with it."""
         return dict(self._read("SELECT server, sha256 FROM servers ORDER BY server"))
 
+    def sources(self) -> dict[str, tuple[str, str | None, str | None]]:
+        """Where each server's catalog was read: source -> (server, sha256, path)."""
+        return {row[0]: row[1:] for row in self._read(
+            "SELECT source, server, sha256, path FROM servers WHERE source IS NOT NULL "
+            "ORDER BY server")}
+
+    def files(self) -> dict[str, str]:
+        """Source files every tool of which is indexed: path -> the sha256 it had."""
+        return dict(self._read("SELECT path, sha256 FROM files ORDER BY path"))
+
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""
         sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
@@ -302,7 +337,7 @@ class ToolIndex:
                + ("WHERE t.server = ? " if server is not None else "")
                + "ORDER BY t.server, t.position")
         for row in self._read(sql, () if server is None else (server,)):
-            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS, row[4:])))
+            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS[:3], row[4:])))
 
     def __len__(self) -> int:
         return self._read("SELECT count(*) FROM tools")[0][0]
