@@ -36,6 +36,7 @@ __all__ = [
     "Embedder",
     "WordLlamaEmbedder",
     "extra_installed",
+    "choose_embedder",
     "load_embedder",
 ]
 
@@ -78,6 +79,13 @@ def load_embedder(*, required: bool = False) -> Embedder | None:
             raise EmbedderUnavailable(f"dense embeddings need the embed extra: {missing}")
         return None
     return WordLlamaEmbedder()
+
+
+def choose_embedder(embed: bool | None) -> Embedder | None:
+    """The CLI's --embed / --no-embed / neither: required, none, or whatever is installed."""
+    if embed is False:
+        return None
+    return load_embedder(required=embed is True)
 
 
 def _missing() -> str | None:

@@ -211,6 +211,11 @@ class ToolIndex:
             raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
         return index
 
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder of a hybrid index (None: BM25 alone)."""
+        return None if self._vectors is None else self._vectors.embedder
+
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
                          "PRAGMA journal_mode=MEMORY")
