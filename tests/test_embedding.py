@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,17 @@ def test_loads_and_encodes_with_no_network() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok []"
+
+
+def test_cli_embed_without_the_extra_is_a_user_error(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from caveman_batch.cli import main
+    from caveman_batch.toolsearch import ToolIndex
+
+    ToolIndex.open(tmp_path / "i.db").close()
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert main(["search", "anything", "--index", str(tmp_path / "i.db"), "--embed"]) == 1
+    assert "pip install '.[embed]'" in capsys.readouterr().err
+    # without --embed the same search is BM25 alone, and fine
+    assert main(["search", "anything", "--index", str(tmp_path / "i.db")]) == 0
