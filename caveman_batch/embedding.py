@@ -19,6 +19,7 @@ of this one) are recomputed instead of compared with vectors they do not share a
 from __future__ import annotations
 
 import importlib.metadata
+from array import array
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,15 +104,27 @@ def _missing() -> str | None:
 class WordLlamaEmbedder:
     """WordLlama l2_supercat (256 dims): mean of static token vectors, unit length.
 
+    A text is split on whitespace and each distinct word tokenized once (as "▁word", what
+    the tokenizer makes of it mid-sentence), its token ids kept in a bounded cache: tool
+    texts repeat their words (8,026 tools of the corpora: 356,101 words, 47,086 distinct),
+    and tokenizing whole texts was most of the cost (this way: about 30% less time in all).
+    Token for token this is the tokenizer's own split, but for runs of spaces and line
+    breaks, which carry no meaning here.
+
     The weights and tokenizer load on the first `encode`, not at construction, so an index
     that only reads stored vectors and embeds nothing pays for neither.
     """
 
+    # in the name: how vectors are made from the table; a change of method is a new name
+    _METHOD = "mean-words-v1"
+    _MAX_CACHED_WORDS = 200_000
+
     def __init__(self) -> None:
         self._weights_path, self._tokenizer_path, digest = _model_files()
-        self._name = f"wordllama/l2_supercat_256@{digest[:16]}"
+        self._name = f"wordllama/l2_supercat_256@{digest[:16]}/{self._METHOD}"
         self._table: npt.NDArray[np.float32] | None = None
         self._tokenizer = None
+        self._word_ids: dict[str, bytes] = {}  # word -> its token ids, int32
 
     @property
     def name(self) -> str:
@@ -124,15 +137,31 @@ class WordLlamaEmbedder:
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         import numpy as np
 
-        table, tokenizer = self._loaded()
+        table, _ = self._loaded()
+        split = [text.split() for text in texts]
+        self._learn({word for words in split for word in words})
         out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
-        # No padding: a text's vector is its own tokens' mean, whatever it was encoded with.
-        for row, encoding in enumerate(tokenizer.encode_batch(list(texts), add_special_tokens=False)):
-            if encoding.ids:
-                out[row] = table[np.asarray(encoding.ids, dtype=np.int64)].mean(axis=0)
+        for row, words in enumerate(split):
+            ids = np.frombuffer(b"".join(map(self._word_ids.__getitem__, words)), dtype=np.intc)
+            if ids.size:
+                out[row] = table[ids].mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
+
+    def _learn(self, words: set[str]) -> None:
+        """Token ids of the words not cached yet, in one tokenizer call."""
+        new = sorted(words.difference(self._word_ids))
+        if not new:
+            return
+        if len(self._word_ids) + len(new) > self._MAX_CACHED_WORDS:
+            self._word_ids.clear()  # ids are a function of the word: dropping them is safe
+            new = sorted(words)
+        _, tokenizer = self._loaded()
+        # encode_batch_fast (tokenizers >= 0.20) skips the offsets we do not read
+        encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+        for word, encoding in zip(new, encode(new, add_special_tokens=False)):
+            self._word_ids[word] = array("i", encoding.ids).tobytes()  # joined per text
 
     def _loaded(self):  # -> tuple[ndarray, tokenizers.Tokenizer]
         if self._table is None:

@@ -53,6 +53,10 @@ def test_vectors_are_unit_float32_and_deterministic() -> None:
     alone = [again.encode([text])[0].tobytes() for text in TEXTS]
     assert alone == [row.tobytes() for row in vectors]
     assert again.encode(list(reversed(TEXTS)))[::-1].tobytes() == vectors.tobytes()
+    # a word cache that overflows and starts again changes nothing
+    small = load_embedder(required=True)
+    small._MAX_CACHED_WORDS = 3  # type: ignore[attr-defined]
+    assert [small.encode([t])[0].tobytes() for t in TEXTS] == alone
 
 
 @needs_extra
@@ -64,8 +68,9 @@ def test_similar_texts_are_nearer() -> None:
 @needs_extra
 def test_name_carries_the_weights_digest() -> None:
     name = load_embedder(required=True).name
-    model, _, digest = name.partition("@")
-    assert model == "wordllama/l2_supercat_256"
+    model, _, rest = name.partition("@")
+    digest, _, method = rest.partition("/")
+    assert model == "wordllama/l2_supercat_256" and method == "mean-words-v1"
     assert len(digest) == 16 and int(digest, 16) >= 0
 
 
