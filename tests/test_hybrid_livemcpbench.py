@@ -109,3 +109,20 @@ def test_bm25_share_is_the_tuning_halfs_choice(built: tuple[Path, Path],
             sums[share] = round(figures["recall@10"] + figures["mrr"], 4)
     print("\nrecall@10 + MRR on the tuning half by BM25 share:", sums)
     assert sums[toolvectors.BM25_SHARE] >= max(sums.values()) - 0.02
+
+
+def test_weighted_fusion_ranks_the_first_right_tool_higher(built: tuple[Path, Path],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why the weighted sum is the default: reciprocal ranks find as much, ranked lower."""
+    weighted = _figures(*built, hybrid=True)
+    monkeypatch.setattr(toolsearch, "fuse_weighted", toolvectors.fuse_rrf)
+    rrf = _figures(*built, hybrid=True)
+    monkeypatch.setattr(toolsearch, "fuse_weighted",
+                        lambda bm25, dense: toolvectors.fuse_weighted([], dense, 0.0))
+    dense = _figures(*built, hybrid=True)
+    for label, figures in (("rrf", rrf), ("dense", dense)):
+        for half in ("held out", "all"):
+            print(f"\n{half:>9} {label:<6} "
+                  + "  ".join(f"{k} {figures[half][k]:.3f}" for k in KEYS))
+    assert weighted["held out"]["mrr"] > rrf["held out"]["mrr"]
+    assert weighted["all"]["recall@10"] > dense["all"]["recall@10"] + 0.05
