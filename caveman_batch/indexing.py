@@ -34,11 +34,33 @@ import orjson
 from . import ccr
 from .embedding import Embedder
 from .toolsearch import ToolDoc, ToolIndex
+from . import toolspans
 from .toolspans import index_entries
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
 # (name, digest, record value, original length, definition, search fields).
 WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, str]]]] | None
+
+
+# A registry repeats its tools (the same server under many names, versions that change a
+# few tools): each distinct tool object's record is prepared once per process.
+_RECORDS: dict[bytes, ccr.Prepared] = {}
+_RECORDS_MAX = 8192
+
+
+def clear_cache() -> None:
+    """Empty the per-process caches (as a new process has them)."""
+    _RECORDS.clear()
+    toolspans.clear_cache()
+
+
+def _record(original: bytes) -> ccr.Prepared:
+    record = _RECORDS.get(original)
+    if record is None:
+        if len(_RECORDS) >= _RECORDS_MAX:
+            _RECORDS.clear()
+        record = _RECORDS[original] = ccr.prepare(original)
+    return record
 
 
 def work(raw: bytes, out: bytes) -> WorkerTools:
@@ -49,7 +71,7 @@ def work(raw: bytes, out: bytes) -> WorkerTools:
     label, entries = found
     tools = []
     for entry in entries:
-        record = ccr.prepare(entry.original)
+        record = _record(entry.original)
         tools.append((entry.name, record.digest, record.value, record.original_length,
                       entry.definition, entry.fields))
     return label, tools

@@ -17,9 +17,11 @@ Every change is one transaction: a crash leaves the index as it was before the c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,17 +31,16 @@ import orjson
 
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
-from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted
+from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 
 if TYPE_CHECKING:
     from .embedding import Embedder
 
-SCHEMA_VERSION: Final = 1
-FIELDS: Final = ("name", "description", "params", "server")
+SCHEMA_VERSION: Final = 2
+FIELDS: Final = ("name", "description", "params")
 # bm25 weight per field, in FIELDS order: a word of the name says more than one of the
-# description or the parameters; the server's name (its last path part, split as a tool
-# name is: "Office-Word-MCP-Server") says what all its tools are about.
-WEIGHTS: Final = (2.0, 1.0, 1.0, 1.0)
+# description or the parameters.
+WEIGHTS: Final = (3.0, 1.0, 1.0)
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 MAX_QUERY_TERMS: Final = 64
 
@@ -50,15 +51,21 @@ CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT, source
 CREATE INDEX IF NOT EXISTS servers_by_source ON servers (source);
 -- whole source files every tool of which is indexed, with the sha256 they had
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+-- search texts, each once however many tools share it (a registry repeats its tools): the
+-- FTS row of text `id` has rowid `id`, and `refs` counts the tools that have it
+CREATE TABLE IF NOT EXISTS texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE,
+                                  refs INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tools (
     id INTEGER PRIMARY KEY,
     server TEXT NOT NULL,
     position INTEGER NOT NULL,
     name TEXT NOT NULL,
     handle TEXT,
-    definition TEXT NOT NULL
+    definition TEXT NOT NULL,
+    text_id INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
+CREATE INDEX IF NOT EXISTS tools_by_text ON tools (text_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
 {VECTOR_SCHEMA};
 """
@@ -97,11 +104,6 @@ _SEPARATORS = re.compile(r"[\s_\-.:/]+")
 def split_name(name: str) -> str:
     """`getPullRequest_v2.list-all` -> `get Pull Request v2 list all`."""
     return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
-
-
-def server_text(server: str) -> str:
-    """A server id's search text: its last path part, split (the folders say little)."""
-    return split_name(server.rsplit("/", 1)[-1])
 
 
 def search_fields(tool: dict[str, Any]) -> dict[str, str]:
@@ -177,6 +179,17 @@ def match_expression(query: str) -> str | None:
 
 
 # -- the index --------------------------------------------------------------------
+
+
+def _text_ids(db: sqlite3.Connection, digests: set[bytes]) -> dict[bytes, int]:
+    """The ids of the texts already indexed among these digests."""
+    found: dict[bytes, int] = {}
+    pending = sorted(digests)
+    for at in range(0, len(pending), 500):
+        chunk = pending[at:at + 500]
+        found.update((digest, id_) for id_, digest in db.execute(
+            f"SELECT id, digest FROM texts WHERE digest IN ({','.join('?' * len(chunk))})", chunk))
+    return found
 
 
 class ToolIndex:
@@ -271,16 +284,18 @@ class ToolIndex:
         source, path), servers removed, and (if given) the whole `files` table."""
         try:
             with self._transaction() as db:
+                reuse: dict[bytes, bytes] = {}  # vectors of texts deleted here, by digest
                 for server in remove:
+                    self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
                 for server, docs, sha256, source, path in replace:
-                    reuse = {} if self._vectors is None else self._vectors.previous(db, server)
+                    self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
                     self._insert(db, server, docs)
-                    if self._vectors is not None:
-                        self._vectors.fill(db, self._rows_of(db, server, docs), reuse)
                     db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
                                (server, sha256, source, path))
+                if self._vectors is not None:
+                    self._vectors.fill(db, reuse)  # the texts new to the index, in one go
                 if files is not None:
                     db.execute("DELETE FROM files")
                     db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
@@ -290,30 +305,52 @@ class ToolIndex:
 
     @staticmethod
     def _delete(db: sqlite3.Connection, server: str) -> None:
-        db.execute("DELETE FROM tool_vectors WHERE id IN (SELECT id FROM tools WHERE server=?)",
-                   (server,))
-        db.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE server=?)",
-                   (server,))
-        db.execute("DELETE FROM tools WHERE server=?", (server,))
+        texts = [(row[0],) for row in db.execute("SELECT text_id FROM tools WHERE server=?",
+                                                  (server,))]
+        if texts:
+            db.executemany("UPDATE texts SET refs = refs - 1 WHERE id = ?", texts)
+            unused = [(row[0],) for row in db.execute(
+                f"SELECT id FROM texts WHERE refs <= 0 AND id IN ({','.join('?' * len(texts))})",
+                [t[0] for t in texts])]
+            db.executemany("DELETE FROM tools_fts WHERE rowid = ?", unused)
+            db.executemany("DELETE FROM tool_vectors WHERE id = ?", unused)
+            db.executemany("DELETE FROM texts WHERE id = ?", unused)
+            db.execute("DELETE FROM tools WHERE server=?", (server,))
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
     @staticmethod
     def _insert(db: sqlite3.Connection, server: str, docs: Sequence[ToolDoc]) -> None:
-        for position, doc in enumerate(docs):
-            if doc.server != server:
-                raise ValueError(f"a doc of {doc.server!r} given as one of {server!r}")
-            cursor = db.execute(
-                "INSERT INTO tools (server, position, name, handle, definition) "
-                "VALUES (?, ?, ?, ?, ?)", (server, position, doc.name, doc.handle, doc.definition))
-            fields = dict(doc.fields, server=server_text(server))
-            db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?, ?)",
-                       (cursor.lastrowid, *(fields.get(f, "") for f in FIELDS)))
+        """The tools, their texts added once each (or counted once more), in bulk."""
+        if any(doc.server != server for doc in docs):
+            raise ValueError(f"a doc of another server given as one of {server!r}")
+        values = [tuple(doc.fields.get(f, "") for f in FIELDS) for doc in docs]
+        digests = [hashlib.sha256("\0".join(v).encode("utf-8", "surrogatepass")).digest()
+                   for v in values]
+        ids = _text_ids(db, set(digests))
+        uses = Counter(digests)
+        db.executemany("UPDATE texts SET refs = refs + ? WHERE id = ?",
+                       [(uses[d], i) for d, i in ids.items()])
+        next_id = db.execute("SELECT coalesce(max(id), 0) FROM texts").fetchone()[0] + 1
+        new_texts, new_rows = [], []
+        for digest, text in zip(digests, values):
+            if digest not in ids:
+                ids[digest] = next_id
+                new_texts.append((next_id, digest, uses[digest]))
+                new_rows.append((next_id, *text))
+                next_id += 1
+        db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
+        db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
+                       new_rows)
+        db.executemany("INSERT INTO tools (server, position, name, handle, definition, text_id) "
+                       "VALUES (?, ?, ?, ?, ?, ?)",
+                       [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
+                        for position, (doc, digest) in enumerate(zip(docs, digests))])
 
-    @staticmethod
-    def _rows_of(db: sqlite3.Connection, server: str,
-                 docs: Sequence[ToolDoc]) -> list[tuple[int, dict[str, str]]]:
-        ids = db.execute("SELECT id FROM tools WHERE server=? ORDER BY position", (server,))
-        return [(row_id, doc.fields) for (row_id,), doc in zip(ids.fetchall(), docs)]
+    def _keep_vectors(self, db: sqlite3.Connection, server: str,
+                      reuse: dict[bytes, bytes]) -> None:
+        # a server replaced by itself deletes its texts and adds them back under new ids
+        if self._vectors is not None:
+            reuse.update(self._vectors.of_server(db, server))
 
     def _forget_vectors(self) -> None:
         if self._vectors is not None:
@@ -338,11 +375,11 @@ class ToolIndex:
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""
         sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
-               "FROM tools t JOIN tools_fts f ON f.rowid = t.id "
+               "FROM tools t JOIN tools_fts f ON f.rowid = t.text_id "
                + ("WHERE t.server = ? " if server is not None else "")
                + "ORDER BY t.server, t.position")
         for row in self._read(sql, () if server is None else (server,)):
-            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS[:3], row[4:])))
+            yield ToolDoc(row[0], row[1], row[2], row[3], dict(zip(FIELDS, row[4:])))
 
     def __len__(self) -> int:
         return self._read("SELECT count(*) FROM tools")[0][0]
@@ -356,39 +393,46 @@ class ToolIndex:
         if self._vectors is not None:
             return self._hybrid_search(query, expression, k, servers)
         weights = ", ".join(str(w) for w in WEIGHTS)
-        where = "tools_fts MATCH ?"
         params: list[Any] = [expression]
+        where = ""
         if servers is not None:
-            where += f" AND t.server IN ({', '.join('?' * len(servers))})"
+            where = f"WHERE t.server IN ({', '.join('?' * len(servers))}) "
             params.extend(sorted(servers))
-        sql = (f"SELECT t.server, t.name, -bm25(tools_fts, {weights}) AS score, t.handle, "
-               f"t.definition FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
-               f"WHERE {where} ORDER BY score DESC, t.server, t.name, t.position LIMIT ?")
+        sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {weights}) AS score "
+               f"FROM tools_fts WHERE tools_fts MATCH ?) "
+               f"SELECT t.server, t.name, m.score, t.handle, t.definition "
+               f"FROM m JOIN tools t ON t.text_id = m.text_id {where}"
+               f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
 
     def _hybrid_search(self, query: str, expression: str, k: int,
                        servers: Collection[str] | None) -> list[Hit]:
-        """BM25 and dense rankings, each FUSION_DEPTH deep, fused (toolvectors)."""
+        """BM25 and dense rankings of the texts, fused (toolvectors), then their tools."""
         assert self._vectors is not None
         weights = ", ".join(str(w) for w in WEIGHTS)
-        where, params = "tools_fts MATCH ?", [expression]
+        in_servers, params = "", [expression]
         if servers is not None:
-            where += f" AND t.server IN ({', '.join('?' * len(servers))})"
+            in_servers = f"t.server IN ({', '.join('?' * len(servers))})"
             params.extend(sorted(servers))
-        bm25 = self._read(f"SELECT t.id, -bm25(tools_fts, {weights}) AS score FROM tools_fts "
-                          f"JOIN tools t ON t.id = tools_fts.rowid WHERE {where} "
-                          f"ORDER BY score DESC, t.server, t.name, t.position LIMIT ?",
-                          [*params, FUSION_DEPTH])
+        bm25 = self._read(
+            f"SELECT rowid, -bm25(tools_fts, {weights}) FROM tools_fts WHERE tools_fts MATCH ?"
+            + (f" AND rowid IN (SELECT t.text_id FROM tools t WHERE {in_servers})"
+               if servers is not None else ""), params)
+        allowed = None if servers is None else {row[0] for row in self._read(
+            f"SELECT DISTINCT t.text_id FROM tools t WHERE {in_servers}", sorted(servers))}
         try:
-            dense = self._vectors.rank(self._db, query, FUSION_DEPTH, servers)
+            dense = self._vectors.rank(self._db, query, FUSION_DEPTH, allowed)
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
-        fused = fuse_weighted(bm25, dense)
+        fused = fuse_weighted(top(bm25, FUSION_DEPTH), dense)
         if not fused:
             return []
-        rows = self._read(f"SELECT id, server, name, position, handle, definition FROM tools "
-                          f"WHERE id IN ({', '.join('?' * len(fused))})", list(fused))
+        rows = self._read(
+            f"SELECT t.text_id, t.server, t.name, t.position, t.handle, t.definition FROM tools t "
+            f"WHERE t.text_id IN ({', '.join('?' * len(fused))})"
+            + (f" AND {in_servers}" if servers is not None else ""),
+            [*fused, *(sorted(servers) if servers is not None else ())])
         rows.sort(key=lambda r: (-fused[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], fused[r[0]], r[4], r[5]) for r in rows[:k]]
 

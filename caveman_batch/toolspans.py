@@ -14,73 +14,75 @@ name, its original bytes, its compressed definition and its search text.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
+from . import _accel
 from .catalog import TOOLS_PATH, Passthrough, _plan, locate_tools, parse, serialize
 from .toolsearch import search_fields
 
-_WS: Final = re.compile(r"[ \t\r\n]*")
-_DECODER: Final = json.JSONDecoder()  # its C scanner finds where a value ends
+_WS: Final = re.compile(rb"[ \t\r\n]*+")
+_STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_SCALAR: Final = re.compile(rb"[^,\]}\s]++")
+# Inside a container: everything up to its next bracket, strings skipped whole (possessive:
+# the document is valid JSON, there is nothing to backtrack into).
+_TO_BRACKET: Final = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.DOTALL)
+_OPEN: Final = frozenset(b"[{")
 
 
-def _skip_ws(text: str, i: int) -> int:
-    return _WS.match(text, i).end()  # type: ignore[union-attr]
+def _skip_ws(raw: bytes, i: int) -> int:
+    return _WS.match(raw, i).end()  # type: ignore[union-attr]
 
 
-def _value_end(text: str, i: int) -> int:
+def _value_end(raw: bytes, i: int) -> int:
     """End of the JSON value starting at i (the document is known to be valid JSON)."""
-    return _DECODER.raw_decode(text, i)[1]
+    first = raw[i]
+    if first == 0x22:  # '"'
+        return _STRING.match(raw, i).end()  # type: ignore[union-attr]
+    if first not in _OPEN:
+        return _SCALAR.match(raw, i).end()  # type: ignore[union-attr]
+    depth, i = 1, i + 1
+    while True:
+        i = _TO_BRACKET.match(raw, i).end()  # type: ignore[union-attr]
+        depth += 1 if raw[i] in _OPEN else -1  # (IndexError past the end: not a catalog)
+        i += 1
+        if depth == 0:
+            return i
 
 
-def _elements(text: str, i: int) -> list[tuple[int, int]]:
+def _elements(raw: bytes, i: int) -> list[tuple[int, int]]:
     """(start, end) of each element of the array at i."""
     spans: list[tuple[int, int]] = []
-    i = _skip_ws(text, i + 1)
-    if text[i] == "]":
+    i = _skip_ws(raw, i + 1)
+    if raw[i] == 0x5D:  # ']'
         return spans
     while True:
-        end = _value_end(text, i)
+        end = _value_end(raw, i)
         spans.append((i, end))
-        i = _skip_ws(text, end)
-        if text[i] == "]":
+        i = _skip_ws(raw, end)
+        if raw[i] == 0x5D:
             return spans
-        i = _skip_ws(text, i + 1)  # past ','
+        i = _skip_ws(raw, i + 1)  # past ','
 
 
-def _member(text: str, i: int, key: str) -> int | None:
+def _member(raw: bytes, i: int, key: str) -> int | None:
     """Start of the value of `key` in the object at i, or None."""
-    i = _skip_ws(text, i + 1)
-    if text[i] == "}":
+    i = _skip_ws(raw, i + 1)
+    if raw[i] == 0x7D:  # '}'
         return None
     while True:
-        name, key_end = _DECODER.raw_decode(text, i)
-        i = _skip_ws(text, _skip_ws(text, key_end) + 1)  # past ':'
+        key_end = _STRING.match(raw, i).end()  # type: ignore[union-attr]
+        name = orjson.loads(raw[i:key_end])
+        i = _skip_ws(raw, _skip_ws(raw, key_end) + 1)  # past ':'
         if name == key:
             return i
-        i = _skip_ws(text, _value_end(text, i))
-        if text[i] == "}":
+        i = _skip_ws(raw, _value_end(raw, i))
+        if raw[i] == 0x7D:
             return None
-        i = _skip_ws(text, i + 1)
-
-
-def _byte_offsets(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Character offsets (in order) as UTF-8 byte offsets, in one pass over the text."""
-    if text.isascii():
-        return spans
-    done_chars = done_bytes = 0
-    out = []
-    for start, end in spans:
-        done_bytes += len(text[done_chars:start].encode("utf-8", "surrogatepass"))
-        first = done_bytes
-        done_bytes += len(text[start:end].encode("utf-8", "surrogatepass"))
-        done_chars = end
-        out.append((first, done_bytes))
-    return out
+        i = _skip_ws(raw, i + 1)
 
 
 def load(raw: bytes) -> Any:
@@ -114,43 +116,52 @@ def tool_spans(raw: bytes, doc: Any | None = None) -> list[tuple[int, int]] | No
     if plan is None:
         return None
     path, kinds = plan
-    try:
-        text = raw.decode("utf-8")
-        spans = _spans(text, path, kinds)
-    except (ValueError, IndexError, AttributeError, RecursionError):
-        return None
+    spans = _fast_spans(raw, path, kinds)
+    if spans is None:
+        try:
+            spans = _spans(raw, path, kinds)
+        except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
+            return None
     if spans is None or len(spans) != len(tools):
         return None
-    spans = _byte_offsets(text, spans)
     if not all(_same(raw[a:b], tool) for (a, b), tool in zip(spans, tools)):
         return None
     return spans
 
 
-def _spans(text: str, path: tuple[str, ...], kinds: bytes | int) -> list[tuple[int, int]] | None:
-    """Character spans of the tools, following the plan catalog._plan made."""
-    at: int | None = _skip_ws(text, 1 if text.startswith("\ufeff") else 0)
+def _fast_spans(raw: bytes, path: tuple[str, ...],
+                kinds: bytes | int) -> list[tuple[int, int]] | None:
+    """The C walker's spans (the same, checked alike below), or None: then _spans runs."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is None or type(raw) is not bytes:
+        return None
+    return fastwalk.spans(raw, path, kinds)
+
+
+def _spans(raw: bytes, path: tuple[str, ...], kinds: bytes | int) -> list[tuple[int, int]] | None:
+    """Byte spans of the tools, following the plan catalog._plan made."""
+    at: int | None = _skip_ws(raw, 3 if raw.startswith(b"\xef\xbb\xbf") else 0)
     for key in path:
-        at = _member(text, at, key) if at is not None and text[at] == "{" else None
+        at = _member(raw, at, key) if at is not None and raw[at] == 0x7B else None
     if at is None:
         return None
     if isinstance(kinds, int):  # a single tool: the container, or its "function"
-        return [_kind_span(text, at, kinds)]
-    if text[at] != "[":
+        return [_kind_span(raw, at, kinds)]
+    if raw[at] != 0x5B:
         return None
-    elements = _elements(text, at)
+    elements = _elements(raw, at)
     if len(elements) != len(kinds):
         return None
-    return [_kind_span(text, start, kind) for (start, _), kind in zip(elements, kinds) if kind]
+    return [_kind_span(raw, start, kind) for (start, _), kind in zip(elements, kinds) if kind]
 
 
-def _kind_span(text: str, start: int, kind: int) -> tuple[int, int]:
+def _kind_span(raw: bytes, start: int, kind: int) -> tuple[int, int]:
     if kind == 2:
-        inner = _member(text, start, "function")
+        inner = _member(raw, start, "function")
         if inner is None:
             raise ValueError("no function member")
         start = inner
-    return start, _value_end(text, start)
+    return start, _value_end(raw, start)
 
 
 # -- what a worker computes for the index ----------------------------------------------
@@ -178,6 +189,25 @@ def _label(doc: Any, shape: str) -> str | None:
     return None
 
 
+# A registry repeats its tools: each distinct tool object's search text is built once
+# per process (a dict, emptied when full).
+_FIELDS: dict[bytes, dict[str, str]] = {}
+_FIELDS_MAX: Final = 8192
+
+
+def clear_cache() -> None:
+    _FIELDS.clear()
+
+
+def _fields(piece: bytes, tool: dict[str, Any]) -> dict[str, str]:
+    fields = _FIELDS.get(piece)
+    if fields is None:
+        if len(_FIELDS) >= _FIELDS_MAX:
+            _FIELDS.clear()
+        fields = _FIELDS[piece] = search_fields(tool)
+    return fields
+
+
 def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] | None:
     """(label, entries) of one document for the index, or None if it holds no tools.
 
@@ -194,13 +224,18 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
     if spans is None:
         return None
     if out is raw or out == raw:
-        definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
+        try:
+            definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
+        except Passthrough:
+            return None  # a lone surrogate: no UTF-8 text to index
     else:
         out_spans = tool_spans(out)
         if out_spans is None or len(out_spans) != len(tools):
             return None
         definitions = [out[a:b] for a, b in out_spans]
-    entries = [ToolEntry(str(tool.get("name", "")), raw[a:b], definition.decode("utf-8"),
-                         search_fields(tool))
-               for tool, (a, b), definition in zip(tools, spans, definitions)]
+    entries = []
+    for tool, (a, b), definition in zip(tools, spans, definitions):
+        piece = raw[a:b]
+        entries.append(ToolEntry(str(tool.get("name", "")), piece, definition.decode("utf-8"),
+                                 _fields(piece, tool)))
     return _label(doc, shape), entries

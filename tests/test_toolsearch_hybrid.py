@@ -76,8 +76,8 @@ def _build(path: Path | str, embedder: Embedder | None) -> ToolIndex:
 
 def _vector_rows(path: Path) -> list[tuple]:
     with sqlite3.connect(path) as db:
-        return db.execute("SELECT t.server, t.name, length(v.vector), length(v.digest) "
-                          "FROM tool_vectors v JOIN tools t ON t.id = v.id "
+        return db.execute("SELECT t.server, t.name, length(v.vector) "
+                          "FROM tool_vectors v JOIN tools t ON t.text_id = v.id "
                           "ORDER BY t.server, t.position").fetchall()
 
 
@@ -96,9 +96,9 @@ def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedde
     _build(tmp_path / "i.db", counting).close()
     assert counting.texts == len(OPS) + len(FILES)
     rows = _vector_rows(tmp_path / "i.db")
-    assert [(s, n) for s, n, _, _ in rows] == [("files", "delete_file"), ("files", "read_file"),
-                                               *(("ops", tool["name"]) for tool in OPS)]
-    assert {(size, digest) for _, _, size, digest in rows} == {(embedder.dim * 4, 32)}
+    assert [(s, n) for s, n, _ in rows] == [("files", "delete_file"), ("files", "read_file"),
+                                            *(("ops", tool["name"]) for tool in OPS)]
+    assert {size for _, _, size in rows} == {embedder.dim * 4}
     with sqlite3.connect(tmp_path / "i.db") as db:
         stored = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
     assert stored == (embedder.name,)
@@ -124,6 +124,33 @@ def test_refresh_embeds_only_new_and_changed_tools(tmp_path: Path, embedder: Emb
         assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (len(after),)
     assert after[("ops", "health_check")] == before[("ops", "health_check")]
     assert after[("ops", "spell_check")] != before[("ops", "spell_check")]
+
+
+def test_reopening_does_not_load_the_model(tmp_path: Path, embedder: Embedder) -> None:
+    _build(tmp_path / "i.db", embedder).close()
+    fresh = load_embedder(required=True)
+    ToolIndex.open(tmp_path / "i.db", embedder=fresh).close()
+    assert fresh._table is None  # type: ignore[attr-defined]  # nothing to embed: not loaded
+
+
+def test_a_shared_text_has_one_vector(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "i.db"
+    counting = Counting(embedder)
+    texts = len(OPS) + len(FILES)
+    with _build(path, counting) as index:
+        index.replace_server("mirror", _docs("mirror", OPS))
+        assert counting.texts == texts  # the mirror's texts are all known
+        hits = index.search(QUERY, 2)  # (embeds the query: one text)
+        assert [(h.server, h.name) for h in hits] == [("mirror", "health_check"),
+                                                      ("ops", "health_check")]
+        assert hits[0].score == hits[1].score
+        index.remove_server("ops")  # the mirror still has the texts, and their vectors
+        # a catalog renamed (removed and added in one change) takes its vectors along
+        index.apply([("renamed", _docs("renamed", OPS), None, None, None)], ["mirror"])
+        assert counting.texts == texts + 1
+        assert index.search(QUERY, 1)[0].server == "renamed"
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (texts,)
 
 
 def test_another_embedder_replaces_every_vector(tmp_path: Path, embedder: Embedder) -> None:
@@ -179,7 +206,7 @@ def test_fusions_rank_by_both() -> None:
     dense = [(3, 0.9), (2, 0.8), (1, 0.1)]
     weighted = fuse_weighted(bm25, dense, bm25_share=0.5)
     assert weighted == {1: pytest.approx(0.55), 2: pytest.approx(0.65), 3: pytest.approx(0.45)}
-    rrf = fuse_rrf(bm25, dense, k=1)
+    rrf = fuse_rrf(list(reversed(bm25)), dense, k=1)  # ranked by score, not by list order
     assert rrf == {1: pytest.approx(1 / 2 + 1 / 4), 2: pytest.approx(1 / 3 + 1 / 3),
                    3: pytest.approx(1 / 2)}
     assert fuse_weighted([], []) == {} and fuse_weighted([(1, 0.0)], []) == {1: 0.0}
@@ -188,4 +215,4 @@ def test_fusions_rank_by_both() -> None:
 def _blobs(path: Path) -> list[tuple[str, str, bytes]]:
     with sqlite3.connect(path) as db:
         return db.execute("SELECT t.server, t.name, v.vector FROM tool_vectors v "
-                          "JOIN tools t ON t.id = v.id").fetchall()
+                          "JOIN tools t ON t.text_id = v.id").fetchall()
