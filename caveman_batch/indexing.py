@@ -96,6 +96,7 @@ class IndexBuilder:
     files: dict[str, str]  # path -> sha256 of wholly indexed source files
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
+    written: bool = False  # some catalog was (re)written this run
 
     @classmethod
     def open(cls, path: Path, embedder: Embedder | None = None) -> IndexBuilder:
@@ -159,6 +160,7 @@ class IndexBuilder:
             self.known[key] = (server, digest, path if isinstance(path, str) else None)
         if replace:
             self.index.apply(replace)
+            self.written = True
 
     def _server_id(self, doc: Any, label: str | None) -> str:
         sink = doc.sink
@@ -177,3 +179,5 @@ class IndexBuilder:
         sources this run read or reused whole) are the wholly indexed ones."""
         gone = sorted(set(self.index.servers()) - self.seen)
         self.index.apply([], gone, files=files)
+        if gone or self.written:
+            self.index.optimize()

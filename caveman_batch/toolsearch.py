@@ -41,6 +41,9 @@ FIELDS: Final = ("name", "description", "params")
 # bm25 weight per field, in FIELDS order: a word of the name says more than one of the
 # description or the parameters.
 WEIGHTS: Final = (3.0, 1.0, 1.0)
+_WEIGHTS: Final = ", ".join(str(w) for w in WEIGHTS)
+# search() ranks the best k + _TIE_MARGIN texts, unless their last ties with the k-th
+_TIE_MARGIN: Final = 16
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 MAX_QUERY_TERMS: Final = 64
 
@@ -235,6 +238,7 @@ class ToolIndex:
         # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
         # committed transaction, a power loss at most the last ones (a rerun redoes them)
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
         with self._transaction():
             for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
                 if statement.strip():
@@ -273,6 +277,14 @@ class ToolIndex:
 
         `source` and `path`: where the catalog was read (see `sources()`)."""
         self.apply([(server, docs, catalog_sha256, source, path)], [])
+
+    def optimize(self) -> None:
+        """Merge the full-text index into one segment (after a build: faster searches)."""
+        try:
+            with self._transaction() as db:
+                db.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
     def remove_server(self, server: str) -> None:
         self.apply([], [server])
@@ -392,13 +404,40 @@ class ToolIndex:
             return []
         if self._vectors is not None:
             return self._hybrid_search(query, expression, k, servers)
-        weights = ", ".join(str(w) for w in WEIGHTS)
+        if servers is None:
+            best = self._best_texts(expression, k + _TIE_MARGIN)
+            if best is not None:
+                return self._tools_of(best, k)
+        return self._hits(expression, k, servers)
+
+    def _best_texts(self, expression: str, limit: int) -> dict[int, float] | None:
+        """The best `limit` texts' scores by id, or None if the last of them ties with the
+        ones before the margin (then which texts make the cut would depend on their ids,
+        which depend on the order the index was built in: the caller ranks every match)."""
+        rows = self._read(f"SELECT rowid, -bm25(tools_fts, {_WEIGHTS}) AS score FROM tools_fts "
+                          f"WHERE tools_fts MATCH ? ORDER BY score DESC LIMIT ?",
+                          (expression, limit))
+        if len(rows) == limit and rows[-1][1] == rows[-_TIE_MARGIN - 1][1]:
+            return None
+        return dict(rows)
+
+    def _tools_of(self, scores: dict[int, float], k: int) -> list[Hit]:
+        """The k best tools of these texts (each text has one tool at least)."""
+        if not scores:
+            return []
+        rows = self._read(f"SELECT text_id, server, name, position, handle, definition FROM tools "
+                          f"WHERE text_id IN ({', '.join('?' * len(scores))})", list(scores))
+        rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
+        return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
+
+    def _hits(self, expression: str, k: int, servers: Collection[str] | None) -> list[Hit]:
+        """The k best tools of every match (of these servers)."""
         params: list[Any] = [expression]
         where = ""
         if servers is not None:
             where = f"WHERE t.server IN ({', '.join('?' * len(servers))}) "
             params.extend(sorted(servers))
-        sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {weights}) AS score "
+        sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {_WEIGHTS}) AS score "
                f"FROM tools_fts WHERE tools_fts MATCH ?) "
                f"SELECT t.server, t.name, m.score, t.handle, t.definition "
                f"FROM m JOIN tools t ON t.text_id = m.text_id {where}"
@@ -410,15 +449,18 @@ class ToolIndex:
                        servers: Collection[str] | None) -> list[Hit]:
         """BM25 and dense rankings of the texts, fused (toolvectors), then their tools."""
         assert self._vectors is not None
-        weights = ", ".join(str(w) for w in WEIGHTS)
         in_servers, params = "", [expression]
         if servers is not None:
             in_servers = f"t.server IN ({', '.join('?' * len(servers))})"
             params.extend(sorted(servers))
-        bm25 = self._read(
-            f"SELECT rowid, -bm25(tools_fts, {weights}) FROM tools_fts WHERE tools_fts MATCH ?"
-            + (f" AND rowid IN (SELECT t.text_id FROM tools t WHERE {in_servers})"
-               if servers is not None else ""), params)
+        sql = (f"SELECT rowid, -bm25(tools_fts, {_WEIGHTS}) AS score FROM tools_fts "
+               f"WHERE tools_fts MATCH ?"
+               + (f" AND rowid IN (SELECT t.text_id FROM tools t WHERE {in_servers})"
+                  if servers is not None else "") + " ORDER BY score DESC")
+        limit = FUSION_DEPTH + _TIE_MARGIN
+        bm25 = self._read(f"{sql} LIMIT ?", [*params, limit])
+        if len(bm25) == limit and bm25[-1][1] == bm25[FUSION_DEPTH - 1][1]:
+            bm25 = self._read(sql, params)  # ties past the margin: every match, as _best_texts
         allowed = None if servers is None else {row[0] for row in self._read(
             f"SELECT DISTINCT t.text_id FROM tools t WHERE {in_servers}", sorted(servers))}
         try:

@@ -17,6 +17,7 @@ the LiveMCPBench queries (README, "Hybrid ranking").
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
@@ -59,8 +60,9 @@ def top(ranking: Sequence[tuple[int, float]], depth: int) -> list[tuple[int, flo
     """The `depth` best (id, score), and every one tied with the last of them."""
     if len(ranking) <= depth:
         return list(ranking)
-    cut = sorted((round(score, _DIGITS) for _, score in ranking), reverse=True)[depth - 1]
-    return [(i, score) for i, score in ranking if round(score, _DIGITS) >= cut]
+    scores = [round(score, _DIGITS) for _, score in ranking]
+    cut = heapq.nlargest(depth, scores)[-1]
+    return [pair for pair, score in zip(ranking, scores) if score >= cut]
 
 
 class ToolVectors:
@@ -71,7 +73,7 @@ class ToolVectors:
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        self._matrix: tuple[list[int], npt.NDArray[np.float64]] | None = None
+        self._matrix: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
         self._data_version: int | None = None
 
     # writing (inside the index's transaction) -------------------------------------
@@ -115,17 +117,24 @@ class ToolVectors:
 
     def rank(self, db: sqlite3.Connection, query: str, depth: int,
              allowed: set[int] | None) -> list[tuple[int, float]]:
-        """(text id, cosine) of the `depth` texts nearest the query (and ties), nearest first."""
+        """(text id, cosine) of the `depth` texts nearest the query, and those tied with the
+        last of them (in no order: the fusion ranks them)."""
         import numpy as np
 
         ids, matrix = self._loaded(db)
-        if not ids:
+        if not len(ids):
             return []
         cosines = np.round(matrix @ self.embedder.encode([query])[0].astype(np.float64), _DIGITS)
-        pairs = [(i, float(c)) for i, c in zip(ids, cosines) if allowed is None or i in allowed]
-        return sorted(top(pairs, depth), key=lambda pair: (-pair[1], pair[0]))
+        if allowed is not None:
+            cosines[~np.isin(ids, np.fromiter(allowed, np.int64, len(allowed)))] = -np.inf
+        kept = np.isfinite(cosines)
+        if kept.sum() > depth:  # the depth-th best, and every one tied with it
+            kept &= cosines >= np.partition(cosines, -depth)[-depth]
+        chosen = np.nonzero(kept)[0]
+        return [(int(ids[i]), float(cosines[i])) for i in chosen]
 
-    def _loaded(self, db: sqlite3.Connection) -> tuple[list[int], npt.NDArray[np.float64]]:
+    def _loaded(self, db: sqlite3.Connection) -> tuple[npt.NDArray[np.int64],
+                                                        npt.NDArray[np.float64]]:
         import numpy as np
 
         # data_version moves when another connection commits (our own writes call forget)
@@ -138,7 +147,7 @@ class ToolVectors:
             matrix = np.zeros((len(rows), dim), dtype=np.float64)
             for n, (_, blob) in enumerate(rows):
                 matrix[n] = np.frombuffer(blob, dtype="<f4", count=dim)
-            self._matrix = ([row[0] for row in rows], matrix)
+            self._matrix = (np.array([row[0] for row in rows], dtype=np.int64), matrix)
         return self._matrix
 
 

@@ -174,3 +174,22 @@ def test_schema_version_is_checked(tmp_path: Path) -> None:
         db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     with pytest.raises(SearchIndexError, match="schema 99"):
         ToolIndex.open(path)
+
+
+def test_ties_are_broken_by_server_and_name_whatever_the_build_order() -> None:
+    """40 tools of equal score (more than search's margin): the first k by server, name."""
+    tools = {f"s{i:02d}": [{"name": f"t{i:02d}", "description": "a widget"}] for i in range(40)}
+    expected = [("s00", "t00"), ("s01", "t01"), ("s02", "t02")]
+    for order in (sorted(tools), sorted(tools, reverse=True)):
+        with ToolIndex.open(":memory:") as index:
+            for server in order:
+                index.replace_server(server, tool_docs(server, tools[server], tools[server], [None]))
+            hits = index.search("widget", k=3)
+            assert [(h.server, h.name) for h in hits] == expected
+            assert len({h.score for h in index.search("widget", k=40)}) == 1
+
+
+def test_the_fast_path_ranks_as_every_match_would(index: ToolIndex) -> None:
+    for query in ("issue", "request city", "code repositories", "get", "weather forecast city"):
+        for k in (1, 2, 5):
+            assert index.search(query, k) == index._hits(match_expression(query), k, None)
