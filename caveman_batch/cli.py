@@ -19,6 +19,7 @@ import typer
 
 from . import __version__, _accel, ccr, pipeline, searcheval, single, toolsearch
 from .catalog import DEFAULT_OPTIONS
+from .embedding import choose_embedder
 from .errors import CavemanError, UsageError, VerificationFailed
 from .payload.cli import payload_app
 from .fsio import write_target
@@ -42,6 +43,10 @@ StoreOpt = Annotated[
                       "Default: $CAVEMAN_CCR_STORE, else lmdb://$CAVEMAN_HOME/ccr.lmdb."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+EmbedOpt = Annotated[bool | None, typer.Option(
+    "--embed/--no-embed",
+    help="Hybrid tool search (BM25 + dense vectors, the embed extra): --embed requires it, "
+         "--no-embed is BM25 alone. Default: hybrid if the extra is installed.")]
 
 
 def default_store_url() -> str:
@@ -222,6 +227,7 @@ def compress(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     index: Annotated[Path | None, typer.Option("--index", metavar="PATH", help="Build or refresh a tool-search index here (SQLite); each tool's original is stored too.")] = None,
+    embed: EmbedOpt = None,
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
     config = pipeline.Config(
@@ -230,7 +236,7 @@ def compress(
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index,
         follow_symlinks=follow_symlinks, keep_removed=keep_removed,
-        changes=_output_path(changes, "--changes"),
+        changes=_output_path(changes, "--changes"), embed=embed,
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)
@@ -288,9 +294,10 @@ def search(
     index: IndexOpt,
     k: Annotated[int, typer.Option("-k", min=1, help="How many hits.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as a JSON array.")] = False,
+    embed: EmbedOpt = None,
 ) -> None:
     """The tools that best match QUERY, best first (bm25 over name, description, parameters)."""
-    with toolsearch.ToolIndex.open(index, create=False) as opened:
+    with toolsearch.ToolIndex.open(index, create=False, embedder=choose_embedder(embed)) as opened:
         hits = opened.search(query, k)
     if as_json:
         _echo_json([hit.as_dict() for hit in hits])
@@ -305,10 +312,11 @@ def eval_search(
     index: IndexOpt,
     compare_original: Annotated[bool, typer.Option("--compare-original", help="Also search compressed descriptions instead of the originals, and show the difference.")] = False,
     as_json: JsonOpt = False,
+    embed: EmbedOpt = None,
 ) -> None:
     """recall@1/5/10 and MRR of the index on labelled queries."""
     labelled = searcheval.read_queries(queries)
-    with toolsearch.ToolIndex.open(index, create=False) as opened:
+    with toolsearch.ToolIndex.open(index, create=False, embedder=choose_embedder(embed)) as opened:
         report = (searcheval.compare_original(opened, labelled) if compare_original
                   else searcheval.evaluate(opened, labelled))
     if as_json:

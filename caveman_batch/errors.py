@@ -144,3 +144,7 @@ class QueryFileError(UsageError):
         self.source = source
         self.line = line
         self.lineno = line
+
+
+class EmbedderUnavailable(UsageError):
+    """Dense embeddings were asked for, but the embed extra (or its bundled model) is missing."""

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from . import ccr
+from .embedding import Embedder
 from .toolsearch import ToolDoc, ToolIndex
 from . import toolspans
 from .toolspans import index_entries
@@ -98,8 +99,8 @@ class IndexBuilder:
     written: bool = False  # some catalog was (re)written this run
 
     @classmethod
-    def open(cls, path: Path) -> IndexBuilder:
-        index = ToolIndex.open(path)
+    def open(cls, path: Path, embedder: Embedder | None = None) -> IndexBuilder:
+        index = ToolIndex.open(path, embedder=embedder)
         return cls(index, index.sources(), index.files())
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ import orjson
 
 from . import __version__, ccr, converge, fsio, indexing, tokens
 from .catalog import DEFAULT_OPTIONS, Options, compress
+from .embedding import choose_embedder
 from .errors import IntegrityError, OutputError, UsageError
 from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
 from .store import Store, open_store
@@ -58,6 +59,7 @@ class Config:
     incremental: bool = False
     checksum: bool = False  # a rerun hashes every source and output (no stat cache)
     index: Path | None = None  # the tool-search index to build or refresh (see indexing)
+    embed: bool | None = None  # its dense vectors: True required, False none, None if installed
     options: Options = DEFAULT_OPTIONS
     keep_removed: bool = False  # stale outputs (of documents no longer in SRC) stay in OUT
     changes: Path | None = None  # where to write what changed, one JSON line per document
@@ -306,7 +308,8 @@ def _run(config: Config, progress: Progress | None) -> Summary:
     previous = _Previous()
     summary = Summary()
     pool = _Pool(config.workers) if config.workers > 1 else None
-    index = indexing.IndexBuilder.open(config.index) if config.index is not None else None
+    index = (indexing.IndexBuilder.open(config.index, choose_embedder(config.embed))
+             if config.index is not None else None)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:

@@ -103,7 +103,7 @@ def evaluate(index: ToolIndex, queries: Sequence[Query]) -> dict[str, Any]:
 
 def compressed_copy(index: ToolIndex) -> ToolIndex:
     """The index in memory, its search text built from each tool's compressed definition."""
-    copy = ToolIndex.open(":memory:")
+    copy = ToolIndex.open(":memory:", embedder=index.embedder)
     servers = index.servers()
     by_server: dict[str, list[ToolDoc]] = {}
     for doc in index.docs():

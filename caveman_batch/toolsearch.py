@@ -25,12 +25,16 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
+from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
+
+if TYPE_CHECKING:
+    from .embedding import Embedder
 
 SCHEMA_VERSION: Final = 2
 FIELDS: Final = ("name", "description", "params")
@@ -66,6 +70,7 @@ CREATE TABLE IF NOT EXISTS tools (
 CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
 CREATE INDEX IF NOT EXISTS tools_by_text ON tools (text_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
+{VECTOR_SCHEMA};
 """
 
 
@@ -197,22 +202,35 @@ class ToolIndex:
     serializes threads. Changes are transactions: all of a call or none of it.
     """
 
-    def __init__(self, connection: sqlite3.Connection, location: str) -> None:
+    def __init__(self, connection: sqlite3.Connection, location: str,
+                 vectors: ToolVectors | None = None) -> None:
         self._db = connection
         self.location = location
+        self._vectors = vectors
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> ToolIndex:
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True,
+             embedder: Embedder | None = None) -> ToolIndex:
+        """Open (or create) an index; with an `embedder`, search is hybrid (BM25 + dense).
+
+        With an embedder, opening also embeds every tool that has no vector of this
+        embedder yet (an index built without one, or by another model), in one transaction.
+        """
         location = os.fspath(path)
         if location != ":memory:" and not create and not Path(location).is_file():
             raise SearchIndexNotFoundError(f"no search index at {location}", location)
         try:
             db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
-            index = cls(db, location)
+            index = cls(db, location, None if embedder is None else ToolVectors(embedder))
             index._prepare()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
         return index
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder of a hybrid index (None: BM25 alone)."""
+        return None if self._vectors is None else self._vectors.embedder
 
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
@@ -231,6 +249,8 @@ class ToolIndex:
             elif row[0] != str(SCHEMA_VERSION):
                 raise SearchIndexError(f"search index {self.location} has schema {row[0]}, "
                                        f"this version reads {SCHEMA_VERSION}")
+            if self._vectors is not None:
+                self._vectors.adopt(self._db)
 
     # transactions ------------------------------------------------------------------
 
@@ -276,16 +296,22 @@ class ToolIndex:
         source, path), servers removed, and (if given) the whole `files` table."""
         try:
             with self._transaction() as db:
+                reuse: dict[bytes, bytes] = {}  # vectors of texts deleted here, by digest
                 for server in remove:
+                    self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
                 for server, docs, sha256, source, path in replace:
+                    self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
                     self._insert(db, server, docs)
                     db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
                                (server, sha256, source, path))
+                if self._vectors is not None:
+                    self._vectors.fill(db, reuse)  # the texts new to the index, in one go
                 if files is not None:
                     db.execute("DELETE FROM files")
                     db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
+            self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
@@ -299,6 +325,7 @@ class ToolIndex:
                 f"SELECT id FROM texts WHERE refs <= 0 AND id IN ({','.join('?' * len(texts))})",
                 [t[0] for t in texts])]
             db.executemany("DELETE FROM tools_fts WHERE rowid = ?", unused)
+            db.executemany("DELETE FROM tool_vectors WHERE id = ?", unused)
             db.executemany("DELETE FROM texts WHERE id = ?", unused)
             db.execute("DELETE FROM tools WHERE server=?", (server,))
         db.execute("DELETE FROM servers WHERE server=?", (server,))
@@ -330,6 +357,16 @@ class ToolIndex:
                        "VALUES (?, ?, ?, ?, ?, ?)",
                        [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
                         for position, (doc, digest) in enumerate(zip(docs, digests))])
+
+    def _keep_vectors(self, db: sqlite3.Connection, server: str,
+                      reuse: dict[bytes, bytes]) -> None:
+        # a server replaced by itself deletes its texts and adds them back under new ids
+        if self._vectors is not None:
+            reuse.update(self._vectors.of_server(db, server))
+
+    def _forget_vectors(self) -> None:
+        if self._vectors is not None:
+            self._vectors.forget()
 
     # reading ----------------------------------------------------------------------
 
@@ -365,6 +402,8 @@ class ToolIndex:
         expression = match_expression(query)
         if expression is None or k <= 0 or (servers is not None and not servers):
             return []
+        if self._vectors is not None:
+            return self._hybrid_search(query, expression, k, servers)
         if servers is None:
             best = self._best_texts(expression, k + _TIE_MARGIN)
             if best is not None:
@@ -405,6 +444,39 @@ class ToolIndex:
                f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
+
+    def _hybrid_search(self, query: str, expression: str, k: int,
+                       servers: Collection[str] | None) -> list[Hit]:
+        """BM25 and dense rankings of the texts, fused (toolvectors), then their tools."""
+        assert self._vectors is not None
+        in_servers, params = "", [expression]
+        if servers is not None:
+            in_servers = f"t.server IN ({', '.join('?' * len(servers))})"
+            params.extend(sorted(servers))
+        sql = (f"SELECT rowid, -bm25(tools_fts, {_WEIGHTS}) AS score FROM tools_fts "
+               f"WHERE tools_fts MATCH ?"
+               + (f" AND rowid IN (SELECT t.text_id FROM tools t WHERE {in_servers})"
+                  if servers is not None else "") + " ORDER BY score DESC")
+        limit = FUSION_DEPTH + _TIE_MARGIN
+        bm25 = self._read(f"{sql} LIMIT ?", [*params, limit])
+        if len(bm25) == limit and bm25[-1][1] == bm25[FUSION_DEPTH - 1][1]:
+            bm25 = self._read(sql, params)  # ties past the margin: every match, as _best_texts
+        allowed = None if servers is None else {row[0] for row in self._read(
+            f"SELECT DISTINCT t.text_id FROM tools t WHERE {in_servers}", sorted(servers))}
+        try:
+            dense = self._vectors.rank(self._db, query, FUSION_DEPTH, allowed)
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
+        fused = fuse_weighted(top(bm25, FUSION_DEPTH), dense)
+        if not fused:
+            return []
+        rows = self._read(
+            f"SELECT t.text_id, t.server, t.name, t.position, t.handle, t.definition FROM tools t "
+            f"WHERE t.text_id IN ({', '.join('?' * len(fused))})"
+            + (f" AND {in_servers}" if servers is not None else ""),
+            [*fused, *(sorted(servers) if servers is not None else ())])
+        rows.sort(key=lambda r: (-fused[r[0]], r[1], r[2], r[3]))
+        return [Hit(r[1], r[2], fused[r[0]], r[4], r[5]) for r in rows[:k]]
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:

@@ -98,11 +98,14 @@ def test_eval_by_hand(index_path: Path, tmp_path: Path, capsys: pytest.CaptureFi
         hits = index.search("write text", 10)
         assert [(h.server, h.name) for h in hits][0] == ("files", "write_file")
         assert ("mail", "read_file") not in [(h.server, h.name) for h in hits]
-    code, out, _ = _main(capsys, "eval", "search", str(queries), "--index", str(index_path), "--json")
+    # a hand count of BM25's ranking: --no-embed, whether or not the embed extra is installed
+    code, out, _ = _main(capsys, "eval", "search", str(queries), "--index", str(index_path), "--json",
+                         "--no-embed")
     assert code == 0
     assert json.loads(out) == {"queries": 3, "recall@1": 0.5, "recall@5": 0.5, "recall@10": 0.5,
                                "mrr": round(2 / 3, 4)}
-    code, out, _ = _main(capsys, "eval", "search", str(queries), "--index", str(index_path))
+    code, out, _ = _main(capsys, "eval", "search", str(queries), "--index", str(index_path),
+                         "--no-embed")
     assert code == 0 and "queries 3" in out and "recall@5 0.5000" in out
 
 
@@ -143,7 +146,7 @@ def test_livemcpbench_retrieval(corpora: Path, tmp_path: Path,
     queries = livemcpbench.write_queries(bench, tmp_path / "q.jsonl")
     code, _, err = _main(capsys, "compress", str(bench / "catalogs"), "-o", str(tmp_path / "out"),
                          "--store", f"lmdb://{tmp_path}/ccr", "--index", str(tmp_path / "i.db"),
-                         "--quiet", "--workers", "1")
+                         "--quiet", "--workers", "1", "--no-embed")  # the target is BM25 alone
     assert code == 0, err
     with ToolIndex.open(tmp_path / "i.db", create=False) as index:
         assert len(index) == 527

@@ -1,0 +1,218 @@
+"""Hybrid tool search: one stored vector per tool, computed once, fused with BM25."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from caveman_batch.embedding import EMBED_EXTRA_HINT, Embedder, extra_installed, load_embedder
+from caveman_batch.toolsearch import ToolDoc, ToolIndex, tool_docs
+from caveman_batch.toolvectors import EMBEDDER_KEY, fuse_rrf, fuse_weighted
+
+pytestmark = pytest.mark.skipif(not extra_installed(),
+                                reason=f"embed extra not installed: {EMBED_EXTRA_HINT}")
+
+# "check" is all BM25 can match, and three tools have it: the paraphrase ("healthy" for
+# "liveness", "up and responding") is what the dense half understands.
+OPS = [
+    {"name": "spell_check", "description": "Check the spelling and grammar of a text; "
+                                           "check every word against a dictionary.",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+    {"name": "check_in_guest", "description": "Check in a hotel guest and assign a room.",
+     "inputSchema": {"type": "object", "properties": {"guest": {"type": "string"}}}},
+    {"name": "health_check", "description": "Report whether the service is up and responding: "
+                                            "liveness, uptime and version.",
+     "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "list_invoices", "description": "List the invoices of a customer account.",
+     "inputSchema": {"type": "object", "properties": {
+         "customer": {"type": "string", "description": "Customer id"}}}},
+]
+FILES = [
+    {"name": "delete_file", "description": "Delete a file from the workspace.",
+     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    {"name": "read_file", "description": "Read a text file and return its content.",
+     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+]
+QUERY = "check if the API is healthy"
+
+
+class Counting:
+    """The real embedder, counting the texts it is asked to embed (and renameable)."""
+
+    def __init__(self, inner: Embedder, suffix: str = "") -> None:
+        self.inner, self.suffix, self.texts = inner, suffix, 0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name + self.suffix
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def encode(self, texts: Sequence[str]):  # noqa: ANN201 - numpy array
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_embedder(required=True)
+
+
+def _docs(server: str, tools: list[dict]) -> list[ToolDoc]:
+    return tool_docs(server, tools, tools, [f"ccr_{server}{i}" for i in range(len(tools))])
+
+
+def _build(path: Path | str, embedder: Embedder | None) -> ToolIndex:
+    index = ToolIndex.open(path, embedder=embedder)
+    index.replace_server("ops", _docs("ops", OPS), catalog_sha256="1" * 64)
+    index.replace_server("files", _docs("files", FILES), catalog_sha256="2" * 64)
+    return index
+
+
+def _vector_rows(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT t.server, t.name, length(v.vector) "
+                          "FROM tool_vectors v JOIN tools t ON t.text_id = v.id "
+                          "ORDER BY t.server, t.position").fetchall()
+
+
+def test_hybrid_finds_the_paraphrase_bm25_misses(tmp_path: Path, embedder: Embedder) -> None:
+    with _build(tmp_path / "bm25.db", None) as plain:
+        assert "health_check" != plain.search(QUERY, 1)[0].name
+    with _build(tmp_path / "hybrid.db", embedder) as hybrid:
+        hits = hybrid.search(QUERY, 3)
+    assert hits[0].name == "health_check" and hits[0].server == "ops"
+    assert hits[0].handle == "ccr_ops2" and '"health_check"' in hits[0].definition
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedder) -> None:
+    counting = Counting(embedder)
+    _build(tmp_path / "i.db", counting).close()
+    assert counting.texts == len(OPS) + len(FILES)
+    rows = _vector_rows(tmp_path / "i.db")
+    assert [(s, n) for s, n, _ in rows] == [("files", "delete_file"), ("files", "read_file"),
+                                            *(("ops", tool["name"]) for tool in OPS)]
+    assert {size for _, _, size in rows} == {embedder.dim * 4}
+    with sqlite3.connect(tmp_path / "i.db") as db:
+        stored = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
+    assert stored == (embedder.name,)
+
+
+def test_refresh_embeds_only_new_and_changed_tools(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "i.db"
+    _build(path, embedder).close()
+    before = dict(((s, n), v) for s, n, v in _blobs(path))
+    counting = Counting(embedder)
+    with ToolIndex.open(path, embedder=counting) as index:
+        assert counting.texts == 0  # reopening embeds nothing
+        index.replace_server("ops", _docs("ops", OPS), catalog_sha256="1" * 64)
+        assert counting.texts == 0  # an unchanged catalog embeds nothing
+        changed = [dict(OPS[0], description="Spell-check a text."), *OPS[1:],
+                   {"name": "ping", "description": "Ping a host."}]
+        index.replace_server("ops", _docs("ops", changed))
+        assert counting.texts == 2  # the changed tool and the new one
+        index.remove_server("files")
+    after = dict(((s, n), v) for s, n, v in _blobs(path))
+    assert set(after) == {("ops", tool["name"]) for tool in OPS} | {("ops", "ping")}
+    with sqlite3.connect(path) as db:  # no vector outlives its tool
+        assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (len(after),)
+    assert after[("ops", "health_check")] == before[("ops", "health_check")]
+    assert after[("ops", "spell_check")] != before[("ops", "spell_check")]
+
+
+def test_reopening_does_not_load_the_model(tmp_path: Path, embedder: Embedder) -> None:
+    _build(tmp_path / "i.db", embedder).close()
+    fresh = load_embedder(required=True)
+    ToolIndex.open(tmp_path / "i.db", embedder=fresh).close()
+    assert fresh._table is None  # type: ignore[attr-defined]  # nothing to embed: not loaded
+
+
+def test_a_shared_text_has_one_vector(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "i.db"
+    counting = Counting(embedder)
+    texts = len(OPS) + len(FILES)
+    with _build(path, counting) as index:
+        index.replace_server("mirror", _docs("mirror", OPS))
+        assert counting.texts == texts  # the mirror's texts are all known
+        hits = index.search(QUERY, 2)  # (embeds the query: one text)
+        assert [(h.server, h.name) for h in hits] == [("mirror", "health_check"),
+                                                      ("ops", "health_check")]
+        assert hits[0].score == hits[1].score
+        index.remove_server("ops")  # the mirror still has the texts, and their vectors
+        # a catalog renamed (removed and added in one change) takes its vectors along
+        index.apply([("renamed", _docs("renamed", OPS), None, None, None)], ["mirror"])
+        assert counting.texts == texts + 1
+        assert index.search(QUERY, 1)[0].server == "renamed"
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (texts,)
+
+
+def test_another_embedder_replaces_every_vector(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "i.db"
+    _build(path, None).close()
+    assert _vector_rows(path) == []  # built without the extra: BM25 only, no vectors
+    first = Counting(embedder)
+    ToolIndex.open(path, embedder=first).close()
+    total = len(OPS) + len(FILES)
+    assert first.texts == total and len(_vector_rows(path)) == total  # opening fills them in
+    other = Counting(embedder, suffix="+other")
+    ToolIndex.open(path, embedder=other).close()
+    assert other.texts == total
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key=?",
+                          (EMBEDDER_KEY,)).fetchone() == (other.name,)
+
+
+def test_hybrid_is_deterministic_whatever_the_order(tmp_path: Path, embedder: Embedder) -> None:
+    with _build(tmp_path / "a.db", embedder) as forward:
+        expected = [h.as_dict() for h in forward.search(QUERY, 5)]
+        assert [h.as_dict() for h in forward.search(QUERY, 5)] == expected
+    with ToolIndex.open(tmp_path / "b.db", embedder=embedder) as backward:
+        backward.replace_server("files", _docs("files", FILES))
+        backward.replace_server("ops", _docs("ops", OPS))
+        assert [h.as_dict() for h in backward.search(QUERY, 5)] == expected
+
+
+def test_hybrid_honours_servers_and_k(tmp_path: Path, embedder: Embedder) -> None:
+    with _build(tmp_path / "i.db", embedder) as index:
+        assert {h.server for h in index.search(QUERY, 10, servers={"files"})} == {"files"}
+        assert index.search(QUERY, 0) == [] and index.search(QUERY, 5, servers=()) == []
+        assert len(index.search("file", 1)) == 1
+        assert index.search("   ", 5) == []
+
+
+def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "i.db"
+    probe = {"name": "uptime_probe", "description": "Report the liveness and uptime of a host."}
+    query = "is the host alive"
+    with _build(path, embedder) as reader:
+        assert "uptime_probe" not in [h.name for h in reader.search(query, 5)]
+        with ToolIndex.open(path, embedder=embedder) as writer:
+            writer.replace_server("net", _docs("net", [probe]))
+            fresh = [h.as_dict() for h in writer.search(query, 5)]
+        # the same hits and scores: the reader's cached vectors were reloaded, not reused
+        assert [h.as_dict() for h in reader.search(query, 5)] == fresh
+        assert fresh[0]["name"] == "uptime_probe"
+
+
+def test_fusions_rank_by_both() -> None:
+    bm25 = [(1, 10.0), (2, 5.0)]
+    dense = [(3, 0.9), (2, 0.8), (1, 0.1)]
+    weighted = fuse_weighted(bm25, dense, bm25_share=0.5)
+    assert weighted == {1: pytest.approx(0.55), 2: pytest.approx(0.65), 3: pytest.approx(0.45)}
+    rrf = fuse_rrf(list(reversed(bm25)), dense, k=1)  # ranked by score, not by list order
+    assert rrf == {1: pytest.approx(1 / 2 + 1 / 4), 2: pytest.approx(1 / 3 + 1 / 3),
+                   3: pytest.approx(1 / 2)}
+    assert fuse_weighted([], []) == {} and fuse_weighted([(1, 0.0)], []) == {1: 0.0}
+
+
+def _blobs(path: Path) -> list[tuple[str, str, bytes]]:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT t.server, t.name, v.vector FROM tool_vectors v "
+                          "JOIN tools t ON t.text_id = v.id").fetchall()
