@@ -129,3 +129,12 @@ class SearchIndexNotFoundError(UsageError, FileNotFoundError):
     def __init__(self, message: str, location: str) -> None:
         super().__init__(message)
         self.location = location
+
+
+class ServersFileError(UsageError):
+    """A `proxy --servers` file is malformed; knows the file and the key at fault."""
+
+    def __init__(self, message: str, source: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.key = key
