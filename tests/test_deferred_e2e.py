@@ -2,8 +2,8 @@
 
 Upstreams are real MCP servers from PyPI (time, git, fetch) and, for what those cannot
 do on demand (crash, change their tool list, ask the client for a sampling), a small
-scripted server run with this interpreter (SCRIPTED below: it speaks the protocol by
-hand over stdio, so each test says exactly what the upstream does).
+scripted server run with this interpreter (`test_deferred.SCRIPTED`: it speaks the
+protocol by hand over stdio, so each test says exactly what the upstream does).
 """
 
 from __future__ import annotations
@@ -25,67 +25,9 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from caveman_batch.listing import META_KEY  # noqa: E402
 from caveman_batch.profile import profile_doc  # noqa: E402
+from test_deferred import SCRIPTED  # noqa: E402
 from test_proxy_e2e import dump, entry_point  # noqa: E402
 
-SCRIPTED = r'''
-import json, os, sys
-TOOLS = [
-    {"name": "echo", "description": "Echo a message back to the caller, word for word.",
-     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
-                     "required": ["text"]}},
-    {"name": "crash", "description": "Stop the server at once with a failure status.",
-     "inputSchema": {"type": "object", "properties": {}}},
-    {"name": "grow", "description": "Register one more tool, the weather forecast, and say so.",
-     "inputSchema": {"type": "object", "properties": {}}},
-    {"name": "ask", "description": "Ask the client's language model a question by sampling.",
-     "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}}},
-]
-FORECAST = {"name": "weather_forecast", "description": "Weather forecast for a city.",
-            "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-grown, asked = False, {}
-sys.stderr.write("scripted upstream started\n"); sys.stderr.flush()
-
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
-
-def result(mid, text):
-    send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
-
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if method is None and mid in asked:  # the client's answer to our sampling request
-        result(asked.pop(mid), "sampled: " + msg["result"]["content"]["text"])
-    elif method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {
-            "protocolVersion": msg["params"]["protocolVersion"],
-            "capabilities": {"tools": {"listChanged": True}},
-            "serverInfo": {"name": "scripted", "version": "1"}}})
-    elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS + ([FORECAST] if grown else [])}})
-    elif method == "tools/call":
-        name, args = msg["params"]["name"], msg["params"].get("arguments") or {}
-        if name == "echo":
-            result(mid, args["text"])
-        elif name == "crash":
-            sys.stderr.write("crashing on request\n"); sys.stderr.flush()
-            os._exit(3)
-        elif name == "grow":
-            grown = True
-            result(mid, "grown")
-            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-        elif name == "ask":
-            asked["s" + str(mid)] = mid  # a string id of our own: the proxy must map it back
-            send({"jsonrpc": "2.0", "id": "s" + str(mid), "method": "sampling/createMessage",
-                  "params": {"messages": [{"role": "user", "content": {
-                      "type": "text", "text": args["question"]}}], "maxTokens": 20}})
-        elif name == "weather_forecast" and grown:
-            result(mid, "sunny in " + args["city"])
-        else:
-            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "no " + name}})
-    elif mid is not None:
-        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": method}})
-'''
 
 
 @pytest.fixture
