@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ class Session:
 
 
 @pytest.fixture
-def github(tmp_path: Path) -> Session:
+def github(tmp_path: Path) -> Iterator[Session]:
     if not GITHUB.is_file():
         pytest.skip(f"the GitHub catalog is not present at {GITHUB}")
     server = tmp_path / "catalog_server.py"

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, TextIO
 
-from . import __version__, ccr, rpc
+from . import __version__, ccr, listing, rpc
 from .catalog import Options, Passthrough, compress, parse, serialize
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
-from .listing import META_KEY
 from .store import Store, open_store
 from .toolsearch import ToolDoc, ToolIndex, definition_text, search_fields
 from .upstreams import SEPARATOR, Events, ServerSpec, Upstream, pump_lines, start_thread
@@ -145,7 +144,7 @@ def _tool_result(text: str, *, error: bool = False, meta: dict[str, Any] | None 
     if error:
         result["isError"] = True
     if meta:
-        result["_meta"] = {META_KEY: meta}
+        result["_meta"] = {listing.META_KEY: meta}
     return rpc.dumps(result)
 
 
@@ -325,6 +324,8 @@ class DeferredProxy:
             self.client_calls.pop(key, None)
             if reply.message is None:
                 self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
+            elif reply.ok and msg.method in listing.LIST_KEYS:
+                self._send(rpc.replace(self._listed(reply.message, msg.method), "id", raw_id))
             else:
                 self._send(rpc.replace(reply.message, "id", raw_id))
 
@@ -333,6 +334,22 @@ class DeferredProxy:
             self.client_calls[key] = (server, uid)
         text = rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes])
         server.up.send(rpc.line(text))
+
+    def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
+        """A prompts or resources list as the relay sends it: reduced, its original stored."""
+        if self.store is None:
+            return msg
+        span = msg.spans["result"]
+        try:
+            rewrite = listing.rewrite_line(msg.text.encode("utf-8"), method,
+                                           listing.Response(msg.id, *span), msg.text, self.options)
+            ccr.commit(self.store, [rewrite.original])
+            return rpc.read(rewrite.content)
+        except listing.NotRewritten:
+            return msg
+        except (StoreError, rpc.BadMessage, UnicodeEncodeError) as exc:
+            self._warn(f"{method}: sent unchanged: {exc}")
+            return msg
 
     # from the client -----------------------------------------------------------------
 
@@ -569,7 +586,7 @@ class DeferredProxy:
         definitions = [self.search_definition, CALL_TOOL_DEFINITION,
                        *(t.definition for t in tools)]
         handles = {t.exposed: t.handle for t in tools if t.handle}
-        meta = f',"_meta":{rpc.dumps({META_KEY: handles})}' if handles else ""
+        meta = f',"_meta":{rpc.dumps({listing.META_KEY: handles})}' if handles else ""
         return '{"tools":[' + ",".join(definitions) + "]" + meta + "}"
 
     def _tools_changed(self, *, found: bool = False) -> None:
@@ -639,10 +656,14 @@ class DeferredProxy:
         args = msg.params.get("arguments")
         name = args.get("name") if isinstance(args, dict) else None
         route = self._route(name) if isinstance(name, str) else None
-        if route is None or not isinstance(args.get("arguments", {}), dict):  # type: ignore[union-attr]
-            problem = f"unknown tool {name!r}: {SEARCH_TOOL} finds tools" if route is None \
-                else "arguments: an object, please"
-            self._send(rpc.response(raw_id, _tool_result(problem, error=True)))
+        if route is None:
+            self._send(rpc.response(raw_id, _tool_result(
+                f"unknown tool {name!r}: {SEARCH_TOOL} finds tools", error=True)))
+            return
+        assert isinstance(args, dict)
+        if not isinstance(args.get("arguments", {}), dict):
+            self._send(rpc.response(raw_id, _tool_result("arguments: an object, please",
+                                                         error=True)))
             return
         server, upstream_name = route
         key = rpc.id_key(msg.id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -69,6 +70,12 @@ for line in sys.stdin:
             "serverInfo": {"name": "scripted", "version": "1"}}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS + ([FORECAST] if grown else [])}})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"prompts": [{"name": "triage", "description":
+            "Lists the open issues of a repository, newest first, with their labels and assignees "
+            "and a short excerpt of the body for each one found. It is handy for triage sessions "
+            "and for weekly reports about the state of the project board. Returns at most 100 "
+            "issues per page."}]}})
     elif method == "tools/call":
         name, args = msg["params"]["name"], msg["params"].get("arguments") or {}
         if name == "echo":
@@ -396,3 +403,44 @@ def test_a_dead_server_leaves_the_search(tmp_path: Path, scripted: list[str]) ->
     assert listed == ["search_tools", "call_tool", "b__echo"]
     code, err = wire.close()
     assert code == 0 and "[a] crashing on request" in err
+
+
+def test_other_requests_go_to_the_one_upstream(tmp_path: Path, scripted: list[str]) -> None:
+    store = f"sqlite:///{tmp_path / 'ccr.db'}"
+    wire = Wire(["--store", store, "--", *scripted])
+    wire.start()
+    prompts = wire.call("p", "prompts/list")["result"]
+    description = prompts["prompts"][0]["description"]
+    assert "Returns at most 100 issues per page." in description and "weekly" not in description
+    handle = prompts["_meta"]["dev.caveman-batch/ccr"]
+    unknown = wire.call(1, "resources/list")
+    assert unknown["error"] == {"code": -32601, "message": "resources/list"}  # the upstream's own
+    assert wire.close()[0] == 0
+    recovered = subprocess.run([sys.executable, "-m", "caveman_batch", "recover", "--store", store,
+                                handle], capture_output=True, check=True).stdout
+    assert "for weekly reports" in json.loads(recovered)["prompts"][0]["description"]
+
+
+def test_servers_mode_serves_tools_only_and_leaves_out_what_cannot_start(
+        tmp_path: Path, scripted: list[str]) -> None:
+    servers = write(tmp_path, {"mcpServers": {
+        "gone": {"command": str(tmp_path / "no-such-server")},
+        "ok": {"command": scripted[0], "args": scripted[1:]}}})
+    wire = Wire(["--store", "memory://", "--servers", str(servers)])
+    assert wire.start()["result"]["serverInfo"]["name"] == "caveman-batch"
+    assert wire.call(1, "prompts/list")["error"]["code"] == rpc.METHOD_NOT_FOUND
+    assert wire.call(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    echoed = wire.call(3, "tools/call", {"name": "ok__echo", "arguments": {"text": "hi"}})
+    assert echoed["result"]["content"][0]["text"] == "hi"
+    assert wire.call(4, "tools/call", {"name": "gone__echo"})["error"]["code"] == rpc.INVALID_PARAMS
+    code, err = wire.close()
+    assert code == 0 and "cannot start the upstream 'gone'" in err and "left out" in err
+
+
+def test_a_signal_reaches_every_upstream(tmp_path: Path, scripted: list[str]) -> None:
+    same = {"command": scripted[0], "args": scripted[1:]}
+    wire = Wire(["--store", "memory://", "--servers",
+                 str(write(tmp_path, {"mcpServers": {"a": same, "b": same}}))])
+    wire.start()
+    wire.proc.send_signal(signal.SIGTERM)
+    assert wire.proc.wait(60) == 128 + signal.SIGTERM
