@@ -1407,6 +1407,116 @@ skim_value(Walker *w, int depth, int max_depth, PyObject **keys, PyObject **valu
 }
 
 
+/* -- spans: where each tool object lies ------------------------------------- */
+
+/* toolspans.tool_spans needs the byte range of every tool the plan names, to
+   store each tool's exact bytes on their own. spans() follows the plan as
+   rewrite() does, reading quietly (nothing written, everything checked as
+   strictly), and collects (start, end) of each tool object: the element
+   itself, or the value of its "function" member. */
+
+typedef struct {
+    const Plan *plan;
+    Py_ssize_t level;
+    int found;
+    PyObject *spans;            /* list of (start, end) */
+} SpanStep;
+
+static int
+span_add(PyObject *spans, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *pair = Py_BuildValue("(nn)", start, end);
+    if (pair == NULL) {
+        return FW_ERROR;
+    }
+    int rc = PyList_Append(spans, pair);
+    Py_DECREF(pair);
+    return rc < 0 ? FW_ERROR : FW_OK;
+}
+
+static int
+span_value(Walker *w, PyObject *spans)
+{
+    Py_ssize_t start = w->pos;
+    int rc = copy_value(w);
+    return rc != FW_OK ? rc : span_add(spans, start, w->pos);
+}
+
+static int
+span_function_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    SpanStep *step = ctx;
+    if (key_len == 8 && memcmp(key, "function", 8) == 0) {
+        step->found = 1;  /* once: a duplicate key declines the whole object */
+        return span_value(w, step->spans);
+    }
+    return copy_value(w);
+}
+
+static int
+span_tool(Walker *w, int kind, PyObject *spans)
+{
+    if (kind == KIND_TOOL) {
+        return peek(w) == '{' ? span_value(w, spans) : FW_DECLINE;
+    }
+    if (kind != KIND_WRAPPED || peek(w) != '{') {
+        return FW_DECLINE;
+    }
+    SpanStep step = {NULL, 0, 0, spans};
+    int rc = walk_object(w, span_function_member, &step);
+    return rc == FW_OK && !step.found ? FW_DECLINE : rc;
+}
+
+static int
+span_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    SpanStep *step = ctx;
+    if (index >= step->plan->nkinds) {
+        return FW_DECLINE;  /* the plan has fewer elements */
+    }
+    int kind = step->plan->kinds[index];
+    return kind == KIND_DATA ? copy_value(w) : span_tool(w, kind, step->spans);
+}
+
+static int span_path_value(Walker *w, const Plan *plan, Py_ssize_t level, PyObject *spans);
+
+static int
+span_path_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    SpanStep *step = ctx;
+    const Plan *plan = step->plan;
+    if (key_len == plan->key_lens[step->level]
+        && memcmp(key, plan->keys[step->level], (size_t)key_len) == 0) {
+        step->found = 1;
+        return span_path_value(w, plan, step->level + 1, step->spans);
+    }
+    return copy_value(w);
+}
+
+/* The value at path[:level]: its tools' spans appended to `spans`. */
+static int
+span_path_value(Walker *w, const Plan *plan, Py_ssize_t level, PyObject *spans)
+{
+    SpanStep step = {plan, level, 0, spans};
+    if (level == plan->depth) {
+        if (plan->single) {
+            return span_tool(w, plan->single_kind, spans);
+        }
+        if (peek(w) != '[') {
+            return FW_DECLINE;
+        }
+        Py_ssize_t count = 0;
+        int rc = walk_array(w, span_element, &step, &count);
+        return rc == FW_OK && count != plan->nkinds ? FW_DECLINE : rc;
+    }
+    if (peek(w) != '{') {
+        return FW_DECLINE;
+    }
+    int rc = walk_object(w, span_path_member, &step);
+    return rc == FW_OK && !step.found ? FW_DECLINE : rc;
+}
+
+
 /* -- the module -------------------------------------------------------------- */
 
 /* Fill `plan` from the Python arguments; FW_DECLINE for a plan we cannot follow.
@@ -1592,9 +1702,66 @@ fastwalk_skim(PyObject *module, PyObject *args)
     return value;
 }
 
+PyDoc_STRVAR(spans_doc,
+"spans(raw, path, kinds, /)\n"
+"--\n"
+"\n"
+"[(start, end)] of each tool object the plan (as for rewrite) names in `raw`, in\n"
+"document order: the element, or its \"function\" member's value. None for any\n"
+"input rewrite() would refuse, or a plan the document does not follow.");
+
+static PyObject *
+fastwalk_spans(PyObject *module, PyObject *args)
+{
+    PyObject *raw, *path, *kinds;
+
+    if (!PyArg_ParseTuple(args, "O!O!O:spans", &PyBytes_Type, &raw, &PyTuple_Type,
+                          &path, &kinds)) {
+        return NULL;
+    }
+    Walker w;
+    memset(&w, 0, sizeof(w));
+    w.src = (const unsigned char *)PyBytes_AS_STRING(raw);
+    w.end = PyBytes_GET_SIZE(raw);
+    w.quiet = 1;
+
+    Plan plan;
+    memset(&plan, 0, sizeof(plan));
+    PyObject *spans = PyList_New(0);
+    if (spans == NULL) {
+        return NULL;
+    }
+    int rc = make_plan(&plan, path, kinds);
+    if (rc == FW_OK && w.end >= 3 && memcmp(w.src, "\xEF\xBB\xBF", 3) == 0) {
+        rc = FW_DECLINE;  /* as rewrite() */
+    }
+    if (rc == FW_OK) {
+        rc = buf_reserve(&w.keybytes, 256) < 0 ? FW_ERROR : FW_OK;
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        rc = span_path_value(&w, &plan, 0, spans);
+    }
+    if (rc == FW_OK) {
+        skip_ws(&w);
+        if (w.pos != w.end) {
+            rc = FW_DECLINE;  /* a second value, or trailing data */
+        }
+    }
+    PyMem_Free(plan.keys);
+    PyMem_Free(plan.key_lens);
+    walker_free(&w);
+    if (rc == FW_OK) {
+        return spans;
+    }
+    Py_DECREF(spans);
+    return rc == FW_DECLINE ? Py_NewRef(Py_None) : NULL;
+}
+
 static PyMethodDef fastwalk_methods[] = {
     {"rewrite", fastwalk_rewrite, METH_VARARGS, rewrite_doc},
     {"skim", fastwalk_skim, METH_VARARGS, skim_doc},
+    {"spans", fastwalk_spans, METH_VARARGS, spans_doc},
     {NULL, NULL, 0, NULL}
 };
 

@@ -23,3 +23,8 @@ def skim(raw: bytes, max_depth: int, /) -> object | None:
     a BOM, duplicate keys, lone surrogates, more than MAX_NESTING containers open. (The
     document null is None too: no catalog either way.)
     """
+
+def spans(raw: bytes, path: tuple[str, ...], kinds: bytes | int, /) -> list[tuple[int, int]] | None:
+    """(start, end) of each tool object the plan (as for rewrite) names, in document order:
+    the element, or its "function" member's value. None for any input rewrite() would
+    refuse, or a plan the document does not follow."""

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from . import __version__, _accel, ccr, pipeline, single
+from . import __version__, _accel, ccr, pipeline, searcheval, single, toolsearch
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .payload.cli import payload_app
@@ -176,12 +176,13 @@ def compress(
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    index: Annotated[Path | None, typer.Option("--index", metavar="PATH", help="Build or refresh a tool-search index here (SQLite); each tool's original is stored too.")] = None,
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
     config = pipeline.Config(
         sources=sources, out=out, store_url=store or default_store_url(), manifest=manifest,
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
-        incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS,
+        incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index,
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)
@@ -211,6 +212,55 @@ def _summary_text(r: dict[str, object]) -> str:
             f"tokens {r['tokens_before']:,} -> {r['tokens_after']:,} "
             f"(-{float(r['ratio']) * 100:.1f}%, o200k_base, inferred)\n"  # type: ignore[arg-type]
             f"out {r['out']}  manifest {r['manifest']}  store {r['store']}")
+
+
+# -- tool search ----------------------------------------------------------------
+
+IndexOpt = Annotated[Path, typer.Option("--index", metavar="PATH",
+                                        help="The tool-search index (built by compress --index).")]
+eval_app = typer.Typer(name="eval", help="Measure things.", no_args_is_help=True)
+app.add_typer(eval_app)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What the tool should do, in words.")],
+    index: IndexOpt,
+    k: Annotated[int, typer.Option("-k", min=1, help="How many hits.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the hits as a JSON array.")] = False,
+) -> None:
+    """The tools that best match QUERY, best first (bm25 over name, description, parameters)."""
+    with toolsearch.ToolIndex.open(index, create=False) as opened:
+        hits = opened.search(query, k)
+    if as_json:
+        _echo_json([hit.as_dict() for hit in hits])
+        return
+    for hit in hits:
+        typer.echo(f"{hit.score:8.3f}  {hit.server}/{hit.name}  {hit.handle or '-'}")
+
+
+@eval_app.command("search")
+def eval_search(
+    queries: Annotated[Path, typer.Argument(metavar="QUERIES.jsonl", help='One {"query": ..., "tools": [...]} a line.')],
+    index: IndexOpt,
+    compare_original: Annotated[bool, typer.Option("--compare-original", help="Also search compressed descriptions instead of the originals, and show the difference.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """recall@1/5/10 and MRR of the index on labelled queries."""
+    labelled = searcheval.read_queries(queries)
+    with toolsearch.ToolIndex.open(index, create=False) as opened:
+        report = (searcheval.compare_original(opened, labelled) if compare_original
+                  else searcheval.evaluate(opened, labelled))
+    if as_json:
+        _echo_json(report)
+        return
+    rows = ([("original", report["original"]), ("compressed", report["compressed"]),
+             ("delta", report["delta"])] if compare_original else [("", report)])
+    typer.echo(f"queries {report['queries']:,}")
+    for label, figures in rows:
+        cells = "  ".join(f"{key} {figures[key]:.4f}" for key in
+                          ("recall@1", "recall@5", "recall@10", "mrr"))
+        typer.echo(f"{label:<11}{cells}" if label else cells)
 
 
 # -- store commands -----------------------------------------------------------

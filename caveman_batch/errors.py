@@ -138,3 +138,13 @@ class ServersFileError(UsageError):
         super().__init__(message)
         self.source = source
         self.key = key
+
+
+class QueryFileError(UsageError):
+    """A labelled-queries file (eval search) could not be read; knows its file and line."""
+
+    def __init__(self, message: str, source: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.line = line
+        self.lineno = line

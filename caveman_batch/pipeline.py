@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Final
 
 import orjson
 
-from . import __version__, ccr, fsio, tokens
+from . import __version__, ccr, fsio, indexing, tokens
 from .catalog import DEFAULT_OPTIONS, Options, compress
 from .errors import OutputError, UsageError
 from .inputs import Document, Item, Sink, SinkEnd, discover, iter_entry
@@ -55,6 +55,7 @@ class Config:
     max_bytes: int = 32 << 20
     incremental: bool = False
     checksum: bool = False  # a rerun hashes every source and output (no stat cache)
+    index: Path | None = None  # the tool-search index to build or refresh (see indexing)
     options: Options = DEFAULT_OPTIONS
 
     @property
@@ -196,16 +197,20 @@ _RESULT_FIELDS: Final = ("status", "broken", "reason", "shape", "tools", "bytes_
                          "bytes_after", "tokens_before", "tokens_after")
 
 
-def work(options: Options, raws: list[bytes]) -> list[tuple[bytes, tuple[Any, ...], str, bytes, int]]:
+def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple[Any, ...]]:
     """Compress, hash and zstd each document: (output, result fields + the output's sha256,
-    then the original's digest, record value and length)."""
+    then the original's digest, record value and length; with `index`, what the index
+    needs of its tools, see indexing.work)."""
     out = []
     for raw in raws:
         data, result = compress(raw, options)
         fields = (*(getattr(result, name) for name in _RESULT_FIELDS),
                   hashlib.sha256(data).hexdigest())  # here, not in the busy parent
         record = ccr.prepare(raw, result.content_type)
-        out.append((data, fields, record.digest, record.value, record.original_length))
+        done = (data, fields, record.digest, record.value, record.original_length)
+        if index:
+            done += (indexing.work(raw, data) if not result.broken else None,)
+        out.append(done)
     return out
 
 
@@ -248,24 +253,32 @@ def _run(config: Config, progress: Progress | None) -> Summary:
     previous = _Previous()
     summary = Summary()
     pool = _Pool(config.workers) if config.workers > 1 else None
+    index = indexing.IndexBuilder.open(config.index) if config.index is not None else None
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:
                 previous = _load_previous(config, store)
+            previous.index = index
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
                 _heal(store, batch, results)
                 _commit(store, results, touched)
                 pub.publish(batch, results, summary, previous)
+                if index is not None:
+                    _index(index, batch, results)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
             touched.flush()
             pub.finish()
+            if index is not None:
+                index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()})
     finally:
         if pool is not None:
             pool.shutdown()
+        if index is not None:
+            index.close()
         previous.close()
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
@@ -310,6 +323,7 @@ class Result:
     touch: str | None = None  # reused: the digest whose last-seen to refresh
     # reused from this document's own output file: its identity when it was read and hashed
     in_place: list[int] | None = None
+    tools: indexing.WorkerTools = None  # with --index: what the index needs of its tools
 
 
 class _Pool:
@@ -320,7 +334,7 @@ class _Pool:
         self.workers = workers
         self.pool: Any = None  # a ProcessPoolExecutor once started
 
-    def submit(self, options: Options, raws: list[bytes]) -> Future[Any]:
+    def submit(self, options: Options, raws: list[bytes], index: bool) -> Future[Any]:
         if self.pool is None:
             from concurrent.futures import (
                 ProcessPoolExecutor,  # (multiprocessing: ~30 ms to import)
@@ -330,7 +344,7 @@ class _Pool:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
                                             initargs=(os.getpid(),))
-        return self.pool.submit(work, options, raws)
+        return self.pool.submit(work, options, raws, index)
 
     def shutdown(self) -> None:
         if self.pool is not None:
@@ -345,10 +359,11 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
     for batch in batches:
         results, todo = _plan(batch, config, previous)
         raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
+        index = config.index is not None
         if pool is None or not raws:
-            window.append((batch, results, work(config.options, raws), todo))  # type: ignore[arg-type]
+            window.append((batch, results, work(config.options, raws, index), todo))  # type: ignore[arg-type]
         else:
-            window.append((batch, results, pool.submit(config.options, raws), todo))  # type: ignore[arg-type]
+            window.append((batch, results, pool.submit(config.options, raws, index), todo))  # type: ignore[arg-type]
         # in order: the oldest as soon as it needs no worker, else once the window is full
         while window and (len(window) >= limit or not isinstance(window[0][2], Future)):
             yield _settle(window.popleft(), config)
@@ -359,11 +374,12 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
 def _settle(entry: Any, config: Config) -> tuple[list[Item], list[Result | None]]:
     batch, results, pending, todo = entry
     done = pending.result() if isinstance(pending, Future) else pending
-    for i, (data, fields, digest, value, length) in zip(todo, done):
+    for i, (data, fields, digest, value, length, *tools) in zip(todo, done):
         result = dict(zip(_RESULT_FIELDS, fields))
         result["out_sha256"] = fields[-1]
         record = ccr.Prepared(digest, value, length)
-        results[i] = Result(data, _row(batch[i], result, digest, data, config), record)
+        results[i] = Result(data, _row(batch[i], result, digest, data, config), record,
+                            tools=tools[0] if tools else None)
     return batch, results
 
 
@@ -379,6 +395,9 @@ def _plan(batch: list[Any], config: Config,
             results[i] = _unread(item, config)
             continue
         reused = _reuse(item, previous, config) if previous.manifest_fd is not None else None
+        if reused is not None and previous.index is not None and reused.touch is not None \
+                and not previous.index.current(item.source, reused.touch):
+            reused = None  # the index lacks it: computed again
         if reused is not None:
             results[i] = reused
         else:
@@ -459,6 +478,7 @@ class _Previous:
     stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
     _index: dict[bytes, int] | None = None  # sha256 -> where its row is (offset << 24 | length)
+    index: indexing.IndexBuilder | None = None  # the tool-search index (compress --index)
 
     def row(self, digest: str) -> dict[str, Any] | None:
         """The previous manifest's row of the document with this sha256 (this run key, an
@@ -733,6 +753,9 @@ def _candidate(entry: tuple[str | None, str, str], config: Config,
             and type(record.get("source_sha256")) is str and type(record.get("output_sha256")) is str):
         return None
     # carried into this run's fingerprint as rebuilt here: nothing else of the old record
+    if previous.index is not None and not previous.index.file_current(source,
+                                                                       record["source_sha256"]):
+        return None  # the index lacks some of its catalogs: read again
     record = {"source": source, "source_size": record["source_size"],
               "source_sha256": record["source_sha256"], "output_sha256": record["output_sha256"],
               "first_row": record["first_row"], "rows": record["rows"],
@@ -864,9 +887,22 @@ def _commit(store: Store, results: list[Result | None], touched: _Touches) -> No
     thousand (one transaction, not one per batch).
     """
     records = [r.record for r in results if r is not None and r.record is not None]
+    # each tool's own original (compress --index), in the same transaction
+    records += [t for r in results if r is not None and r.tools for t in indexing.IndexBuilder.records(r.tools)]
     if records:
         ccr.commit(store, records)
     touched.extend([r.touch for r in results if r is not None and r.touch])
+
+
+def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None]) -> None:
+    """The batch's catalogs into the search index, once their originals are committed."""
+    found = []
+    for item, result in zip(batch, results):
+        if isinstance(item, ReusedStream):
+            index.keep_file(item.record["source"])
+        elif result is not None and result.tools is not None:
+            found.append((item, result.row["sha256"], result.tools))
+    index.add(found)
 
 
 def _heal(store: Store, batch: list[Any], results: list[Result | None]) -> None:

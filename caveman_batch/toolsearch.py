@@ -17,9 +17,11 @@ Every change is one transaction: a crash leaves the index as it was before the c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,26 +32,36 @@ import orjson
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 FIELDS: Final = ("name", "description", "params")
 # bm25 weight per field, in FIELDS order: a word of the name says more than one of the
-# description, which says more than a parameter's.
-WEIGHTS: Final = (4.0, 1.0, 0.5)
+# description or the parameters.
+WEIGHTS: Final = (3.0, 1.0, 1.0)
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 MAX_QUERY_TERMS: Final = 64
 
 _SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT);
+-- a server's catalog sha256, and where it was read (a JSON source, as a manifest names it)
+CREATE TABLE IF NOT EXISTS servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
+CREATE INDEX IF NOT EXISTS servers_by_source ON servers (source);
+-- whole source files every tool of which is indexed, with the sha256 they had
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+-- search texts, each once however many tools share it (a registry repeats its tools): the
+-- FTS row of text `id` has rowid `id`, and `refs` counts the tools that have it
+CREATE TABLE IF NOT EXISTS texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE,
+                                  refs INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tools (
     id INTEGER PRIMARY KEY,
     server TEXT NOT NULL,
     position INTEGER NOT NULL,
     name TEXT NOT NULL,
     handle TEXT,
-    definition TEXT NOT NULL
+    definition TEXT NOT NULL,
+    text_id INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
+CREATE INDEX IF NOT EXISTS tools_by_text ON tools (text_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
 """
 
@@ -164,6 +176,17 @@ def match_expression(query: str) -> str | None:
 # -- the index --------------------------------------------------------------------
 
 
+def _text_ids(db: sqlite3.Connection, digests: set[bytes]) -> dict[bytes, int]:
+    """The ids of the texts already indexed among these digests."""
+    found: dict[bytes, int] = {}
+    pending = sorted(digests)
+    for at in range(0, len(pending), 500):
+        chunk = pending[at:at + 500]
+        found.update((digest, id_) for id_, digest in db.execute(
+            f"SELECT id, digest FROM texts WHERE digest IN ({','.join('?' * len(chunk))})", chunk))
+    return found
+
+
 class ToolIndex:
     """A search index of tools in one SQLite file (or ":memory:").
 
@@ -191,7 +214,9 @@ class ToolIndex:
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
                          "PRAGMA journal_mode=MEMORY")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
+        # committed transaction, a power loss at most the last ones (a rerun redoes them)
+        self._db.execute("PRAGMA synchronous=NORMAL")
         with self._transaction():
             for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
                 if statement.strip():
@@ -222,40 +247,77 @@ class ToolIndex:
     # writing ----------------------------------------------------------------------
 
     def replace_server(self, server: str, docs: Sequence[ToolDoc], *,
-                       catalog_sha256: str | None = None) -> None:
-        """Make `docs` the tools of `server` (all of them, in order), in one transaction."""
-        try:
-            with self._transaction() as db:
-                self._delete(db, server)
-                self._insert(db, server, docs)
-                db.execute("INSERT INTO servers VALUES (?, ?)", (server, catalog_sha256))
-        except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+                       catalog_sha256: str | None = None, source: str | None = None,
+                       path: str | None = None) -> None:
+        """Make `docs` the tools of `server` (all of them, in order), in one transaction.
+
+        `source` and `path`: where the catalog was read (see `sources()`)."""
+        self.apply([(server, docs, catalog_sha256, source, path)], [])
 
     def remove_server(self, server: str) -> None:
+        self.apply([], [server])
+
+    def apply(self, replace: Iterable[tuple[str, Sequence[ToolDoc], str | None, str | None,
+                                            str | None]],
+              remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+        """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
+        source, path), servers removed, and (if given) the whole `files` table."""
         try:
             with self._transaction() as db:
-                self._delete(db, server)
+                for server in remove:
+                    self._delete(db, server)
+                for server, docs, sha256, source, path in replace:
+                    self._delete(db, server)
+                    self._insert(db, server, docs)
+                    db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
+                               (server, sha256, source, path))
+                if files is not None:
+                    db.execute("DELETE FROM files")
+                    db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
     @staticmethod
     def _delete(db: sqlite3.Connection, server: str) -> None:
-        db.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE server=?)",
-                   (server,))
-        db.execute("DELETE FROM tools WHERE server=?", (server,))
+        texts = [(row[0],) for row in db.execute("SELECT text_id FROM tools WHERE server=?",
+                                                  (server,))]
+        if texts:
+            db.executemany("UPDATE texts SET refs = refs - 1 WHERE id = ?", texts)
+            unused = [(row[0],) for row in db.execute(
+                f"SELECT id FROM texts WHERE refs <= 0 AND id IN ({','.join('?' * len(texts))})",
+                [t[0] for t in texts])]
+            db.executemany("DELETE FROM tools_fts WHERE rowid = ?", unused)
+            db.executemany("DELETE FROM texts WHERE id = ?", unused)
+            db.execute("DELETE FROM tools WHERE server=?", (server,))
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
     @staticmethod
     def _insert(db: sqlite3.Connection, server: str, docs: Sequence[ToolDoc]) -> None:
-        for position, doc in enumerate(docs):
-            if doc.server != server:
-                raise ValueError(f"a doc of {doc.server!r} given as one of {server!r}")
-            cursor = db.execute(
-                "INSERT INTO tools (server, position, name, handle, definition) "
-                "VALUES (?, ?, ?, ?, ?)", (server, position, doc.name, doc.handle, doc.definition))
-            db.execute(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
-                       (cursor.lastrowid, *(doc.fields.get(f, "") for f in FIELDS)))
+        """The tools, their texts added once each (or counted once more), in bulk."""
+        if any(doc.server != server for doc in docs):
+            raise ValueError(f"a doc of another server given as one of {server!r}")
+        values = [tuple(doc.fields.get(f, "") for f in FIELDS) for doc in docs]
+        digests = [hashlib.sha256("\0".join(v).encode("utf-8", "surrogatepass")).digest()
+                   for v in values]
+        ids = _text_ids(db, set(digests))
+        uses = Counter(digests)
+        db.executemany("UPDATE texts SET refs = refs + ? WHERE id = ?",
+                       [(uses[d], i) for d, i in ids.items()])
+        next_id = db.execute("SELECT coalesce(max(id), 0) FROM texts").fetchone()[0] + 1
+        new_texts, new_rows = [], []
+        for digest, text in zip(digests, values):
+            if digest not in ids:
+                ids[digest] = next_id
+                new_texts.append((next_id, digest, uses[digest]))
+                new_rows.append((next_id, *text))
+                next_id += 1
+        db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
+        db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
+                       new_rows)
+        db.executemany("INSERT INTO tools (server, position, name, handle, definition, text_id) "
+                       "VALUES (?, ?, ?, ?, ?, ?)",
+                       [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
+                        for position, (doc, digest) in enumerate(zip(docs, digests))])
 
     # reading ----------------------------------------------------------------------
 
@@ -263,10 +325,20 @@ class ToolIndex:
         """Every indexed server and the catalog sha256 recorded with it."""
         return dict(self._read("SELECT server, sha256 FROM servers ORDER BY server"))
 
+    def sources(self) -> dict[str, tuple[str, str | None, str | None]]:
+        """Where each server's catalog was read: source -> (server, sha256, path)."""
+        return {row[0]: row[1:] for row in self._read(
+            "SELECT source, server, sha256, path FROM servers WHERE source IS NOT NULL "
+            "ORDER BY server")}
+
+    def files(self) -> dict[str, str]:
+        """Source files every tool of which is indexed: path -> the sha256 it had."""
+        return dict(self._read("SELECT path, sha256 FROM files ORDER BY path"))
+
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""
         sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
-               "FROM tools t JOIN tools_fts f ON f.rowid = t.id "
+               "FROM tools t JOIN tools_fts f ON f.rowid = t.text_id "
                + ("WHERE t.server = ? " if server is not None else "")
                + "ORDER BY t.server, t.position")
         for row in self._read(sql, () if server is None else (server,)):
@@ -282,14 +354,16 @@ class ToolIndex:
         if expression is None or k <= 0 or (servers is not None and not servers):
             return []
         weights = ", ".join(str(w) for w in WEIGHTS)
-        where = "tools_fts MATCH ?"
         params: list[Any] = [expression]
+        where = ""
         if servers is not None:
-            where += f" AND t.server IN ({', '.join('?' * len(servers))})"
+            where = f"WHERE t.server IN ({', '.join('?' * len(servers))}) "
             params.extend(sorted(servers))
-        sql = (f"SELECT t.server, t.name, -bm25(tools_fts, {weights}) AS score, t.handle, "
-               f"t.definition FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
-               f"WHERE {where} ORDER BY score DESC, t.server, t.name, t.position LIMIT ?")
+        sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {weights}) AS score "
+               f"FROM tools_fts WHERE tools_fts MATCH ?) "
+               f"SELECT t.server, t.name, m.score, t.handle, t.definition "
+               f"FROM m JOIN tools t ON t.text_id = m.text_id {where}"
+               f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
 

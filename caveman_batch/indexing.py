@@ -1,0 +1,178 @@
+"""`compress --index PATH`: the pipeline's side of the tool-search index.
+
+Workers compute, per document, what the index needs (`work`: the catalog's label, and
+per tool its exact original bytes as a CCR record, its compressed definition and its
+search text: see toolspans). The parent, the only writer, commits the per-tool
+originals in the same transaction as the catalog's own (`records`), then writes the
+batch's catalogs to the index in one transaction (`add`), in input order; at the end
+(`finish`) it removes the catalogs this run's inputs no longer hold and records which
+source files are wholly indexed. A crash leaves the index as its last transaction did;
+the next run repairs it: a catalog is rewritten unless the index holds it, from the same
+source, with the same sha256.
+
+Reuse: an incremental run reuses a document (or a whole file source) only if the index
+is current for it too (`current`, `file_current`); otherwise the document is computed
+again, so the index never misses a catalog that the outputs hold.
+
+Server ids: a catalog file's path relative to its source, without its extension (with
+several sources, under the source's name, as in OUT); a catalog inside a JSONL or
+registry file: that file's id, then "/" and the catalog's own name (its wrapper's
+"server" or "name"), else its line or item number. A second catalog of the same id in
+one run gets "@line" (or "@item") added.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import ccr
+from .toolsearch import ToolDoc, ToolIndex
+from . import toolspans
+from .toolspans import index_entries
+
+# What a worker sends back per document: None (no tools), or (label, tools) with each tool
+# (name, digest, record value, original length, definition, search fields).
+WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, str]]]] | None
+
+
+# A registry repeats its tools (the same server under many names, versions that change a
+# few tools): each distinct tool object's record is prepared once per process.
+_RECORDS: dict[bytes, ccr.Prepared] = {}
+_RECORDS_MAX = 8192
+
+
+def clear_cache() -> None:
+    """Empty the per-process caches (as a new process has them)."""
+    _RECORDS.clear()
+    toolspans.clear_cache()
+
+
+def _record(original: bytes) -> ccr.Prepared:
+    record = _RECORDS.get(original)
+    if record is None:
+        if len(_RECORDS) >= _RECORDS_MAX:
+            _RECORDS.clear()
+        record = _RECORDS[original] = ccr.prepare(original)
+    return record
+
+
+def work(raw: bytes, out: bytes) -> WorkerTools:
+    """Pure: the index's part of one document's work."""
+    found = index_entries(raw, out)
+    if found is None:
+        return None
+    label, entries = found
+    tools = []
+    for entry in entries:
+        record = _record(entry.original)
+        tools.append((entry.name, record.digest, record.value, record.original_length,
+                      entry.definition, entry.fields))
+    return label, tools
+
+
+def _stem(rel: str) -> str:
+    base, ext = os.path.splitext(rel)
+    return base if ext.lower() in (".json", ".jsonl") else rel
+
+
+def source_key(source: dict[str, object]) -> str:
+    """A document's source as one string (as the manifest names it)."""
+    return orjson.dumps(source, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
+@dataclass
+class IndexBuilder:
+    """The parent's writer of the index during one run."""
+
+    index: ToolIndex
+    known: dict[str, tuple[str, str | None, str | None]]  # source -> (server, sha256, path)
+    files: dict[str, str]  # path -> sha256 of wholly indexed source files
+    seen: set[str] = field(default_factory=set)  # servers this run keeps
+    used: set[str] = field(default_factory=set)  # server ids given out this run
+
+    @classmethod
+    def open(cls, path: Path) -> IndexBuilder:
+        index = ToolIndex.open(path)
+        return cls(index, index.sources(), index.files())
+
+    def close(self) -> None:
+        self.index.close()
+
+    # reuse -------------------------------------------------------------------------
+
+    def current(self, source: dict[str, object], digest: str) -> bool:
+        """Whether the index holds this document's catalog as read from this source; if
+        so it is kept."""
+        known = self.known.get(source_key(source))
+        if known is None or known[1] != digest:
+            return False
+        self._keep(known[0])
+        return True
+
+    def file_current(self, path: str, sha256: str) -> bool:
+        """Whether every catalog of this source file, as it is, is indexed."""
+        return self.files.get(path) == sha256
+
+    def keep_file(self, path: str) -> None:
+        """A file source reused whole: its catalogs stay."""
+        for server, _, origin in self.known.values():
+            if origin == path:
+                self._keep(server)
+
+    def _keep(self, server: str) -> None:
+        self.seen.add(server)
+        self.used.add(server)
+
+    # writing -----------------------------------------------------------------------
+
+    @staticmethod
+    def records(tools: WorkerTools) -> list[ccr.Prepared]:
+        """The per-tool originals of one document, to commit with its own."""
+        if tools is None:
+            return []
+        return [ccr.Prepared(digest, value, length) for _, digest, value, length, _, _ in tools[1]]
+
+    def add(self, found: Sequence[tuple[Any, str | None, WorkerTools]]) -> None:
+        """One batch's computed documents, (document, its sha256, worker tools), in input
+        order: written in one transaction (after their originals are committed)."""
+        replace = []
+        for doc, digest, tools in found:
+            if tools is None or digest is None:
+                continue
+            key = source_key(doc.source)
+            server = self._server_id(doc, tools[0])
+            known = self.known.get(key)
+            self._keep(server)
+            if known is not None and known[0] == server and known[1] == digest:
+                continue  # already indexed as it is
+            docs = [ToolDoc(server, name, ccr.make_handle(digest_), definition, fields)
+                    for name, digest_, _, _, definition, fields in tools[1]]
+            path = doc.source.get("path")
+            replace.append((server, docs, digest, key, path if isinstance(path, str) else None))
+            self.known[key] = (server, digest, path if isinstance(path, str) else None)
+        if replace:
+            self.index.apply(replace)
+
+    def _server_id(self, doc: Any, label: str | None) -> str:
+        sink = doc.sink
+        if sink.kind == "file":
+            server = _stem(sink.rel)
+        else:
+            where = doc.source.get("line", doc.source.get("item"))
+            server = f"{_stem(sink.rel)}/{label or where}"
+        if server in self.used:
+            where = "@{}".format(doc.source.get("line", doc.source.get("item", len(self.used))))
+            server += where
+        return server
+
+    def finish(self, files: dict[str, str]) -> None:
+        """The run is over: catalogs not seen go, and `files` (path -> sha256 of the file
+        sources this run read or reused whole) are the wholly indexed ones."""
+        gone = sorted(set(self.index.servers()) - self.seen)
+        self.index.apply([], gone, files=files)

@@ -1,0 +1,124 @@
+"""`eval search`: retrieval quality of a tool index, measured on labelled queries.
+
+QUERIES.jsonl has one query a line, {"query": "...", "tools": ["name" or "server/name", ...]}.
+Each query is searched for its first DEPTH hits. recall@k is the share of its expected
+tools found in the first k hits, MRR the reciprocal rank of the first hit that is an
+expected tool (0 if none in the first DEPTH); both averaged over the queries.
+
+An expected "server/name" (split at the last "/") must be that tool of that server if the
+index knows the server; otherwise the whole string is a tool name, found in any server.
+
+`compare_original`: the index's search text is built from each tool's original object;
+the same queries are run again over an index, in memory, whose search text is built from
+each tool's compressed definition instead (same engine, same weights). The difference is
+what the compressor's cuts cost search.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .errors import QueryFileError
+from .toolsearch import Hit, ToolDoc, ToolIndex, search_fields
+
+DEPTH: Final = 10
+CUTOFFS: Final = (1, 5, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    text: str
+    tools: tuple[str, ...]
+
+
+def read_queries(path: Path) -> list[Query]:
+    """Every query of a QUERIES.jsonl file; a bad line is an error naming file and line."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise QueryFileError(f"{path}: cannot read: {exc.strerror or exc}", str(path)) from None
+    queries = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            queries.append(_query(line, path, number))
+    if not queries:
+        raise QueryFileError(f"{path}: no queries", str(path))
+    return queries
+
+
+def _query(line: bytes, path: Path, number: int) -> Query:
+    def bad(why: str) -> QueryFileError:
+        return QueryFileError(f"{path}, line {number}: {why}", str(path), number)
+
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"not JSON ({exc})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
+        raise bad('expected {"query": "...", "tools": [...]}')
+    tools = obj.get("tools")
+    if (not isinstance(tools, list) or not tools
+            or not all(isinstance(t, str) and t for t in tools)):
+        raise bad('"tools" must be a non-empty list of tool names')
+    return Query(obj["query"], tuple(dict.fromkeys(tools)))
+
+
+Matcher = Callable[[Hit], bool]
+
+
+def _matcher(spec: str, servers: set[str]) -> Matcher:
+    server, _, name = spec.rpartition("/")
+    if server and server in servers:
+        return lambda hit: hit.server == server and hit.name == name
+    return lambda hit: hit.name == spec
+
+
+def scores(hits: Sequence[Hit], expected: Sequence[str], servers: set[str]) -> dict[str, float]:
+    """recall@k for CUTOFFS and the reciprocal rank of one query's hits."""
+    matchers = [_matcher(spec, servers) for spec in expected]
+    found_at = [next((rank for rank, hit in enumerate(hits, 1) if match(hit)), None)
+                for match in matchers]
+    out = {f"recall@{k}": sum(1 for r in found_at if r is not None and r <= k) / len(expected)
+           for k in CUTOFFS}
+    first = min((r for r in found_at if r is not None), default=None)
+    out["mrr"] = 1.0 / first if first is not None else 0.0
+    return out
+
+
+def evaluate(index: ToolIndex, queries: Sequence[Query]) -> dict[str, Any]:
+    """{"queries", "recall@1", "recall@5", "recall@10", "mrr"}, averaged over the queries."""
+    servers = set(index.servers())
+    totals = dict.fromkeys([f"recall@{k}" for k in CUTOFFS] + ["mrr"], 0.0)
+    for query in queries:
+        for key, value in scores(index.search(query.text, DEPTH), query.tools, servers).items():
+            totals[key] += value
+    report: dict[str, Any] = {"queries": len(queries)}
+    report.update({key: round(value / len(queries), 4) for key, value in totals.items()})
+    return report
+
+
+def compressed_copy(index: ToolIndex) -> ToolIndex:
+    """The index in memory, its search text built from each tool's compressed definition."""
+    copy = ToolIndex.open(":memory:")
+    servers = index.servers()
+    by_server: dict[str, list[ToolDoc]] = {}
+    for doc in index.docs():
+        fields = search_fields(json.loads(doc.definition))
+        by_server.setdefault(doc.server, []).append(
+            ToolDoc(doc.server, doc.name, doc.handle, doc.definition, fields))
+    copy.apply((server, docs, servers.get(server), None, None) for server, docs in by_server.items())
+    return copy
+
+
+def compare_original(index: ToolIndex, queries: Sequence[Query]) -> dict[str, Any]:
+    """The same queries over original and compressed search text, and the difference."""
+    original = evaluate(index, queries)
+    with compressed_copy(index) as copy:
+        compressed = evaluate(copy, queries)
+    delta = {key: round(compressed[key] - original[key], 4) for key in original if key != "queries"}
+    return {"queries": len(queries), "original": original, "compressed": compressed,
+            "delta": delta}

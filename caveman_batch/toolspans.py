@@ -1,0 +1,238 @@
+"""Where each tool object lies in a catalog's bytes, and what the index needs of it.
+
+`tool_spans(raw)` gives the byte range of every tool object `catalog.locate_tools` finds,
+so that each tool's exact original bytes can be stored on their own (recover gives them
+back byte for byte). It follows the path the compressor takes to the tools (TOOLS_PATH,
+the plan's kinds) over the bytes with a small JSON scanner, and every slice is checked by
+parsing it and comparing it with the tool parsed from the whole document: a span that
+does not check out is never returned.
+
+`index_entries(raw, out)` is what a pipeline worker computes per document for the
+index (pure: bytes in, bytes and strings out): the catalog's label, and per tool its
+name, its original bytes, its compressed definition and its search text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from . import _accel
+from .catalog import TOOLS_PATH, Passthrough, _plan, locate_tools, parse, serialize
+from .toolsearch import search_fields
+
+_WS: Final = re.compile(rb"[ \t\r\n]*+")
+_STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_SCALAR: Final = re.compile(rb"[^,\]}\s]++")
+# Inside a container: everything up to its next bracket, strings skipped whole (possessive:
+# the document is valid JSON, there is nothing to backtrack into).
+_TO_BRACKET: Final = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.DOTALL)
+_OPEN: Final = frozenset(b"[{")
+
+
+def _skip_ws(raw: bytes, i: int) -> int:
+    return _WS.match(raw, i).end()  # type: ignore[union-attr]
+
+
+def _value_end(raw: bytes, i: int) -> int:
+    """End of the JSON value starting at i (the document is known to be valid JSON)."""
+    first = raw[i]
+    if first == 0x22:  # '"'
+        return _STRING.match(raw, i).end()  # type: ignore[union-attr]
+    if first not in _OPEN:
+        return _SCALAR.match(raw, i).end()  # type: ignore[union-attr]
+    depth, i = 1, i + 1
+    while True:
+        i = _TO_BRACKET.match(raw, i).end()  # type: ignore[union-attr]
+        depth += 1 if raw[i] in _OPEN else -1  # (IndexError past the end: not a catalog)
+        i += 1
+        if depth == 0:
+            return i
+
+
+def _elements(raw: bytes, i: int) -> list[tuple[int, int]]:
+    """(start, end) of each element of the array at i."""
+    spans: list[tuple[int, int]] = []
+    i = _skip_ws(raw, i + 1)
+    if raw[i] == 0x5D:  # ']'
+        return spans
+    while True:
+        end = _value_end(raw, i)
+        spans.append((i, end))
+        i = _skip_ws(raw, end)
+        if raw[i] == 0x5D:
+            return spans
+        i = _skip_ws(raw, i + 1)  # past ','
+
+
+def _member(raw: bytes, i: int, key: str) -> int | None:
+    """Start of the value of `key` in the object at i, or None."""
+    i = _skip_ws(raw, i + 1)
+    if raw[i] == 0x7D:  # '}'
+        return None
+    while True:
+        key_end = _STRING.match(raw, i).end()  # type: ignore[union-attr]
+        name = orjson.loads(raw[i:key_end])
+        i = _skip_ws(raw, _skip_ws(raw, key_end) + 1)  # past ':'
+        if name == key:
+            return i
+        i = _skip_ws(raw, _value_end(raw, i))
+        if raw[i] == 0x7D:
+            return None
+        i = _skip_ws(raw, i + 1)
+
+
+def load(raw: bytes) -> Any:
+    """raw parsed: by orjson (fast) when it can hold every number, else by catalog.parse
+    (strict, literals kept). Passthrough if it is not one JSON document."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return parse(raw)  # a BOM, an integer over 64 bits, or really not JSON: it says why
+
+
+def _same(piece: bytes, tool: dict[str, Any]) -> bool:
+    """Whether `piece` parses to `tool`."""
+    try:
+        return load(piece) == tool
+    except (Passthrough, RecursionError):
+        return False
+
+
+def tool_spans(raw: bytes, doc: Any | None = None) -> list[tuple[int, int]] | None:
+    """(start, end) of each tool object in `raw`, in locate_tools' order; None if `raw`
+    is not a catalog or a span does not check out. `doc`: raw already parsed by
+    `load` (parsed here if not given)."""
+    try:
+        if doc is None:
+            doc = load(raw)
+        shape, tools = locate_tools(doc)
+    except (Passthrough, RecursionError):
+        return None
+    plan = _plan(doc, shape, tools)
+    if plan is None:
+        return None
+    path, kinds = plan
+    spans = _fast_spans(raw, path, kinds)
+    if spans is None:
+        try:
+            spans = _spans(raw, path, kinds)
+        except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
+            return None
+    if spans is None or len(spans) != len(tools):
+        return None
+    if not all(_same(raw[a:b], tool) for (a, b), tool in zip(spans, tools)):
+        return None
+    return spans
+
+
+def _fast_spans(raw: bytes, path: tuple[str, ...],
+                kinds: bytes | int) -> list[tuple[int, int]] | None:
+    """The C walker's spans (the same, checked alike below), or None: then _spans runs."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is None or type(raw) is not bytes:
+        return None
+    return fastwalk.spans(raw, path, kinds)
+
+
+def _spans(raw: bytes, path: tuple[str, ...], kinds: bytes | int) -> list[tuple[int, int]] | None:
+    """Byte spans of the tools, following the plan catalog._plan made."""
+    at: int | None = _skip_ws(raw, 3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+    for key in path:
+        at = _member(raw, at, key) if at is not None and raw[at] == 0x7B else None
+    if at is None:
+        return None
+    if isinstance(kinds, int):  # a single tool: the container, or its "function"
+        return [_kind_span(raw, at, kinds)]
+    if raw[at] != 0x5B:
+        return None
+    elements = _elements(raw, at)
+    if len(elements) != len(kinds):
+        return None
+    return [_kind_span(raw, start, kind) for (start, _), kind in zip(elements, kinds) if kind]
+
+
+def _kind_span(raw: bytes, start: int, kind: int) -> tuple[int, int]:
+    if kind == 2:
+        inner = _member(raw, start, "function")
+        if inner is None:
+            raise ValueError("no function member")
+        start = inner
+    return start, _value_end(raw, start)
+
+
+# -- what a worker computes for the index ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEntry:
+    name: str
+    original: bytes  # the tool object's exact bytes in the source
+    definition: str  # the compressed tool object, compact JSON
+    fields: dict[str, str]
+
+
+_WRAPPED: Final = frozenset({"mcp-tools", "jsonrpc-tools-list", "openai-functions"})
+
+
+def _label(doc: Any, shape: str) -> str | None:
+    """A catalog's own name, if its wrapper says one ("server", "name"; a single tool's
+    "name" is the tool's)."""
+    if shape in _WRAPPED:
+        for key in ("server", "name"):
+            value = doc.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+    return None
+
+
+# A registry repeats its tools: each distinct tool object's search text is built once
+# per process (a dict, emptied when full).
+_FIELDS: dict[bytes, dict[str, str]] = {}
+_FIELDS_MAX: Final = 8192
+
+
+def clear_cache() -> None:
+    _FIELDS.clear()
+
+
+def _fields(piece: bytes, tool: dict[str, Any]) -> dict[str, str]:
+    fields = _FIELDS.get(piece)
+    if fields is None:
+        if len(_FIELDS) >= _FIELDS_MAX:
+            _FIELDS.clear()
+        fields = _FIELDS[piece] = search_fields(tool)
+    return fields
+
+
+def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] | None:
+    """(label, entries) of one document for the index, or None if it holds no tools.
+
+    Search text comes from the original tools, definitions from the output (compact:
+    a passthrough's tools are re-serialized, number literals as written)."""
+    try:
+        doc = load(raw)
+        shape, tools = locate_tools(doc)
+    except (Passthrough, RecursionError):
+        return None
+    if not tools:
+        return None
+    spans = tool_spans(raw, doc)
+    if spans is None:
+        return None
+    if out is raw or out == raw:
+        definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
+    else:
+        out_spans = tool_spans(out)
+        if out_spans is None or len(out_spans) != len(tools):
+            return None
+        definitions = [out[a:b] for a, b in out_spans]
+    entries = []
+    for tool, (a, b), definition in zip(tools, spans, definitions):
+        piece = raw[a:b]
+        entries.append(ToolEntry(str(tool.get("name", "")), piece, definition.decode("utf-8"),
+                                 _fields(piece, tool)))
+    return _label(doc, shape), entries
