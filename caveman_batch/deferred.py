@@ -37,10 +37,11 @@ from functools import partial
 from typing import Any, Final, TextIO
 
 from . import __version__, ccr, listing, rpc
-from .catalog import Options, Passthrough, compress, parse, serialize
+from .catalog import Options, compress, parse, serialize
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
 from .store import Store, open_store
-from .toolsearch import ToolDoc, ToolIndex, definition_text, search_fields
+from .toolsearch import ToolDoc, ToolIndex
+from .toolspans import index_entries
 from .upstreams import SEPARATOR, Events, ServerSpec, Upstream, pump_lines, start_thread
 
 SEARCH_TOOL: Final = "search_tools"
@@ -77,40 +78,41 @@ class Catalog:
     originals: list[ccr.Prepared] = field(default_factory=list)
 
 
-def build_catalog(server: str, prefix: str, tools: Iterable[bytes], *, compressed: bool,
+def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compressed: bool,
                   options: Options) -> Catalog:
-    """One upstream's tools, each from its exact original bytes; pure (nothing committed).
+    """One upstream's tools from its tools/list results' exact bytes; pure (nothing committed).
 
-    An item that is not a tool object (no string name, broken JSON) is left out of the
-    search and the list; the upstream may still be called with it.
+    Each page goes through the catalog compressor whole and is split into tools as
+    `compress --index` splits a catalog (`toolspans.index_entries`), so a tool gets the
+    same definition and search text here as in a bulk index. Without `compressed` the
+    definitions are the originals, minified. A page the compressor cannot read as a
+    catalog adds nothing to the search or the list (its tools may still be called).
     """
     catalog = Catalog()
-    for original in tools:
-        try:
-            tool = parse(original)
-        except Passthrough:
-            continue
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            continue
-        name = tool["name"]
-        if name in catalog.tools:
-            continue
-        small = parse(compress(original, options)[0]) if compressed else tool
-        prepared = ccr.prepare(original) if compressed else None
-        handle = prepared.handle if prepared else None
-        catalog.tools[name] = ListedTool(server, name, prefix + name,
-                                         _renamed(small, prefix + name), handle)
-        catalog.docs.append(ToolDoc(server, name, handle, definition_text(small),
-                                    search_fields(tool)))
-        if prepared is not None:
-            catalog.originals.append(prepared)
+    for page in pages:
+        out = compress(page, options)[0] if compressed else page
+        found = index_entries(page, out)
+        for entry in found[1] if found is not None else ():
+            if not entry.name or entry.name in catalog.tools:
+                continue
+            prepared = ccr.prepare(entry.original) if compressed else None
+            handle = prepared.handle if prepared is not None else None
+            exposed = prefix + entry.name
+            catalog.tools[entry.name] = ListedTool(server, entry.name, exposed,
+                                                   _renamed(entry.definition, exposed), handle)
+            catalog.docs.append(ToolDoc(server, entry.name, handle, entry.definition,
+                                        entry.fields))
+            if prepared is not None:
+                catalog.originals.append(prepared)
     return catalog
 
 
-def _renamed(tool: dict[str, Any], exposed: str) -> str:
+def _renamed(definition: str, exposed: str) -> str:
+    tool = parse(definition.encode("utf-8"))
     if tool["name"] == exposed:
-        return definition_text(tool)
-    return serialize({**tool, "name": exposed}).decode("utf-8")  # the key keeps its place
+        return definition
+    tool["name"] = exposed  # the key keeps its place
+    return serialize(tool).decode("utf-8")
 
 
 # -- the proxy's own tools ------------------------------------------------------------------
@@ -186,7 +188,7 @@ class Server:
     next_id: int = 1
     calls: dict[int, OnReply] = field(default_factory=dict)
     tools: dict[str, ListedTool] = field(default_factory=dict)
-    pages: list[list[bytes]] = field(default_factory=list)  # tools/list pages being read
+    pages: list[bytes] = field(default_factory=list)  # tools/list results being read
     fetching: bool = False
     refetch: bool = False  # its list changed while a fetch was in flight
     status: int | None = None  # exit status, once dead
@@ -509,21 +511,21 @@ class DeferredProxy:
             self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
             server.pages = []
         else:
-            server.pages.append(_tool_objects(reply.message))
+            server.pages.append(reply.message.raw("result").encode("utf-8"))
             cursor = reply.message.values["result"].get("nextCursor") \
                 if isinstance(reply.message.values["result"], dict) else None
             if isinstance(cursor, str) and cursor and len(server.pages) < MAX_PAGES:
                 self._fetch_tools(server, cursor)
                 return
         server.fetching = False
-        self._index(server, [tool for page in server.pages for tool in page])
+        self._index(server, server.pages)
         server.pages = []
         if server.refetch:
             server.refetch = False
             self._fetch_tools(server)
 
-    def _index(self, server: Server, originals: list[bytes]) -> None:
-        catalog = self._catalog(server, originals)
+    def _index(self, server: Server, pages: list[bytes]) -> None:
+        catalog = self._catalog(server, pages)
         try:
             self.index.replace_server(server.name, catalog.docs)
         except SearchIndexError as exc:
@@ -534,10 +536,10 @@ class DeferredProxy:
         self._maybe_ready()
         self._tools_changed()
 
-    def _catalog(self, server: Server, originals: list[bytes]) -> Catalog:
+    def _catalog(self, server: Server, pages: list[bytes]) -> Catalog:
         """Compressed, its originals committed first; without a store, the originals."""
         if self.store is not None:
-            catalog = build_catalog(server.name, server.prefix, originals, compressed=True,
+            catalog = build_catalog(server.name, server.prefix, pages, compressed=True,
                                     options=self.options)
             try:
                 ccr.commit(self.store, catalog.originals)
@@ -545,7 +547,7 @@ class DeferredProxy:
             except StoreError as exc:
                 self._warn(f"upstream {server.name!r}: tools listed uncompressed, the store "
                            f"failed: {exc}")
-        return build_catalog(server.name, server.prefix, originals, compressed=False,
+        return build_catalog(server.name, server.prefix, pages, compressed=False,
                              options=self.options)
 
     def _maybe_ready(self) -> None:
@@ -760,13 +762,6 @@ class DeferredProxy:
 
 
 _SERVER_INFO: Final = {"name": "caveman-batch", "version": __version__}
-
-
-def _tool_objects(msg: rpc.Message) -> list[bytes]:
-    """The exact bytes of each item of a tools/list result's `tools`."""
-    result = rpc.member_spans(msg.text, msg.spans["result"]) or {}
-    items = rpc.item_spans(msg.text, result["tools"]) if "tools" in result else None
-    return [msg.text[s:e].encode("utf-8") for s, e in items or ()]
 
 
 def _call_params(msg: rpc.Message, name: str) -> str:

@@ -4,8 +4,8 @@ A proxy that renumbers requests must not re-serialize what it forwards: `1.10` w
 become `1.1`, key order and escapes could change. So a message is read once into its
 members' values AND their spans (character offsets into the decoded line), and a
 forwarded line is the original text with one member's value spliced in (`replace`).
-The same walker finds spans inside a member (`member_spans`, `item_spans`): a
-tools/list result's tool objects, a tools/call's `name`.
+The same walker finds spans inside a member (`member_spans`): a tools/call's `name`,
+call_tool's `arguments`.
 """
 
 from __future__ import annotations
@@ -64,27 +64,6 @@ def member_spans(text: str, span: Span) -> dict[str, Span] | None:
         return _members(text, span[0])[1]
     except (BadMessage, ValueError, IndexError):
         return None
-
-
-def item_spans(text: str, span: Span) -> list[Span] | None:
-    """Spans of the items of the array at `span`; None if it is not an array."""
-    i = span[0]
-    if text[i] != "[":
-        return None
-    items: list[Span] = []
-    try:
-        i = _skip(text, i + 1)
-        while text[i] != "]":
-            _, end = _DECODER.raw_decode(text, i)
-            items.append((i, end))
-            i = _skip(text, end)
-            if text[i] == ",":
-                i = _skip(text, i + 1)
-            elif text[i] != "]":
-                return None
-    except (ValueError, IndexError):
-        return None
-    return items
 
 
 @dataclass(frozen=True, slots=True)

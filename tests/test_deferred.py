@@ -136,14 +136,9 @@ def test_read_refuses_what_is_not_one_message(line: bytes, reason: str) -> None:
         rpc.read(line)
 
 
-def test_item_spans_and_ids() -> None:
-    text = '{"tools":[ {"name":"a"} ,{"name":"b","x":[1,2]}]}'
-    spans = rpc.member_spans(text, (0, len(text)))
-    assert spans is not None
-    items = rpc.item_spans(text, spans["tools"])
-    assert [text[s:e] for s, e in items or ()] == ['{"name":"a"}', '{"name":"b","x":[1,2]}']
-    assert rpc.item_spans(text, (1, 2)) is None
+def test_ids() -> None:
     assert rpc.id_key(1) != rpc.id_key("1") and rpc.id_key(True) is None
+    assert rpc.id_key(None) is None and rpc.id_key(1.5) == (False, 1.5)
 
 
 # -- one upstream's catalog -------------------------------------------------------------------
@@ -157,24 +152,27 @@ def test_build_catalog_commits_exact_originals_and_exposes_compressed_tools() ->
     tool = {"name": "list_issues", "description": LONG, "inputSchema": {
         "type": "object", "title": "Args", "properties": {"state": {
             "type": "string", "enum": ["open", "closed"], "description": LONG}}}}
-    originals = [json.dumps(tool, indent=2).encode(), b'{"name":"list_issues"}', b"[1]",
-                 b'{"name": "ping", "inputSchema": {"type": "object"}}']
-    catalog = deferred.build_catalog("gh", "gh__", originals, compressed=True, options=Options())
-    assert list(catalog.tools) == ["list_issues", "ping"]  # a repeat and a non-tool left out
+    pretty = json.dumps(tool, indent=2).encode()
+    ping = b'{"name": "ping", "inputSchema": {"type": "object"}}'
+    page = b'{"tools": [' + pretty + b', {"name": "list_issues"}, ' + ping + b'], "nextCursor": "2"}'
+    catalog = deferred.build_catalog("gh", "gh__", [page, b'{"tools": 3}'], compressed=True,
+                                     options=Options())
+    assert list(catalog.tools) == ["list_issues", "ping"]  # a repeated name left out
     listed = catalog.tools["list_issues"]
-    assert listed.handle == "ccr_" + hashlib.sha256(originals[0]).hexdigest()
+    assert listed.handle == "ccr_" + hashlib.sha256(pretty).hexdigest()
+    assert catalog.tools["ping"].handle == "ccr_" + hashlib.sha256(ping).hexdigest()
     assert [p.handle for p in catalog.originals] == [listed.handle, catalog.tools["ping"].handle]
     small = json.loads(listed.definition)
     assert small["name"] == "gh__list_issues" and list(small) == list(tool)
-    assert len(listed.definition) < len(originals[0]) and "title" not in small["inputSchema"]
+    assert len(listed.definition) < len(pretty) and "title" not in small["inputSchema"]
     assert profile_doc({"tools": [{**small, "name": "list_issues"}]}) == profile_doc({"tools": [tool]})
     doc = catalog.docs[0]
     assert doc.name == "list_issues" and json.loads(doc.definition)["name"] == "list_issues"
     assert "list issues" in doc.fields["name"] and "closed" in doc.fields["params"]
 
-    plain = deferred.build_catalog("gh", "", originals, compressed=False, options=Options())
+    plain = deferred.build_catalog("gh", "", [page], compressed=False, options=Options())
     assert plain.originals == [] and plain.tools["list_issues"].handle is None
-    assert plain.tools["list_issues"].definition == serialize(parse(originals[0])).decode()
+    assert plain.tools["list_issues"].definition == serialize(parse(pretty)).decode()
 
 
 # -- the servers file -------------------------------------------------------------------------
