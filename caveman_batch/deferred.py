@@ -302,25 +302,25 @@ class DeferredProxy:
 
     def _request(self, server: Server, method: str, params_json: str | None,
                  on_reply: OnReply) -> int | None:
+        """A request of the proxy's own; its id, or None if `server` is dead (on_reply told)."""
+        return self._send_upstream(server, lambda uid: rpc.request(uid, method, params_json),
+                                   on_reply)
+
+    def _send_upstream(self, server: Server, line_for: Callable[[int], bytes],
+                       on_reply: OnReply) -> int | None:
         if server.state == DEAD:
             on_reply(Reply(None, f"upstream {server.name!r} is not running"))
             return None
         uid = server.next_id
         server.next_id += 1
         server.calls[uid] = on_reply
-        server.up.send(rpc.request(uid, method, params_json))  # if it is dead, its EOF fails this
+        server.up.send(line_for(uid))  # if it is dead, its EOF fails the call
         return uid
 
     def _forward(self, msg: rpc.Message, server: Server,
                  changes: Sequence[tuple[rpc.Span, str]] = ()) -> None:
         """A client request to `server`, unchanged but for its id and `changes`."""
         raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
-        if server.state == DEAD:
-            self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE,
-                                 f"upstream {server.name!r} is not running"))
-            return
-        uid = server.next_id
-        server.next_id += 1
 
         def done(reply: Reply) -> None:
             self.client_calls.pop(key, None)
@@ -331,11 +331,12 @@ class DeferredProxy:
             else:
                 self._send(rpc.replace(reply.message, "id", raw_id))
 
-        server.calls[uid] = done
-        if key is not None:
+        def line_for(uid: int) -> bytes:
+            return rpc.line(rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes]))
+
+        uid = self._send_upstream(server, line_for, done)
+        if uid is not None and key is not None:
             self.client_calls[key] = (server, uid)
-        text = rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes])
-        server.up.send(rpc.line(text))
 
     def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
         """A prompts or resources list as the relay sends it: reduced, its original stored."""
@@ -349,8 +350,11 @@ class DeferredProxy:
             return rpc.read(rewrite.content)
         except listing.NotRewritten:
             return msg
-        except (StoreError, rpc.BadMessage, UnicodeEncodeError) as exc:
-            self._warn(f"{method}: sent unchanged: {exc}")
+        except StoreError as exc:
+            self._warn(f"{method}: sent unchanged, the store failed: {exc}")
+            return msg
+        except Exception as exc:  # a bug must not cost the client its list
+            self._warn(f"{method}: sent unchanged, internal error: {exc!r}")
             return msg
 
     # from the client -----------------------------------------------------------------
