@@ -511,19 +511,19 @@ class DeferredProxy:
     def _on_tools_page(self, server: Server, reply: Reply) -> None:
         if reply.message is None:  # it died: _server_gone has cleaned up
             return
-        if not reply.ok:
-            self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
-            server.pages = []
-        else:
+        if reply.ok:
+            result = reply.message.values["result"]
             server.pages.append(reply.message.raw("result").encode("utf-8"))
-            cursor = reply.message.values["result"].get("nextCursor") \
-                if isinstance(reply.message.values["result"], dict) else None
+            cursor = result.get("nextCursor") if isinstance(result, dict) else None
             if isinstance(cursor, str) and cursor and len(server.pages) < MAX_PAGES:
                 self._fetch_tools(server, cursor)
                 return
+        else:
+            self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
         server.fetching = False
-        self._index(server, server.pages)
-        server.pages = []
+        pages, server.pages = server.pages, []
+        if reply.ok or server.state != LISTED:  # a failed re-list keeps the tools it had
+            self._index(server, pages if reply.ok else [])
         if server.refetch:
             server.refetch = False
             self._fetch_tools(server)

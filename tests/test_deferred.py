@@ -68,6 +68,12 @@ for line in sys.stdin:
             "protocolVersion": msg["params"]["protocolVersion"],
             "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "scripted", "version": "1"}}})
+    elif method == "tools/list" and os.environ.get("UPSTREAM_PAGES"):  # two tools a page
+        at = int((msg.get("params") or {}).get("cursor", 0))
+        page = {"tools": TOOLS[at:at + 2]}
+        if at + 2 < len(TOOLS):
+            page["nextCursor"] = str(at + 2)
+        send({"jsonrpc": "2.0", "id": mid, "result": page})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS + ([FORECAST] if grown else [])}})
     elif method == "prompts/list":
@@ -442,3 +448,12 @@ def test_a_signal_reaches_every_upstream(tmp_path: Path, scripted: list[str]) ->
     wire.start()
     wire.proc.send_signal(signal.SIGTERM)
     assert wire.proc.wait(60) == 128 + signal.SIGTERM
+
+
+def test_every_page_of_an_upstream_list_is_read(scripted: list[str]) -> None:
+    wire = Wire(["--store", "memory://", "--always", "echo", "--always", "hang", "--", *scripted],
+                {"UPSTREAM_PAGES": "1"})
+    wire.start()
+    names = [t["name"] for t in wire.call(1, "tools/list")["result"]["tools"]]
+    assert names == ["search_tools", "call_tool", "echo", "hang"]  # pages 1 and 3 of 3
+    assert wire.close()[0] == 0
