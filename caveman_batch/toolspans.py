@@ -224,7 +224,10 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
     if spans is None:
         return None
     if out is raw or out == raw:
-        definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
+        try:
+            definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
+        except Passthrough:
+            return None  # a lone surrogate: no UTF-8 text to index
     else:
         out_spans = tool_spans(out)
         if out_spans is None or len(out_spans) != len(tools):

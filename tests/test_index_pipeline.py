@@ -1,0 +1,198 @@
+"""`compress --index`: per-tool originals, build, refresh, removal, crash, determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caveman_batch import ccr
+from caveman_batch.catalog import compress, locate_tools, parse, serialize
+from caveman_batch.pipeline import Config, run
+from caveman_batch.store import open_store
+from caveman_batch.toolsearch import ToolIndex
+
+SAMPLES = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+LONG = " This sentence explains the background at length and states nothing at all." * 3
+
+
+def _catalog(*names: str, server: str | None = None, extra: str = "") -> bytes:
+    tools = [{"name": n, "description": f"Does {n.replace('_', ' ')} things.{LONG}{extra}",
+              "inputSchema": {"type": "object", "properties": {
+                  f"{n}_id": {"type": "string", "description": f"The {n} to act on."}}}}
+             for n in names]
+    doc: dict[str, Any] = {"tools": tools}
+    if server is not None:
+        doc = {"server": server, **doc}
+    return json.dumps(doc, indent=2).encode()
+
+
+def _tree(root: Path) -> Path:
+    (root / "team").mkdir(parents=True)
+    (root / "github.json").write_bytes(_catalog("create_issue", "merge_pull_request"))
+    (root / "weather.json").write_bytes(_catalog("get_forecast"))
+    (root / "team" / "chat.json").write_bytes(_catalog("send_message", "list_channels"))
+    (root / "notes.txt").write_text("not a catalog")
+    (root / "broken.json").write_bytes(b'{"tools": [')
+    return root
+
+
+def _run(tmp: Path, *sources: Path, workers: int = 1, index: str = "idx.db", **kw: Any) -> Any:
+    return run(Config([str(s) for s in sources], tmp / kw.pop("out", "out"),
+                      kw.pop("store", f"lmdb://{tmp}/ccr"), workers=workers,
+                      index=tmp / index, **kw))
+
+
+def _contents(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    with ToolIndex.open(path, create=False) as index:
+        return index.servers(), [(d.server, d.name, d.handle, d.definition, d.fields)
+                                 for d in index.docs()]
+
+
+def test_build_names_servers_and_stores_each_tool(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src)
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        servers = index.servers()
+        docs = list(index.docs())
+    assert sorted(servers) == ["github", "team/chat", "weather"]
+    assert servers["github"] == ccr.digest_of((src / "github.json").read_bytes())
+    assert [(d.server, d.name) for d in docs] == [
+        ("github", "create_issue"), ("github", "merge_pull_request"),
+        ("team/chat", "send_message"), ("team/chat", "list_channels"),
+        ("weather", "get_forecast")]
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.missing(store, [d.handle[4:] for d in docs]) == []  # type: ignore[index]
+        for doc in docs:
+            raw = (src / f"{doc.server}.json").read_bytes()
+            original = ccr.recover(store, doc.handle)  # type: ignore[arg-type]
+            assert original in raw and original.startswith(b"{") and b"\n" in original
+            # the definition is the tool as the compressed output has it
+            out = (tmp_path / "out" / f"{doc.server}.json").read_bytes()
+            assert doc.definition.encode() in out
+            assert json.loads(doc.definition)["name"] == doc.name
+    assert docs[0].fields["name"] == "create issue"
+
+
+def test_without_index_nothing_more_is_stored(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    run(Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path}/ccr"))
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        plain = sorted(store.keys())
+    _run(tmp_path, src, out="out2", store=f"lmdb://{tmp_path}/ccr2")
+    with open_store(f"lmdb://{tmp_path}/ccr2") as store:
+        indexed = sorted(store.keys())
+    assert len(indexed) == len(plain) + 5 and set(plain) <= set(indexed)  # the 5 tools
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_refresh_adds_replaces_and_removes(tmp_path: Path, incremental: bool) -> None:
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=incremental)
+    (src / "weather.json").write_bytes(_catalog("get_forecast", "get_alerts"))  # changed
+    (src / "maps.json").write_bytes(_catalog("find_route"))  # added
+    (src / "team" / "chat.json").unlink()  # removed
+    _run(tmp_path, src, incremental=incremental)
+    servers, docs = _contents(tmp_path / "idx.db")
+    assert sorted(servers) == ["github", "maps", "weather"]
+    assert servers["weather"] == ccr.digest_of((src / "weather.json").read_bytes())
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        assert index.search("alerts", k=1)[0].name == "get_alerts"
+        assert index.search("send message channels", k=10) == []
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _run(fresh, src, incremental=incremental)
+    assert _contents(fresh / "idx.db") == (servers, docs)
+
+
+def test_an_incremental_rerun_fills_a_new_index(tmp_path: Path) -> None:
+    """Outputs all reusable, but the index has never seen them: it is built all the same."""
+    src = _tree(tmp_path / "src")
+    run(Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path}/ccr"))
+    summary = _run(tmp_path, src, incremental=True)
+    assert sorted(_contents(tmp_path / "idx.db")[0]) == ["github", "team/chat", "weather"]
+    again = _run(tmp_path, src, incremental=True)
+    assert again.reused == again.documents == summary.documents
+    assert sorted(_contents(tmp_path / "idx.db")[0]) == ["github", "team/chat", "weather"]
+    (tmp_path / "idx.db").unlink()  # lost: the next rerun rebuilds it
+    _run(tmp_path, src, incremental=True)
+    assert sorted(_contents(tmp_path / "idx.db")[0]) == ["github", "team/chat", "weather"]
+
+
+def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
+    lines = [_catalog("a_one", server="alpha"), _catalog("b_one"), _catalog("c_one", server="alpha")]
+    src = tmp_path / "reg.jsonl"
+    src.write_bytes(b"\n".join(json.dumps(json.loads(x)).encode() for x in lines) + b"\n")
+    _run(tmp_path, src)
+    servers, docs = _contents(tmp_path / "idx.db")
+    assert sorted(servers) == ["reg/2", "reg/alpha", "reg/alpha@3"]
+    assert [(s, n) for s, n, *_ in docs] == [("reg/2", "b_one"), ("reg/alpha", "a_one"),
+                                             ("reg/alpha@3", "c_one")]
+
+
+def test_same_index_for_any_worker_count_and_the_samples(tmp_path: Path) -> None:
+    sources = (SAMPLES / "registry", SAMPLES / "registry.jsonl", SAMPLES / "registry-array.json")
+    one = tmp_path / "one"
+    two = tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    _run(one, *sources, workers=1)
+    _run(two, *sources, workers=2)
+    first, second = _contents(one / "idx.db"), _contents(two / "idx.db")
+    assert first == second and len(first[1]) > 50
+    with ToolIndex.open(one / "idx.db", create=False) as a, \
+            ToolIndex.open(two / "idx.db", create=False) as b:
+        for query in ("list issues", "create a refund for an invoice", "delete", "zzz"):
+            assert a.search(query, k=10) == b.search(query, k=10)
+
+
+def _entry_point() -> list[str]:
+    return [sys.executable, "-m", "caveman_batch"]
+
+
+def test_sigkill_mid_build_leaves_the_index_usable_and_a_rerun_repairs(tmp_path: Path) -> None:
+    from bench_data.generate import generate_registry
+
+    src = tmp_path / "reg"
+    generate_registry(src, seed=5, target_bytes=12_000_000, oversize_bytes=0)
+    store = f"lmdb://{tmp_path}/ccr"
+    _run(tmp_path, src, store=store)  # the previous index, complete
+    before, _ = _contents(tmp_path / "idx.db")
+    for path in sorted(src.rglob("*.json")):  # every catalog changes
+        data = path.read_bytes()
+        if b'"description": "' in data:
+            path.write_bytes(data.replace(b'"description": "', b'"description": "Changed. ', 1))
+    args = ["compress", str(src), "-o", str(tmp_path / "out"), "--store", store, "--index",
+            str(tmp_path / "idx.db"), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen([*_entry_point(), *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    changed = 0
+    while time.time() < deadline and proc.poll() is None:
+        servers, _ = _contents(tmp_path / "idx.db")
+        changed = sum(servers.get(s) != before.get(s) for s in servers)
+        if changed:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    servers, docs = _contents(tmp_path / "idx.db")  # opens, consistent: old and new catalogs
+    assert 0 < sum(servers.get(s) != before.get(s) for s in servers) < len(before)
+    assert {d[0] for d in docs} == set(servers)
+    with open_store(store) as opened:  # every handle it names is stored
+        assert ccr.missing(opened, sorted({d[2][4:] for d in docs})) == []
+    done = subprocess.run([*_entry_point(), *args], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _run(fresh, src, store=f"lmdb://{fresh}/ccr")
+    assert _contents(tmp_path / "idx.db") == _contents(fresh / "idx.db")

@@ -1,0 +1,142 @@
+"""Each tool's byte span in its catalog (toolspans), by the Python scanner and the C walker."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from caveman_batch import _accel
+from caveman_batch.catalog import _plan, compress, locate_tools, parse, serialize
+from caveman_batch.toolspans import _fast_spans, _spans, index_entries, load, tool_spans
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from test_catalog_properties import catalogs, encoded
+
+LAW = settings(derandomize=True, database=None, deadline=None, max_examples=200,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+TOOL_A = {"name": "a", "description": "Ä tool, «quoted» \"x\" \\ [not a bracket] {}",
+          "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+TOOL_B = {"name": "b", "description": "second", "parameters": {"type": "object"}}
+
+
+def _check(raw: bytes) -> list[bytes]:
+    """The slices, each parsing to its tool; C and Python scanners agree."""
+    _, tools = locate_tools(json.loads(raw.decode("utf-8-sig")))  # plain values: comparable
+    spans = tool_spans(raw)
+    assert spans is not None and len(spans) == len(tools)
+    pieces = [raw[a:b] for a, b in spans]
+    assert [json.loads(p) for p in pieces] == tools
+    loaded = load(raw)
+    path, kinds = _plan(loaded, *locate_tools(loaded))
+    assert _spans(raw, path, kinds) == spans
+    if _accel.fastwalk is not None and not raw.startswith(b"\xef\xbb\xbf"):
+        assert _fast_spans(raw, path, kinds) == spans
+    return pieces
+
+
+@pytest.mark.parametrize("indent", [None, 1, 4])
+@pytest.mark.parametrize("wrap", ["mcp", "jsonrpc", "openai-functions", "openai-tools",
+                                  "array", "single", "single-function"])
+def test_every_shape(indent: int | None, wrap: str) -> None:
+    tools = [TOOL_A, TOOL_B]
+    doc = {"mcp": {"server": "s", "tools": tools},
+           "jsonrpc": {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}},
+           "openai-functions": {"functions": tools},
+           "openai-tools": [{"type": "function", "function": t} for t in tools]
+                           + [{"type": "web_search"}],
+           "array": tools,
+           "single": TOOL_A,
+           "single-function": {"type": "function", "function": TOOL_A}}[wrap]
+    raw = json.dumps(doc, indent=indent, ensure_ascii=False).encode()
+    pieces = _check(raw)
+    assert json.loads(pieces[0]) == TOOL_A
+    if indent is None:
+        assert pieces[0] == json.dumps(TOOL_A, ensure_ascii=False).encode()
+
+
+def test_a_bom_and_odd_white_space() -> None:
+    raw = b'\xef\xbb\xbf \r\n{ "tools" :\t[ {"name":"x","description":"d"}\n ,\n{"name":"y","description":"]"} ] }\n'
+    assert _check(raw) == [b'{"name":"x","description":"d"}', b'{"name":"y","description":"]"}']
+
+
+def test_not_a_catalog() -> None:
+    assert tool_spans(b'{"a": 1}') is None
+    assert tool_spans(b"not json") is None
+    assert index_entries(b'{"a": 1}', b'{"a": 1}') is None
+
+
+def test_a_span_that_does_not_parse_to_its_tool_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from caveman_batch import toolspans
+
+    raw = json.dumps({"tools": [TOOL_A, TOOL_B]}).encode()
+    monkeypatch.setattr(toolspans, "_fast_spans", lambda *a: None)
+    monkeypatch.setattr(toolspans, "_spans", lambda raw, path, kinds: [(0, 5), (6, 9)])
+    assert tool_spans(raw) is None
+
+
+def test_every_corpus_catalog(corpora: Path) -> None:
+    checked = 0
+    for path in sorted(corpora.rglob("*.json")):
+        raw = path.read_bytes()
+        out, result = compress(raw)
+        if result.status == "ok" or (result.tools and not result.broken):
+            _check(raw)
+            entries = index_entries(raw, out)
+            assert entries is not None
+            _, tools = locate_tools(parse(out))
+            assert [e.definition.encode() for e in entries[1]] == [serialize(t) for t in tools]
+            checked += 1
+    assert checked > 800
+
+
+@LAW
+@given(encoded(catalogs()))
+def test_random_catalogs(raw: bytes) -> None:
+    try:
+        serialize(parse(raw))  # (a lone surrogate escape: no text to index, spans or not)
+        locate_tools(parse(raw))
+    except Exception:
+        assert index_entries(raw, raw) is None
+        return
+    _check(raw)
+
+
+def test_a_passthrough_with_a_lone_surrogate_is_not_indexed() -> None:
+    raw = b'{"tools":[{"name":"t","description":"\\udc00"}]}'
+    out, result = compress(raw)
+    assert result.status == "passthrough" and not result.broken
+    assert index_entries(raw, out) is None
+
+
+def test_definitions_are_the_compressed_tools_and_keep_number_literals() -> None:
+    long = "Lists things. " + "This sentence says nothing much at all here. " * 8
+    raw = (b'{"tools":[{"name":"t","description":"' + long.encode()
+           + b'","inputSchema":{"type":"object","properties":{"x":{"type":"number",'
+             b'"default":1.10,"maximum":1e3}}}}]}')
+    out, result = compress(raw)
+    assert result.status == "ok"
+    label, (entry,) = index_entries(raw, out)
+    assert label is None
+    assert entry.original == raw[len(b'{"tools":['):-2]
+    assert '"default":1.10,"maximum":1e3' in entry.definition
+    assert entry.definition.encode() in out
+    assert entry.fields["name"] == "t" and "Lists things." in entry.fields["description"]
+
+
+def test_a_passthrough_catalog_gets_compact_definitions() -> None:
+    raw = (b'{"server":"srv","tools":[{"name":"t","description":"short",'
+           b'"inputSchema":{"type":"object"}}],"x":1.50}')
+    out, result = compress(raw)
+    assert result.status == "passthrough" and out == raw
+    label, (entry,) = index_entries(raw, out)
+    assert label == "srv"
+    assert entry.definition == '{"name":"t","description":"short","inputSchema":{"type":"object"}}'
