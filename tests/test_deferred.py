@@ -100,6 +100,13 @@ for line in sys.stdin:
                       "type": "text", "text": args["question"]}}], "maxTokens": 20}})
         elif name == "hang":
             pass
+        elif name == "progress":  # progress under the client's token, a log line, then the result
+            token = msg["params"]["_meta"]["progressToken"]
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {"progressToken": token, "progress": 0.5, "total": 1}})
+            send({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "data": "half way"}})
+            result(mid, "done")
         elif name == "weather_forecast" and grown:
             result(mid, "sunny in " + args["city"])
         else:
@@ -456,4 +463,17 @@ def test_every_page_of_an_upstream_list_is_read(scripted: list[str]) -> None:
     wire.start()
     names = [t["name"] for t in wire.call(1, "tools/list")["result"]["tools"]]
     assert names == ["search_tools", "call_tool", "echo", "hang"]  # pages 1 and 3 of 3
+    assert wire.close()[0] == 0
+
+
+def test_progress_and_logging_reach_the_client(scripted: list[str]) -> None:
+    wire = Wire(["--store", "memory://", "--", *scripted])
+    wire.start()
+    done = wire.call(1, "tools/call", {"name": "progress", "_meta": {"progressToken": "tok"}})
+    assert done["result"]["content"][0]["text"] == "done"
+    assert wire.seen == [
+        {"jsonrpc": "2.0", "method": "notifications/progress",
+         "params": {"progressToken": "tok", "progress": 0.5, "total": 1}},
+        {"jsonrpc": "2.0", "method": "notifications/message",
+         "params": {"level": "info", "data": "half way"}}]
     assert wire.close()[0] == 0
