@@ -453,15 +453,36 @@ def proxy_command(
     ctx: typer.Context,
     store: StoreOpt = None,
     debug: Annotated[bool, typer.Option("--debug", help="One line per rewritten response on stderr. Also: CAVEMAN_SHRINK_DEBUG=1.")] = False,
+    deferred: Annotated[bool, typer.Option("--deferred", help="List search_tools and call_tool instead of every tool; found tools join the list.")] = False,
+    always: Annotated[list[str] | None, typer.Option("--always", metavar="NAME", help="With --deferred: a tool always listed (repeatable; NAME__tool with --servers).")] = None,
+    servers: Annotated[Path | None, typer.Option("--servers", metavar="FILE", help='With --deferred: the servers of a {"mcpServers": {...}} file, behind one proxy.')] = None,
 ) -> None:
     """Run an MCP stdio server behind a proxy that compresses its list responses.
 
     Usage: caveman-batch proxy [--store URL] [--debug] -- UPSTREAM_COMMAND [ARGS...]
+    or:    caveman-batch proxy --deferred [--always NAME ...] (-- UPSTREAM... | --servers FILE)
     """
-    from . import proxy
-
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
-    proxy.run(ctx.args, minting_store_url(store), debug=debug)
+    store_url = minting_store_url(store)
+    if not deferred:
+        if always or servers is not None:
+            raise UsageError("--always and --servers go with --deferred")
+        from . import proxy
+
+        proxy.run(ctx.args, store_url, debug=debug)
+        return
+    from . import deferred as deferred_proxy
+    from .upstreams import ServerSpec, read_servers
+
+    if servers is not None and ctx.args:
+        raise UsageError("give --servers FILE or an upstream command after --, not both")
+    if servers is None and not ctx.args:
+        raise UsageError("proxy --deferred needs -- UPSTREAM_COMMAND [ARGS...] or --servers FILE")
+    specs = read_servers(servers) if servers is not None else [
+        ServerSpec("upstream", tuple(ctx.args))]
+    settings = deferred_proxy.Settings(always=tuple(always or ()), single=servers is None,
+                                       debug=debug)
+    raise typer.Exit(deferred_proxy.run(specs, store_url, settings))
 
 
 app.add_typer(payload_app, name="payload")

@@ -136,6 +136,15 @@ class SearchIndexNotFoundError(UsageError, FileNotFoundError):
         self.location = location
 
 
+class ServersFileError(UsageError):
+    """A `proxy --servers` file is malformed; knows the file and the key at fault."""
+
+    def __init__(self, message: str, source: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.key = key
+
+
 class QueryFileError(UsageError):
     """A labelled-queries file (eval search) could not be read; knows its file and line."""
 

@@ -1,0 +1,870 @@
+"""The deferred proxy: the client lists a search tool, not every tool of every server.
+
+`caveman-batch proxy --deferred` stands between an MCP client and one upstream (tools
+under their own names) or many (`--servers FILE`, tools as `NAME__tool`). It is the
+client of each upstream: it forwards the client's `initialize` params to each, sends
+their `initialized` itself, fetches their `tools/list` (every page), commits each tool
+object's exact bytes to the CCR store, compresses it and indexes it (an in-memory
+`ToolIndex`). The client's own `tools/list` gets `search_tools`, `call_tool`, the
+`--always` tools and whatever searches have found since (each search that finds a new
+tool sends `notifications/tools/list_changed`). A `tools/call` of any upstream tool goes
+to its upstream unchanged but for its id (and, with several, the name's prefix), listed
+or not; `call_tool` does the same for clients that only call listed tools.
+
+Every message the proxy forwards keeps its bytes but for the member it must change:
+see `rpc`. Ids: the proxy numbers its requests to each upstream itself, and its requests
+to the client (an upstream's sampling, roots, elicitation) in one more sequence, and maps
+responses and cancellations back. An upstream that dies fails its in-flight calls with
+a JSON-RPC error, its requests to the client are cancelled, its tools leave the search
+and the list; the others carry on. With one upstream the proxy ends when it does.
+
+Threads only read (the client's stdin, each upstream's stdout and stderr) and post
+lines to one queue; one thread, this module's `DeferredProxy.loop`, owns every piece of
+state, the index and every write, so there are no locks.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Final, TextIO
+
+from . import __version__, ccr, listing, rpc
+from .catalog import Options, compress, parse, serialize
+from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
+from .store import Store, open_store
+from .toolsearch import ToolDoc, ToolIndex
+from .toolspans import index_entries
+from .upstreams import SEPARATOR, Events, ServerSpec, Upstream, pump_lines, start_thread
+
+SEARCH_TOOL: Final = "search_tools"
+CALL_TOOL: Final = "call_tool"
+DEFAULT_LIMIT: Final = 5
+MAX_LIMIT: Final = 20
+# Found tools stay listed; past this many the oldest found leaves the list (not the search).
+MAX_FOUND: Final = 50
+MAX_PAGES: Final = 1000  # of one upstream's tools/list: a cursor that never ends stops here
+DEFAULT_STARTUP_TIMEOUT: Final = 60.0
+_FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+STARTING, LISTED, DEAD = "starting", "listed", "dead"
+
+
+# -- the catalog of one upstream -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTool:
+    """An upstream tool as the client may see it."""
+
+    server: str
+    name: str  # as the upstream lists it
+    exposed: str  # as the client sees it: `name`, or `server__name`
+    definition: str  # compressed (the original minified, without a store), exposed name
+    handle: str | None  # of the tool object's exact original bytes
+
+
+@dataclass(slots=True)
+class Catalog:
+    tools: dict[str, ListedTool] = field(default_factory=dict)  # by upstream name, in order
+    docs: list[ToolDoc] = field(default_factory=list)
+    originals: list[ccr.Prepared] = field(default_factory=list)
+
+
+def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compressed: bool,
+                  options: Options) -> Catalog:
+    """One upstream's tools from its tools/list results' exact bytes; pure (nothing committed).
+
+    Each page goes through the catalog compressor whole and is split into tools as
+    `compress --index` splits a catalog (`toolspans.index_entries`), so a tool gets the
+    same definition and search text here as in a bulk index. Without `compressed` the
+    definitions are the originals, minified. A page the compressor cannot read as a
+    catalog adds nothing to the search or the list (its tools may still be called).
+    """
+    catalog = Catalog()
+    for page in pages:
+        out = compress(page, options)[0] if compressed else page
+        found = index_entries(page, out)
+        for entry in found[1] if found is not None else ():
+            if not entry.name or entry.name in catalog.tools:
+                continue
+            prepared = ccr.prepare(entry.original) if compressed else None
+            handle = prepared.handle if prepared is not None else None
+            exposed = prefix + entry.name
+            catalog.tools[entry.name] = ListedTool(server, entry.name, exposed,
+                                                   _renamed(entry.definition, exposed), handle)
+            catalog.docs.append(ToolDoc(server, entry.name, handle, entry.definition,
+                                        entry.fields))
+            if prepared is not None:
+                catalog.originals.append(prepared)
+    return catalog
+
+
+def _renamed(definition: str, exposed: str) -> str:
+    tool = parse(definition.encode("utf-8"))
+    if tool["name"] == exposed:
+        return definition
+    tool["name"] = exposed  # the key keeps its place
+    return serialize(tool).decode("utf-8")
+
+
+# -- the proxy's own tools ------------------------------------------------------------------
+
+
+def search_tool_definition(servers: Sequence[str]) -> str:
+    among = f" of {', '.join(servers)}" if len(servers) > 1 else ""
+    return rpc.dumps({
+        "name": SEARCH_TOOL,
+        "description": f"Find the tools{among} that do what you need. Returns the best "
+                       "matches' definitions; each one found is then listed, to call "
+                       f"directly or through {CALL_TOOL}.",
+        "inputSchema": {"type": "object", "properties": {
+            "query": {"type": "string", "description": "What the tool should do, in words"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                      "default": DEFAULT_LIMIT}},
+            "required": ["query"]}})
+
+
+CALL_TOOL_DEFINITION: Final = rpc.dumps({
+    "name": CALL_TOOL,
+    "description": f"Call a tool that {SEARCH_TOOL} found, by its name, with its arguments.",
+    "inputSchema": {"type": "object", "properties": {
+        "name": {"type": "string"},
+        "arguments": {"type": "object", "description": "As the tool's inputSchema says"}},
+        "required": ["name"]}})
+
+
+def _tool_result(text: str, *, error: bool = False, meta: dict[str, Any] | None = None) -> str:
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if error:
+        result["isError"] = True
+    if meta:
+        result["_meta"] = {listing.META_KEY: meta}
+    return rpc.dumps(result)
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An upstream's response to one of the proxy's requests, or why there is none."""
+
+    message: rpc.Message | None
+    failure: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.message is not None and "result" in self.message.spans
+
+    def reason(self) -> str:
+        if self.message is None:
+            return self.failure
+        error = self.message.values.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        return message if isinstance(message, str) else "an error response"
+
+
+OnReply = Callable[[Reply], None]
+
+
+@dataclass(eq=False)
+class Server:
+    """One upstream, as the dispatcher sees it."""
+
+    up: Upstream
+    prefix: str  # in front of each of its tools' names ("" with a single upstream)
+    deadline: float  # to be initialized and listed by, before the start stops waiting
+    state: str = STARTING
+    settled: bool = False  # listed, dead or late: the start no longer waits for it
+    init: dict[str, Any] | None = None  # its initialize result
+    next_id: int = 1
+    calls: dict[int, OnReply] = field(default_factory=dict)
+    tools: dict[str, ListedTool] = field(default_factory=dict)
+    pages: list[bytes] = field(default_factory=list)  # tools/list results being read
+    fetching: bool = False
+    refetch: bool = False  # its list changed while a fetch was in flight
+    status: int | None = None  # exit status, once dead
+
+    @property
+    def name(self) -> str:
+        return self.up.name
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    always: tuple[str, ...] = ()
+    single: bool = True
+    debug: bool = False
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+
+
+class DeferredProxy:
+    """The dispatcher: every event from the client and the upstreams, in arrival order."""
+
+    def __init__(self, servers: Sequence[Server], store: Store | None, settings: Settings,
+                 events: Events, out_fd: int, err: TextIO) -> None:
+        self.servers = {s.name: s for s in servers}
+        self.store = store
+        self.settings = settings
+        self.events = events
+        self.out_fd = out_fd
+        self.err = err
+        self.options = Options(count_tokens=False)
+        self.index = ToolIndex.open(":memory:")
+        self.search_definition = search_tool_definition([s.name for s in servers])
+        self.init_request: rpc.Message | None = None
+        self.init_answered = False
+        self.held: list[rpc.Message] | None = []  # client requests until every upstream settles
+        self.client_ready = False  # the client's `initialized` arrived
+        self.to_client: list[bytes] = []  # what waits for it
+        self.found: dict[str, None] = {}  # exposed names found by searches, oldest first
+        self.announced: str | None = None  # the tools/list result the client last knows of
+        self.client_calls: dict[tuple[bool, Any], tuple[Server, int]] = {}
+        self.server_calls: dict[int, tuple[Server, str, tuple[bool, Any] | None]] = {}
+        self.server_call_ids: dict[tuple[str, tuple[bool, Any] | None], int] = {}
+        self.next_client_id = 1
+        self.done = False
+        self.stopping: int | None = None  # the signal forwarded to every upstream
+        self.status = 0
+
+    # the loop -------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        while not self.done:
+            try:
+                source, line = self.events.get(timeout=self._timeout())
+            except queue.Empty:
+                pass
+            else:
+                self._handle(source, line)
+            self._expire()
+            if self.stopping is not None and all(s.state == DEAD for s in self.servers.values()):
+                self.done, self.status = True, 128 + self.stopping
+
+    def _handle(self, source: str | None, line: bytes | None) -> None:
+        try:
+            if source is None:
+                self._from_client(line) if line is not None else self._client_gone()
+            else:
+                server = self.servers[source]
+                self._from_server(server, line) if line is not None else self._server_gone(server)
+        except Exception as exc:  # a bug must not take every upstream down with it
+            self._warn(f"internal error on a message from {source or 'the client'}: {exc!r}")
+
+    def _timeout(self) -> float | None:
+        waiting = [s.deadline for s in self.servers.values() if not s.settled]
+        return max(0.0, min(waiting) - time.monotonic()) if waiting else None
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for server in self.servers.values():
+            if not server.settled and now >= server.deadline:
+                server.settled = True
+                self._warn(f"upstream {server.name!r} did not list its tools within "
+                           f"{self.settings.startup_timeout:g} s: its tools join when it does")
+        self._maybe_answer_initialize()
+        self._maybe_ready()
+
+    # writing ------------------------------------------------------------------------
+
+    def _send(self, line: bytes) -> None:
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.out_fd, view):]
+        except OSError:  # the client went away
+            self.done = True
+
+    def _notify(self, line: bytes) -> None:
+        """A message of our own or an upstream's: only once the client is initialized."""
+        if self.client_ready:
+            self._send(line)
+        else:
+            self.to_client.append(line)
+
+    def _warn(self, message: str) -> None:
+        self.err.write(f"caveman-batch proxy: {message}\n")
+        self.err.flush()
+
+    def _log(self, message: str) -> None:
+        if self.settings.debug:
+            self._warn(message)
+
+    # requests to upstreams -----------------------------------------------------------
+
+    def _request(self, server: Server, method: str, params_json: str | None,
+                 on_reply: OnReply) -> int | None:
+        """A request of the proxy's own; its id, or None if `server` is dead (on_reply told)."""
+        return self._send_upstream(server, lambda uid: rpc.request(uid, method, params_json),
+                                   on_reply)
+
+    def _send_upstream(self, server: Server, line_for: Callable[[int], bytes],
+                       on_reply: OnReply) -> int | None:
+        if server.state == DEAD:
+            on_reply(Reply(None, f"upstream {server.name!r} is not running"))
+            return None
+        uid = server.next_id
+        server.next_id += 1
+        server.calls[uid] = on_reply
+        server.up.send(line_for(uid))  # if it is dead, its EOF fails the call
+        return uid
+
+    def _forward(self, msg: rpc.Message, server: Server,
+                 changes: Sequence[tuple[rpc.Span, str]] = ()) -> None:
+        """A client request to `server`, unchanged but for its id and `changes`."""
+        raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
+
+        def done(reply: Reply) -> None:
+            self.client_calls.pop(key, None)
+            if reply.message is None:
+                self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
+            elif reply.ok and msg.method in listing.LIST_KEYS:
+                self._send(rpc.replace(self._listed(reply.message, msg.method), "id", raw_id))
+            else:
+                self._send(rpc.replace(reply.message, "id", raw_id))
+
+        def line_for(uid: int) -> bytes:
+            return rpc.line(rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes]))
+
+        uid = self._send_upstream(server, line_for, done)
+        if uid is not None and key is not None:
+            self.client_calls[key] = (server, uid)
+
+    def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
+        """A prompts or resources list as the relay sends it: reduced, its original stored."""
+        if self.store is None:
+            return msg
+        span = msg.spans["result"]
+        try:
+            rewrite = listing.rewrite_line(msg.text.encode("utf-8"), method,
+                                           listing.Response(msg.id, *span), msg.text, self.options)
+            ccr.commit(self.store, [rewrite.original])
+            return rpc.read(rewrite.content)
+        except listing.NotRewritten:
+            return msg
+        except StoreError as exc:
+            self._warn(f"{method}: sent unchanged, the store failed: {exc}")
+            return msg
+        except Exception as exc:  # a bug must not cost the client its list
+            self._warn(f"{method}: sent unchanged, internal error: {exc!r}")
+            return msg
+
+    # from the client -----------------------------------------------------------------
+
+    def _from_client(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            msg = rpc.read(line)
+        except rpc.BadMessage as exc:
+            self._send(rpc.error("null", rpc.PARSE_ERROR, f"not a JSON-RPC message: {exc}"))
+            return
+        if msg.is_response:
+            self._client_response(msg)
+        elif msg.method is None:
+            if msg.has_id:
+                self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST, "no method"))
+        elif not msg.has_id:
+            self._client_notification(msg)
+        elif msg.method == "initialize":
+            self._initialize(msg)
+        elif msg.method == "ping":
+            self._send(rpc.response(msg.raw("id"), "{}"))
+        elif self.held is not None:
+            self.held.append(msg)
+        else:
+            self._serve(msg)
+
+    def _serve(self, msg: rpc.Message) -> None:
+        try:
+            self._serve_request(msg)
+        except Exception as exc:  # a bug: the client gets an error, not a hang
+            self._warn(f"internal error serving {msg.method}: {exc!r}")
+            self._send(rpc.error(msg.raw("id"), rpc.INTERNAL_ERROR, f"proxy error: {exc!r}"))
+
+    def _serve_request(self, msg: rpc.Message) -> None:
+        if msg.method == "tools/list":
+            self.announced = self._tools_result()
+            self._send(rpc.response(msg.raw("id"), self.announced))
+        elif msg.method == "tools/call":
+            self._call(msg)
+        elif self.settings.single:
+            self._forward(msg, next(iter(self.servers.values())))
+        else:
+            self._send(rpc.error(msg.raw("id"), rpc.METHOD_NOT_FOUND,
+                                 f"{msg.method} is not served by a proxy of several servers"))
+
+    def _client_response(self, msg: rpc.Message) -> None:
+        """The client's answer to an upstream's request: back to it, under its own id."""
+        entry = self.server_calls.pop(msg.id, None) if type(msg.id) is int else None
+        if entry is None:
+            return
+        server, raw_id, key = entry
+        self.server_call_ids.pop((server.name, key), None)
+        if server.state != DEAD:
+            server.up.send(rpc.replace(msg, "id", raw_id))
+
+    def _client_notification(self, msg: rpc.Message) -> None:
+        if msg.method == "notifications/initialized":
+            self.client_ready = True
+            waiting, self.to_client = self.to_client, []
+            for line in waiting:
+                self._send(line)
+        elif msg.method == "notifications/cancelled":
+            self._client_cancelled(msg)
+        else:  # roots/list_changed, progress of a sampling request, ...: every upstream
+            for server in self.servers.values():
+                if server.state != DEAD and server.init is not None:
+                    server.up.send(rpc.line(msg.text))
+
+    def _client_cancelled(self, msg: rpc.Message) -> None:
+        key = rpc.id_key(msg.params.get("requestId"))
+        entry = self.client_calls.pop(key, None) if key is not None else None
+        if entry is not None:
+            server, uid = entry
+            server.calls.pop(uid, None)  # a late answer is dropped: the client gave up on it
+            server.up.send(_with_request_id(msg, str(uid)))
+        elif self.held is not None:
+            self.held = [m for m in self.held if rpc.id_key(m.id) != key]
+
+    # initialize -----------------------------------------------------------------------
+
+    def _initialize(self, msg: rpc.Message) -> None:
+        if self.init_request is not None:
+            self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST, "already initialized"))
+            return
+        self.init_request = msg
+        params = msg.raw("params") if "params" in msg.spans else "{}"
+        for server in self.servers.values():
+            self._request(server, "initialize", params, partial(self._on_initialize, server))
+        self._maybe_answer_initialize()
+
+    def _on_initialize(self, server: Server, reply: Reply) -> None:
+        if not reply.ok:
+            if server.state != DEAD:
+                self._warn(f"upstream {server.name!r} refused initialize: {reply.reason()}")
+                server.up.close_stdin()  # it is of no use: let it go (its EOF follows)
+            return
+        assert reply.message is not None
+        result = reply.message.values["result"]
+        server.init = result if isinstance(result, dict) else {}
+        server.up.send(rpc.notification("notifications/initialized"))
+        self._fetch_tools(server)
+        self._maybe_answer_initialize()
+
+    def _maybe_answer_initialize(self) -> None:
+        if self.init_request is None or self.init_answered:
+            return
+        if not all(s.init is not None or s.settled for s in self.servers.values()):
+            return
+        self.init_answered = True
+        raw_id = self.init_request.raw("id")
+        inits = [s.init for s in self.servers.values() if s.init is not None]
+        if self.settings.single and not inits:
+            self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE,
+                                 "the upstream did not initialize"))
+            return
+        self._send(rpc.response(raw_id, rpc.dumps(self._init_result(inits))))
+
+    def _init_result(self, inits: list[dict[str, Any]]) -> dict[str, Any]:
+        versions = [i["protocolVersion"] for i in inits if isinstance(i.get("protocolVersion"), str)]
+        requested = self.init_request.params.get("protocolVersion") if self.init_request else None
+        version = min(versions) if versions else requested  # dated: the oldest is the common one
+        if self.settings.single:
+            upstream = inits[0]
+            capabilities = dict(upstream.get("capabilities") or {})
+            tools = capabilities.get("tools")
+            capabilities["tools"] = {**(tools if isinstance(tools, dict) else {}),
+                                     "listChanged": True}
+            result = {"protocolVersion": version, "capabilities": capabilities,
+                      "serverInfo": upstream.get("serverInfo") or _SERVER_INFO}
+            if isinstance(upstream.get("instructions"), str):
+                result["instructions"] = upstream["instructions"]
+            return result
+        result = {"protocolVersion": version, "capabilities": {"tools": {"listChanged": True}},
+                  "serverInfo": _SERVER_INFO}
+        notes = [f"{s.name}: {s.init['instructions']}" for s in self.servers.values()
+                 if s.init is not None and isinstance(s.init.get("instructions"), str)]
+        if notes:
+            result["instructions"] = "\n\n".join(notes)
+        return result
+
+    # listing an upstream's tools ------------------------------------------------------------
+
+    def _fetch_tools(self, server: Server, cursor: str | None = None) -> None:
+        if cursor is None:
+            if server.fetching:
+                server.refetch = True
+                return
+            server.fetching, server.pages = True, []
+        params = None if cursor is None else rpc.dumps({"cursor": cursor})
+        self._request(server, "tools/list", params, partial(self._on_tools_page, server))
+
+    def _on_tools_page(self, server: Server, reply: Reply) -> None:
+        if reply.message is None:  # it died: _server_gone has cleaned up
+            return
+        if reply.ok:
+            result = reply.message.values["result"]
+            server.pages.append(reply.message.raw("result").encode("utf-8"))
+            cursor = result.get("nextCursor") if isinstance(result, dict) else None
+            if isinstance(cursor, str) and cursor and len(server.pages) < MAX_PAGES:
+                self._fetch_tools(server, cursor)
+                return
+        else:
+            self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
+        server.fetching = False
+        pages, server.pages = server.pages, []
+        if reply.ok or server.state != LISTED:  # a failed re-list keeps the tools it had
+            self._index(server, pages if reply.ok else [])
+        if server.refetch:
+            server.refetch = False
+            self._fetch_tools(server)
+
+    def _index(self, server: Server, pages: list[bytes]) -> None:
+        catalog = self._catalog(server, pages)
+        try:
+            self.index.replace_server(server.name, catalog.docs)
+        except SearchIndexError as exc:
+            self._warn(f"upstream {server.name!r}: its tools could not be indexed: {exc}")
+            return
+        server.tools, server.state, server.settled = catalog.tools, LISTED, True
+        self._log(f"upstream {server.name!r}: {len(catalog.tools)} tools indexed")
+        self._maybe_ready()
+        self._tools_changed()
+
+    def _catalog(self, server: Server, pages: list[bytes]) -> Catalog:
+        """Compressed, its originals committed first; without a store, the originals."""
+        if self.store is not None:
+            catalog = build_catalog(server.name, server.prefix, pages, compressed=True,
+                                    options=self.options)
+            try:
+                ccr.commit(self.store, catalog.originals)
+                return catalog
+            except StoreError as exc:
+                self._warn(f"upstream {server.name!r}: tools listed uncompressed, the store "
+                           f"failed: {exc}")
+        return build_catalog(server.name, server.prefix, pages, compressed=False,
+                             options=self.options)
+
+    def _maybe_ready(self) -> None:
+        if self.held is None or not self.init_answered:
+            return
+        if not all(s.settled for s in self.servers.values()):
+            return
+        held, self.held = self.held, None
+        missing = [n for n in self.settings.always if self._tool(n) is None]
+        if missing:
+            self._warn(f"--always names no tool of a running upstream: {', '.join(missing)}")
+        for msg in held:
+            self._serve(msg)
+
+    # the list the client sees ---------------------------------------------------------
+
+    def _tool(self, exposed: str) -> ListedTool | None:
+        route = self._route(exposed)
+        if route is None:
+            return None
+        server, name = route
+        return server.tools.get(name)
+
+    def _route(self, exposed: str) -> tuple[Server, str] | None:
+        """The upstream and the name it knows a tool by, from the name the client uses."""
+        if self.settings.single:
+            return next(iter(self.servers.values())), exposed
+        prefix, sep, name = exposed.partition(SEPARATOR)
+        server = self.servers.get(prefix)
+        return (server, name) if sep and name and server is not None else None
+
+    def _exposed(self) -> list[ListedTool]:
+        names = dict.fromkeys([*self.settings.always, *self.found])
+        return [t for t in map(self._tool, names) if t is not None]
+
+    def _tools_result(self) -> str:
+        tools = self._exposed()
+        definitions = [self.search_definition, CALL_TOOL_DEFINITION,
+                       *(t.definition for t in tools)]
+        handles = {t.exposed: t.handle for t in tools if t.handle}
+        meta = f',"_meta":{rpc.dumps({listing.META_KEY: handles})}' if handles else ""
+        return '{"tools":[' + ",".join(definitions) + "]" + meta + "}"
+
+    def _tools_changed(self, *, found: bool = False) -> None:
+        """Tell the client its tool list changed: a search found tools, or an upstream's did."""
+        if self.announced is None and not found:
+            return  # it has not listed yet: what it lists will be current
+        current = self._tools_result()
+        if found or current != self.announced:
+            self.announced = current
+            self._notify(rpc.notification("notifications/tools/list_changed"))
+
+    # tools/call ---------------------------------------------------------------------------
+
+    def _call(self, msg: rpc.Message) -> None:
+        name = msg.params.get("name")
+        if name == SEARCH_TOOL:
+            self._search(msg)
+            return
+        if name == CALL_TOOL:
+            self._call_tool(msg)
+            return
+        route = self._route(name) if isinstance(name, str) else None
+        if route is None:
+            self._send(rpc.error(msg.raw("id"), rpc.INVALID_PARAMS, f"unknown tool: {name!r}"))
+            return
+        server, upstream_name = route
+        changes = []
+        if upstream_name != name:
+            spans = rpc.member_spans(msg.text, msg.spans["params"]) or {}
+            changes.append((spans["name"], rpc.dumps(upstream_name)))
+        self._forward(msg, server, changes)
+
+    def _search(self, msg: rpc.Message) -> None:
+        raw_id = msg.raw("id")
+        args = msg.params.get("arguments")
+        args = args if isinstance(args, dict) else {}
+        query, limit = args.get("query"), args.get("limit", DEFAULT_LIMIT)
+        if not isinstance(query, str) or not query.strip():
+            self._send(rpc.response(raw_id, _tool_result("query: a non-empty string, please",
+                                                         error=True)))
+            return
+        if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+            self._send(rpc.response(raw_id, _tool_result(
+                f"limit: an integer from 1 to {MAX_LIMIT}", error=True)))
+            return
+        hits = self.index.search(query, limit)
+        tools = [t for t in (self.servers[h.server].tools.get(h.name) for h in hits) if t]
+        text = "[" + ",".join(t.definition for t in tools) + "]" if tools else \
+            f"No tool matches {query!r}: try other words."
+        handles = {t.exposed: t.handle for t in tools if t.handle}
+        self._send(rpc.response(raw_id, _tool_result(text, meta=handles)))
+        if self._add_found(t.exposed for t in tools):
+            self._tools_changed(found=True)
+
+    def _add_found(self, names: Iterable[str]) -> bool:
+        added = False
+        for name in names:
+            if name not in self.found and name not in self.settings.always:
+                self.found[name] = None
+                added = True
+        while len(self.found) > MAX_FOUND:
+            del self.found[next(iter(self.found))]
+        return added
+
+    def _call_tool(self, msg: rpc.Message) -> None:
+        raw_id = msg.raw("id")
+        args = msg.params.get("arguments")
+        name = args.get("name") if isinstance(args, dict) else None
+        route = self._route(name) if isinstance(name, str) else None
+        if route is None:
+            self._send(rpc.response(raw_id, _tool_result(
+                f"unknown tool {name!r}: {SEARCH_TOOL} finds tools", error=True)))
+            return
+        assert isinstance(args, dict)
+        if not isinstance(args.get("arguments", {}), dict):
+            self._send(rpc.response(raw_id, _tool_result("arguments: an object, please",
+                                                         error=True)))
+            return
+        server, upstream_name = route
+        key = rpc.id_key(msg.id)
+
+        def done(reply: Reply) -> None:
+            self.client_calls.pop(key, None)
+            if reply.ok:
+                assert reply.message is not None
+                self._send(rpc.replace(reply.message, "id", raw_id))
+            else:
+                self._send(rpc.response(raw_id, _tool_result(
+                    f"{name} failed: {reply.reason()}", error=True)))
+
+        uid = self._request(server, "tools/call", _call_params(msg, upstream_name), done)
+        if uid is not None and key is not None:
+            self.client_calls[key] = (server, uid)
+
+    # from an upstream -------------------------------------------------------------------------
+
+    def _from_server(self, server: Server, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            msg = rpc.read(line)
+        except rpc.BadMessage as exc:
+            self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({exc}): "
+                       "dropped")
+            return
+        if msg.is_response:
+            on_reply = server.calls.pop(msg.id, None) if type(msg.id) is int else None
+            if on_reply is not None:
+                on_reply(Reply(msg))
+        elif msg.method is None:
+            return
+        elif msg.has_id:
+            self._server_request(server, msg)
+        else:
+            self._server_notification(server, msg)
+
+    def _server_request(self, server: Server, msg: rpc.Message) -> None:
+        if msg.method == "ping":  # the proxy is alive; the client need not be asked
+            server.up.send(rpc.response(msg.raw("id"), "{}"))
+            return
+        pid = self.next_client_id
+        self.next_client_id += 1
+        key = rpc.id_key(msg.id)
+        self.server_calls[pid] = (server, msg.raw("id"), key)
+        self.server_call_ids[(server.name, key)] = pid
+        self._notify(rpc.replace(msg, "id", str(pid)))
+
+    def _server_notification(self, server: Server, msg: rpc.Message) -> None:
+        if msg.method == "notifications/tools/list_changed":
+            if server.init is not None and server.state != DEAD:
+                self._fetch_tools(server)
+        elif msg.method == "notifications/cancelled":
+            key = rpc.id_key(msg.params.get("requestId"))
+            pid = self.server_call_ids.pop((server.name, key), None)
+            if pid is not None:
+                del self.server_calls[pid]
+                self._notify(_with_request_id(msg, str(pid)))
+        else:  # progress, logging, resources and prompts changes: the client's to see
+            self._notify(rpc.line(msg.text))
+
+    # endings ---------------------------------------------------------------------------
+
+    def _client_gone(self) -> None:
+        self.done = True
+
+    def _server_gone(self, server: Server) -> None:
+        """Its stdout ended: it is gone (or going). Fail what waits on it, drop its tools."""
+        server.status = _exit_status(server.up.stop(grace=2.0))
+        server.state, server.settled = DEAD, True
+        if self.stopping is None:
+            self._warn(f"upstream {server.name!r} exited with status {server.status}"
+                       + ("" if self.settings.single else ": its tools are out of the search"))
+        failure = f"upstream {server.name!r} exited (status {server.status})"
+        calls, server.calls = server.calls, {}
+        for on_reply in calls.values():
+            on_reply(Reply(None, failure))
+        for pid, (owner, _raw, key) in list(self.server_calls.items()):
+            if owner is server:
+                del self.server_calls[pid]
+                self.server_call_ids.pop((server.name, key), None)
+                self._notify(rpc.notification("notifications/cancelled", rpc.dumps(
+                    {"requestId": pid, "reason": failure})))
+        self.index.remove_server(server.name)
+        server.tools = {}
+        self._maybe_answer_initialize()
+        if self.settings.single:
+            self.done, self.status = True, server.status
+            return
+        self._maybe_ready()
+        self._tools_changed()
+
+
+_SERVER_INFO: Final = {"name": "caveman-batch", "version": __version__}
+
+
+def _call_params(msg: rpc.Message, name: str) -> str:
+    """call_tool's params as the upstream's tools/call: its arguments as written, its _meta."""
+    params = rpc.member_spans(msg.text, msg.spans["params"]) or {}
+    outer = rpc.member_spans(msg.text, params["arguments"]) or {}
+    arguments = msg.text[slice(*outer["arguments"])] if "arguments" in outer else "{}"
+    meta = f',"_meta":{msg.text[slice(*params["_meta"])]}' if "_meta" in params else ""
+    return '{"name":' + rpc.dumps(name) + ',"arguments":' + arguments + meta + "}"
+
+
+def _with_request_id(msg: rpc.Message, request_id: str) -> bytes:
+    params = rpc.member_spans(msg.text, msg.spans["params"]) or {}
+    return rpc.line(rpc.splice(msg.text, params["requestId"], request_id))
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# -- running it -----------------------------------------------------------------------------
+
+
+def _open(store_url: str | None, err: TextIO) -> Store | None:
+    if store_url is None:
+        return None
+    try:
+        return open_store(store_url)
+    except (StoreError, OSError) as exc:
+        err.write(f"caveman-batch proxy: store unavailable, tools are listed uncompressed: "
+                  f"{exc}\n")
+        err.flush()
+        return None
+
+
+def _start(specs: Sequence[ServerSpec], settings: Settings, events: Events,
+           err: TextIO) -> list[Server]:
+    """Every upstream that starts; with several, one that cannot start is left out."""
+    servers = []
+    deadline = time.monotonic() + settings.startup_timeout
+    for spec in specs:
+        try:
+            up = Upstream(spec, events, err, prefix_stderr=not settings.single)
+        except UsageError as exc:
+            if settings.single:
+                raise
+            err.write(f"caveman-batch proxy: {exc}: left out\n")
+            err.flush()
+            continue
+        servers.append(Server(up, "" if settings.single else spec.name + SEPARATOR, deadline))
+    return servers
+
+
+def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, *,
+        stdin_fd: int = 0, stdout_fd: int = 1, err: TextIO | None = None) -> int:
+    """Serve the client on stdin/stdout until it closes stdin; the exit status.
+
+    With one upstream (`settings.single`) the proxy ends when the upstream does and
+    raises UpstreamExited if it failed; with several it ends with the client (0).
+    """
+    if not specs:
+        raise UsageError("proxy --deferred needs an upstream command or --servers FILE")
+    if settings.single and len(specs) != 1:
+        raise UsageError("a single-upstream proxy takes exactly one upstream")
+    err = err or sys.stderr
+    events: Events = queue.SimpleQueue()
+    store = _open(store_url, err)
+    servers: list[Server] = []
+    previous: dict[int, Any] = {}
+    try:
+        servers = _start(specs, settings, events, err)
+        proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err)
+        previous = _forward_signals(proxy)
+        start_thread(pump_lines, stdin_fd, None, events, name="proxy-client")
+        proxy.loop()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for server in servers:
+            server.status = _exit_status(server.up.stop())
+        if store is not None:
+            store.close()
+    if not settings.single:
+        return proxy.status
+    status = servers[0].status or 0  # its own, as `proxy` without --deferred
+    if status:
+        raise UpstreamExited(f"upstream {specs[0].argv[0]!r} exited with status {status}", status)
+    return 0
+
+
+def _forward_signals(proxy: DeferredProxy) -> dict[int, Any]:
+    """A signal to the proxy goes to every upstream; the proxy ends once they have."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def forward(signum: int, _frame: object) -> None:
+        proxy.stopping = signum
+        for server in proxy.servers.values():
+            server.up.signal(signum)
+        proxy.events.put((None, b""))  # wake the loop: an empty line is skipped
+
+    return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}

@@ -1,0 +1,182 @@
+"""JSON-RPC lines for the deferred proxy: read one, change one member, keep the rest.
+
+A proxy that renumbers requests must not re-serialize what it forwards: `1.10` would
+become `1.1`, key order and escapes could change. So a message is read once into its
+members' values AND their spans (character offsets into the decoded line), and a
+forwarded line is the original text with one member's value spliced in (`replace`).
+The same walker finds spans inside a member (`member_spans`): a tools/call's `name`,
+call_tool's `arguments`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from json.decoder import scanstring  # type: ignore[attr-defined]
+from typing import Any, Final
+
+Span = tuple[int, int]
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER: Final = json.JSONDecoder()
+
+
+class BadMessage(ValueError):
+    """A line that is not one JSON-RPC message (the reason is the message)."""
+
+
+def _skip(text: str, i: int) -> int:
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _members(text: str, i: int) -> tuple[dict[str, Any], dict[str, Span], int]:
+    """The object starting at text[i]: its values, their spans, and the index after it."""
+    if text[i] != "{":
+        raise BadMessage("not a JSON object")
+    values: dict[str, Any] = {}
+    spans: dict[str, Span] = {}
+    i = _skip(text, i + 1)
+    while text[i] != "}":
+        if text[i] != '"':
+            raise BadMessage("an object member without a string key")
+        key, i = scanstring(text, i + 1)
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise BadMessage("an object member without ':'")
+        i = _skip(text, i + 1)
+        if key in values:
+            raise BadMessage(f"duplicate key {key!r}")
+        values[key], end = _DECODER.raw_decode(text, i)
+        spans[key] = (i, end)
+        i = _skip(text, end)
+        if text[i] == ",":
+            i = _skip(text, i + 1)
+        elif text[i] != "}":
+            raise BadMessage("an object member not followed by ',' or '}'")
+    return values, spans, i + 1
+
+
+def member_spans(text: str, span: Span) -> dict[str, Span] | None:
+    """Spans of the members of the object at `span`; None if it is not an object."""
+    try:
+        return _members(text, span[0])[1]
+    except (BadMessage, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One JSON-RPC message: its text, its members' values and their spans."""
+
+    text: str
+    values: dict[str, Any]
+    spans: dict[str, Span]
+
+    @property
+    def method(self) -> str | None:
+        method = self.values.get("method")
+        return method if isinstance(method, str) else None
+
+    @property
+    def has_id(self) -> bool:
+        return "id" in self.values
+
+    @property
+    def id(self) -> Any:
+        return self.values.get("id")
+
+    @property
+    def is_response(self) -> bool:
+        return self.method is None and self.has_id and ("result" in self.values
+                                                        or "error" in self.values)
+
+    def raw(self, key: str) -> str:
+        """A member's value exactly as written (KeyError if absent)."""
+        start, end = self.spans[key]
+        return self.text[start:end]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = self.values.get("params")
+        return params if isinstance(params, dict) else {}
+
+
+def read(line: bytes) -> Message:
+    """The message on one line (its line ending, if any, stripped); BadMessage if none."""
+    try:
+        text = line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise BadMessage(f"not UTF-8 (byte {exc.start})") from None
+    try:
+        start = _skip(text, 0)
+        values, spans, end = _members(text, start)
+    except (ValueError, IndexError) as exc:  # BadMessage is a ValueError too
+        raise BadMessage(str(exc) if isinstance(exc, BadMessage) else "not JSON") from None
+    except RecursionError:
+        raise BadMessage("nesting too deep") from None
+    if _skip(text, end) != len(text):
+        raise BadMessage("more than one JSON value on the line")
+    return Message(text, values, spans)
+
+
+def splice(text: str, span: Span, value: str) -> str:
+    return text[:span[0]] + value + text[span[1]:]
+
+
+def splice_many(text: str, changes: Iterable[tuple[Span, str]]) -> str:
+    """`text` with each (span, value) spliced in; the spans must not overlap."""
+    for span, value in sorted(changes, key=lambda change: change[0], reverse=True):
+        text = splice(text, span, value)
+    return text
+
+
+def id_key(value: Any) -> tuple[bool, Any] | None:
+    """A request id as a dict key: 1 and "1" differ; anything but a string or number is none."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return (isinstance(value, str), value)
+
+
+def replace(message: Message, key: str, value: str) -> bytes:
+    """The message's line with member `key`'s value replaced by JSON text `value`."""
+    return line(splice(message.text, message.spans[key], value))
+
+
+def line(text: str) -> bytes:
+    # a lone surrogate (decoded from a peer's \udXXX) can only sit inside a JSON string,
+    # where its backslash escape is the same value again
+    return text.encode("utf-8", "backslashreplace") + b"\n"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def response(raw_id: str, result_json: str) -> bytes:
+    return line('{"jsonrpc":"2.0","id":' + raw_id + ',"result":' + result_json + "}")
+
+
+def error(raw_id: str, code: int, message: str) -> bytes:
+    return line('{"jsonrpc":"2.0","id":' + raw_id + ',"error":'
+                + dumps({"code": code, "message": message}) + "}")
+
+
+def request(request_id: int, method: str, params_json: str | None = None) -> bytes:
+    params = "" if params_json is None else ',"params":' + params_json
+    return line(f'{{"jsonrpc":"2.0","id":{request_id},"method":{dumps(method)}{params}}}')
+
+
+def notification(method: str, params_json: str | None = None) -> bytes:
+    params = "" if params_json is None else ',"params":' + params_json
+    return line(f'{{"jsonrpc":"2.0","method":{dumps(method)}{params}}}')
+
+
+# JSON-RPC error codes
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+UPSTREAM_UNAVAILABLE: Final = -32000  # the implementation-defined server-error range
