@@ -4,6 +4,13 @@ LMDB gives one writer at a time across processes, readers that never block and
 never see a torn record, and copy-on-write pages, so a SIGKILL mid-commit leaves
 the last committed state intact. The map grows on demand: a full map doubles and
 the transaction is retried; another process's growth is adopted transparently.
+
+A directory is ours if it holds MARKER (written when the store is made) or, for a store
+made before that, if its first key is one of ours (a sha256 digest or a ~seen entry) or it
+holds none; another program's LMDB environment, or a folder of other files, is refused
+and left as it was (no data.mdb is ever made beside other files). A read-only open maps
+data.mdb read-only; if the lock file cannot be opened for writing (a 0444 store) it reads
+without LMDB's locks, as no writer can be at work there.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from caveman_batch.store import (
     Store,
     apply_commit,
     ensure_private_dir,
+    foreign_store,
     local_path,
     missing_store,
     path_url,
@@ -33,10 +41,14 @@ from caveman_batch.store import (
 INITIAL_MAP_SIZE = 1 << 30  # sparse on Linux: the file grows only as pages are used
 MAX_MAP_SIZE = 1 << 44
 _KEYS_PER_READ_TXN = 1024
+#: the file beside data.mdb that says this folder is a caveman-batch store
+MARKER: Final = "caveman-ccr"
+_MARKER_TEXT: Final = b"caveman-batch CCR store, format 1\n"
+_LMDB_FILES: Final = frozenset({"data.mdb", "lock.mdb", MARKER})
 
 # LMDB forbids opening one environment twice in a process (the second close
 # would drop the first's locks): share it, counted.
-_OPEN: dict[Path, tuple[lmdb.Environment, int]] = {}
+_OPEN: dict[Path, tuple[lmdb.Environment, int, bool]] = {}  # env, users, read-only
 _OPEN_LOCK = threading.Lock()
 # id(environment) -> where this process maps its data.mdb (see LmdbStore._release)
 _MAPS: dict[int, list[tuple[int, int]]] = {}
@@ -58,28 +70,39 @@ def _translated(path: Path, action: str) -> Iterator[None]:
 class LmdbStore(Store):
     scheme = "lmdb"
 
-    def __init__(self, path: Path, env: lmdb.Environment) -> None:
+    def __init__(self, path: Path, env: lmdb.Environment, readonly: bool = False) -> None:
         self._path = path
         self._env: lmdb.Environment | None = env
+        self._readonly = readonly
 
     @classmethod
-    def open(cls, location: str, create: bool = True) -> LmdbStore:
+    def open(cls, location: str, create: bool = True, readonly: bool = False) -> LmdbStore:
         path = local_path(location)
-        if not create and not (path / "data.mdb").is_file():
-            raise missing_store(path_url(cls.scheme, path))
+        url = path_url(cls.scheme, path)
+        exists = (path / "data.mdb").is_file()
+        if (readonly or not create) and not exists:
+            raise missing_store(url)
+        if not exists:
+            _refuse_other_files(path, url)
         with _OPEN_LOCK:
             if path in _OPEN:
-                env, count = _OPEN[path]
-                _OPEN[path] = (env, count + 1)
-                return cls(path, env)
-            with _translated(path, "open"):
-                try:
-                    ensure_private_dir(path)
-                except OSError as exc:
-                    raise StoreError(f"lmdb://{path}: cannot create directory: {exc}") from exc
-                env = _open_env(path, INITIAL_MAP_SIZE)
-            _OPEN[path] = (env, 1)
-        return cls(path, env)
+                env, count, env_readonly = _OPEN[path]
+                if env_readonly and not readonly:
+                    raise StoreError(f"{url}: already open read-only in this process")
+                _OPEN[path] = (env, count + 1, env_readonly)
+                return cls(path, env, readonly)
+            env = _open_readonly(path) if readonly else _open_writable(path)
+            try:
+                _recognise(path, url, env, stamp=not readonly)
+            except BaseException:
+                env.close()
+                raise
+            _OPEN[path] = (env, 1, readonly)
+        return cls(path, env, readonly)
+
+    @classmethod
+    def canonical_url(cls, location: str) -> str:
+        return path_url(cls.scheme, local_path(location))
 
     @property
     def url(self) -> str:
@@ -91,6 +114,8 @@ class LmdbStore(Store):
         return self._env
 
     def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        if self._readonly:
+            raise StoreError(f"{self.url} is open read-only")
         items = list(items)
         while True:
             try:
@@ -207,9 +232,9 @@ class LmdbStore(Store):
         if env is None:
             return
         with _OPEN_LOCK:
-            shared, count = _OPEN.get(self._path, (None, 0))
+            shared, count, shared_readonly = _OPEN.get(self._path, (None, 0, False))
             if shared is env and count > 1:
-                _OPEN[self._path] = (env, count - 1)
+                _OPEN[self._path] = (env, count - 1, shared_readonly)
                 return
             _OPEN.pop(self._path, None)
         with _MAPS_LOCK:
@@ -260,6 +285,66 @@ def _open_env(path: Path, map_size: int) -> lmdb.Environment:
     )
     env.reader_check()  # clear slots left by killed processes
     return env
+
+
+def _open_writable(path: Path) -> lmdb.Environment:
+    with _translated(path, "open"):
+        try:
+            ensure_private_dir(path)
+        except OSError as exc:
+            raise StoreError(f"lmdb://{path}: cannot create directory: {exc}") from exc
+        return _open_env(path, INITIAL_MAP_SIZE)
+
+
+def _open_readonly(path: Path) -> lmdb.Environment:
+    """data.mdb mapped read-only; without LMDB's locks only if the lock file is not
+    writable (a 0444 store: then no writer can be at work either)."""
+    options = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True, max_dbs=0,
+                   max_readers=256, readahead=False)
+    with _translated(path, "open"):
+        try:
+            return lmdb.open(str(path), lock=True, **options)
+        except lmdb.ReadonlyError:
+            return lmdb.open(str(path), lock=False, **options)
+
+
+def _refuse_other_files(path: Path, url: str) -> None:
+    """A store is made only in a new or empty folder (or one holding only LMDB's files)."""
+    if path.exists() and not path.is_dir():
+        raise foreign_store(url, "a file, not a folder")
+    try:
+        others = sorted(name for name in os.listdir(path) if name not in _LMDB_FILES)
+    except OSError:
+        return  # no such folder (yet): making it will say what stands in the way
+    if others:
+        shown = ", ".join(others[:3]) + (", …" if len(others) > 3 else "")
+        raise foreign_store(url, f"a folder holding other files ({shown}) and no data.mdb")
+
+
+def _recognise(path: Path, url: str, env: lmdb.Environment, *, stamp: bool) -> None:
+    """ForeignStoreError unless the store at `path` is ours; a store of ours without the
+    marker (made before it, or copied without it) gets it when opened for writing."""
+    marker = path / MARKER
+    if marker.is_file():
+        return
+    with _translated(path, "read"), env.begin(buffers=False) as txn:
+        first = next(txn.cursor().iternext(keys=True, values=False), None)
+    if first is not None and not _is_our_key(bytes(first)):
+        raise foreign_store(url, f"an LMDB environment whose first key {bytes(first)[:40]!r} "
+                                 f"is not ours")
+    if stamp:
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_MARKER_TEXT)
+        except OSError as exc:
+            raise StoreError(f"{url}: cannot write {MARKER}: {exc}") from exc
+
+
+def _is_our_key(key: bytes) -> bool:
+    """A record's key (64 lower-case hex digits) or a ~seen entry's: ccr's key space."""
+    return key.startswith(b"~seen/") or (
+        len(key) == 64 and all(c in b"0123456789abcdef" for c in key))
 
 
 def _scan(txn: lmdb.Transaction, start: bytes, inclusive: bool, prefix: bytes) -> list[bytes]:

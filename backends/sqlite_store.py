@@ -2,6 +2,13 @@
 
 Writers take the write lock up front (BEGIN IMMEDIATE) so a read-modify-write
 merge never races another process; readers see the last committed state.
+
+A file is ours if its header's application_id is APPLICATION_ID (written when the store
+is made, before anything else), or, for a store made before that, if its only table is
+`ccr` with our schema. Anything else (another program's database, a file that is not
+SQLite) is refused before a statement runs that could change it. A read-only open uses
+SQLite's `mode=ro`; if the WAL's shared-memory file cannot be made (a 0444 store in a
+read-only folder) it reads the file as immutable, as no writer can be at work there.
 """
 
 from __future__ import annotations
@@ -10,8 +17,10 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
 from caveman_batch.errors import StoreError
 from caveman_batch.store import (
@@ -19,6 +28,7 @@ from caveman_batch.store import (
     Store,
     apply_commit,
     ensure_private_dir,
+    foreign_store,
     local_path,
     missing_store,
     path_url,
@@ -26,7 +36,12 @@ from caveman_batch.store import (
 
 BUSY_TIMEOUT_S = 60.0
 # A rowid table: values are kilobytes, and WITHOUT ROWID suits rows far smaller than a page.
-_SCHEMA = "CREATE TABLE IF NOT EXISTS ccr (key BLOB PRIMARY KEY, value BLOB NOT NULL)"
+_TABLE = "CREATE TABLE ccr (key BLOB PRIMARY KEY, value BLOB NOT NULL)"  # as sqlite_master keeps it
+_SCHEMA = _TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")
+#: the file header's application_id (offset 68) of a caveman-batch store: "CCR1"
+APPLICATION_ID: Final = int.from_bytes(b"CCR1", "big")
+_MAGIC: Final = b"SQLite format 3\0"
+_HEADER_BYTES: Final = 100
 
 
 @contextlib.contextmanager
@@ -48,16 +63,23 @@ def _upper_bound(prefix: bytes) -> bytes | None:
 class SqliteStore(Store):
     scheme = "sqlite"
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, readonly: bool = False) -> None:
         self._path = path
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.Lock()
+        self._readonly = readonly
 
     @classmethod
-    def open(cls, location: str, create: bool = True) -> SqliteStore:
+    def open(cls, location: str, create: bool = True, readonly: bool = False) -> SqliteStore:
         path = local_path(location)
-        if not create and not path.is_file():
-            raise missing_store(path_url(cls.scheme, path))
+        url = path_url(cls.scheme, path)
+        if path.exists() and not path.is_file():  # a folder, a FIFO (whose read would block)
+            raise foreign_store(url, "not a regular file")
+        if (readonly or not create) and not path.exists():
+            raise missing_store(url)
+        new = _recognise(path, url, may_adopt=create and not readonly)
+        if readonly:
+            return cls(path, _connect_readonly(path), readonly=True)
         try:
             ensure_private_dir(path.parent)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # WAL/shm inherit these bits
@@ -67,10 +89,18 @@ class SqliteStore(Store):
         with _translated(path, "open"):
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                    check_same_thread=False)
+            if new or conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                # marked first, while the file is still in rollback mode: the marker and the
+                # table are in the file itself, never only in a WAL a reader might not see
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute(_SCHEMA)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_SCHEMA)
         return cls(path, conn)
+
+    @classmethod
+    def canonical_url(cls, location: str) -> str:
+        return path_url(cls.scheme, local_path(location))
 
     @property
     def url(self) -> str:
@@ -83,6 +113,8 @@ class SqliteStore(Store):
 
     def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
         conn = self._live()
+        if self._readonly:
+            raise StoreError(f"{self.url} is open read-only")
         with self._lock, _translated(self._path, "commit"):
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -125,6 +157,85 @@ class SqliteStore(Store):
         if conn is not None:
             with _translated(self._path, "close"):
                 conn.close()
+
+
+def _recognise(path: Path, url: str, *, may_adopt: bool) -> bool:
+    """Whether the file at `path` is to be made a new store (True) or is one of ours
+    (False); ForeignStoreError if it is neither. Reads, never writes: the header
+    itself, then (for a store older than its marker) the schema through an immutable
+    connection, which takes no lock and makes no file."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_HEADER_BYTES)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        raise StoreError(f"{url}: cannot read: {exc}") from exc
+    if not head:
+        if may_adopt:
+            return True  # an empty file is an empty database: made ours by a command that makes stores
+        raise foreign_store(url, "an empty file")
+    if len(head) < _HEADER_BYTES or not head.startswith(_MAGIC):
+        raise foreign_store(url, "not an SQLite database")
+    app_id = int.from_bytes(head[68:72], "big")
+    if app_id == APPLICATION_ID:
+        return False
+    if app_id:
+        raise foreign_store(url, f"an SQLite database of another application, id {app_id:#x}")
+    tables = _tables(path, url)
+    if tables != {"ccr": _TABLE}:
+        shown = ", ".join(sorted(tables)) or "none"
+        raise foreign_store(url, f"an SQLite database whose tables ({shown}) are not ours")
+    return False
+
+
+def _tables(path: Path, url: str) -> dict[str, str]:
+    """name -> CREATE statement of every table. A WAL not yet checkpointed may hold a
+    store's table (made by a release before the marker): read through it when present."""
+    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
+    try:
+        conn = _connect_uri(path, f"mode=ro{immutable}")
+        try:
+            rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise foreign_store(url, f"unreadable as SQLite: {exc}") from exc
+    return {str(name): str(sql) for name, sql in rows}
+
+
+def _file_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path))
+
+
+_NO_SHARED_MEMORY: Final = (8, 14)  # SQLITE_READONLY, SQLITE_CANTOPEN (primary codes)
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """`mode=ro`; `immutable` if SQLite cannot read the WAL so (it must make the WAL's
+    shared-memory file, in a folder that may be read-only: no writer is at work there)."""
+    with _translated(path, "open"):
+        try:
+            return _checked(_connect_uri(path, "mode=ro"))
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _NO_SHARED_MEMORY:
+                raise
+        return _checked(_connect_uri(path, "mode=ro&immutable=1"))
+
+
+def _connect_uri(path: Path, query: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"{_file_uri(path)}?{query}", uri=True, timeout=BUSY_TIMEOUT_S,
+                           isolation_level=None, check_same_thread=False)
+
+
+def _checked(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """`conn`, once it has read the table (the first read is where SQLite opens the WAL)."""
+    try:
+        conn.execute("SELECT 1 FROM ccr LIMIT 1").fetchall()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def data_file(path: Path) -> Path:

@@ -218,23 +218,87 @@ def decode_header(value: bytes) -> Header:
     return Header(version, codec, length, first, last, ctype, offset)
 
 
+# Every 128 KiB a zstd frame inflates to costs it at least a 3-byte block header: a
+# header claiming more than this for its payload is a lie, refused before anything is
+# allocated (a frame's buffer is allocated whole, at the size it declares).
+_BLOCK_OUT_MAX: Final = 1 << 17
+_BLOCK_IN_MIN: Final = 3
+_WHOLE_MAX: Final = 1 << 20  # records verified without their bytes inflate in chunks above this
+
+
+def _bounded_payload(header: Header, value: bytes) -> bytes:
+    """The payload, once its frame is known to inflate to no more than the header's
+    length (ValueError with the reason otherwise)."""
+    payload = value[header.payload_offset:]
+    length = header.original_length
+    if length > (len(payload) // _BLOCK_IN_MIN + 1) * _BLOCK_OUT_MAX:
+        raise ValueError(f"header claims {length:,} bytes from a {len(payload):,}-byte payload")
+    declared = zstandard.frame_content_size(payload)  # ZstdError if not a frame
+    if declared >= 0 and declared != length:
+        raise ValueError(f"frame declares {declared:,} bytes, header {length:,}")
+    return payload
+
+
+def _inflate(header: Header, value: bytes) -> bytes:
+    """The whole original, never more than the header's length + 1 bytes of it: a frame
+    that declares no size and runs on is cut there and fails the length check."""
+    payload = _bounded_payload(header, value)
+    return _codecs.decompressor.decompress(payload, max_output_size=header.original_length + 1)
+
+
+def _inflated_digest(header: Header, value: bytes) -> tuple[int, str]:
+    """(length, sha256) of what the payload inflates to, in chunks: verifying a record
+    holds at most a chunk of it, whatever its header claims."""
+    if header.original_length <= _WHOLE_MAX:
+        original = _inflate(header, value)
+        return len(original), digest_of(original)
+    reader = _codecs.decompressor.stream_reader(_bounded_payload(header, value))
+    hasher, length, limit = hashlib.sha256(), 0, header.original_length + 1
+    while length < limit:
+        chunk = reader.read(min(_WHOLE_MAX, limit - length))
+        if not chunk:
+            break
+        hasher.update(chunk)
+        length += len(chunk)
+    return length, hasher.hexdigest()
+
+
+def _corrupt(handle: str, exc: Exception) -> IntegrityError:
+    return IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt")
+
+
+def _mismatch(handle: str) -> IntegrityError:
+    return IntegrityError(
+        f"record {handle} does not hash to its key (tampered or truncated); refused",
+        handle,
+        "digest mismatch",
+    )
+
+
 def open_record(digest: str, value: bytes) -> tuple[Header, bytes]:
     """Decode and verify a record; IntegrityError (with a reason) if it fails."""
     handle = make_handle(digest)
     try:
         header = decode_header(value)
-        original = _codecs.decompressor.decompress(
-            value[header.payload_offset:], max_output_size=max(header.original_length, 1)
-        )
+        original = _inflate(header, value)
     except (ValueError, zstandard.ZstdError) as exc:
-        raise IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt") from exc
+        raise _corrupt(handle, exc) from exc
     if len(original) != header.original_length or digest_of(original) != digest:
-        raise IntegrityError(
-            f"record {handle} does not hash to its key (tampered or truncated); refused",
-            handle,
-            "digest mismatch",
-        )
+        raise _mismatch(handle)
     return header, original
+
+
+def verify_record(digest: str, value: bytes) -> Header:
+    """`open_record` without keeping the original: memory stays bounded by a chunk."""
+    handle = make_handle(digest)
+    try:
+        header = decode_header(value)
+        length, found = _inflated_digest(header, value)
+    except (ValueError, zstandard.ZstdError) as exc:
+        raise _corrupt(handle, exc) from exc
+    if length != header.original_length or found != digest:
+        raise _mismatch(handle)
+    return header
 
 
 def _refreshed(old: bytes, new: bytes) -> bytes:
@@ -255,13 +319,16 @@ def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         return None
     try:
         oh, nh = decode_header(old), decode_header(new)
-        # The new payload is known good; an identical old one is too, but only if
-        # the length the old header claims is also the same (a flipped length bit
-        # fails every read and would otherwise never heal).
-        same_payload = (oh.original_length == nh.original_length
-                        and old[oh.payload_offset:] == new[nh.payload_offset:])
-        if not same_payload:  # tampered, another level or zstd version: verify the hard way
-            open_record(key.decode("ascii"), old)
+        # The new payload is known good; an identical old one is too, but only if the
+        # length the old header claims is also the same (a flipped length bit fails every
+        # read and would otherwise never heal). One original has one length: another one
+        # heals without inflating anything.
+        if oh.original_length != nh.original_length:
+            return new
+        if old[oh.payload_offset:] != new[nh.payload_offset:]:
+            # tampered, another level or zstd version: verify the hard way, inflating no
+            # more than the new (known good) original's length, and keeping none of it
+            verify_record(key.decode("ascii"), old)
     except (ValueError, IntegrityError):
         return new  # heal
     refreshed = _refreshed(old, new)
@@ -319,6 +386,8 @@ def resolve(store: Store, handle: str) -> str:
     prefix = parse_handle(handle)
     matches: list[str] = []
     for key in store.keys(prefix.encode("ascii")):
+        if not _is_digest_key(key):
+            continue  # another program's key that happens to start with these digits
         matches.append(key.decode("ascii"))
         if len(matches) > 5:
             break
@@ -372,6 +441,7 @@ class Audit:
     verified: int = 0
     original_bytes: int = 0
     stored_bytes: int = 0
+    foreign_keys: int = 0  # keys that are not ours: ignored, only counted
     excluded: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
 
@@ -380,28 +450,33 @@ class Audit:
         return {
             "store": self.store, "records": self.records, "verified": self.verified,
             "original_bytes": self.original_bytes, "stored_bytes": self.stored_bytes,
-            "stored_ratio": round(ratio, 4), "excluded": dict(sorted(self.excluded.items())),
+            "stored_ratio": round(ratio, 4), "foreign_keys": self.foreign_keys,
+            "excluded": dict(sorted(self.excluded.items())),
             "failures": self.failures,
         }
 
 
 def _is_digest_key(key: bytes) -> bool:
+    """Ours: 64 lower-case hex digits (any other key is another program's, never decoded)."""
     return len(key) == 64 and _HEX_RE.fullmatch(key.decode("ascii", "replace")) is not None
 
 
 def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[str, Header, bytes]]:
     """(digest, header, stored value) for each record that verifies; failures go to `audit`.
-    ~seen entries are not records: neither counted nor yielded."""
+    ~seen entries are not records, nor are keys that are not sha256 digests (another
+    program's, in a store shared with it): neither counted as records nor yielded."""
     for key, value in store.items():
         if key.startswith(SEEN_PREFIX):
             continue
+        if not _is_digest_key(key):
+            if audit is not None:
+                audit.foreign_keys += 1
+            continue
         if audit is not None:
             audit.records += 1
+        digest = key.decode("ascii")
         try:
-            if not _is_digest_key(key):
-                raise IntegrityError(f"key {key!r} is not a sha256 digest", repr(key), "foreign key")
-            digest = key.decode("ascii")
-            header, original = open_record(digest, value)
+            header = verify_record(digest, value)
         except IntegrityError as exc:
             if audit is not None:
                 audit.excluded[exc.reason] = audit.excluded.get(exc.reason, 0) + 1
@@ -409,7 +484,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             continue
         if audit is not None:
             audit.verified += 1
-            audit.original_bytes += len(original)
+            audit.original_bytes += header.original_length
             audit.stored_bytes += len(value)
         yield digest, header, value
 

@@ -24,7 +24,7 @@ from .payload.cli import payload_app
 from .fsio import atomic_write
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
-from .store import Store, open_store
+from .store import Store, canonical_url, open_store, split_store_url
 
 app = typer.Typer(
     name="caveman-batch",
@@ -53,9 +53,34 @@ def default_store_url() -> str:
     return f"lmdb://{Path(os.path.expanduser(home)).absolute() / 'ccr.lmdb'}"
 
 
-def _open(url: str | None) -> Store:
-    """The store, for commands that only read it: a missing one is an error, not created."""
-    return open_store(url or default_store_url(), create=False)
+def store_url(url: str | None) -> str:
+    """--store as given (an empty one is refused as such, never the default), else the
+    default; checked before anything is opened or read."""
+    chosen = default_store_url() if url is None else url
+    split_store_url(chosen)
+    return chosen
+
+
+#: memory:// for a command that hands out handles: only when asked for, as tests do
+ALLOW_MEMORY_ENV = "CAVEMAN_ALLOW_MEMORY_STORE"
+
+
+def minting_store_url(url: str | None) -> str:
+    """The store URL for a command that hands out handles (compress, shrink, payload
+    compress, proxy): not memory://, whose records end with this process, so that every
+    handle named could never be recovered; unless $CAVEMAN_ALLOW_MEMORY_STORE is 1."""
+    chosen = store_url(url)
+    if split_store_url(chosen)[0] == "memory" and os.environ.get(ALLOW_MEMORY_ENV, "").strip() != "1":
+        raise UsageError(f"--store {chosen}: a memory:// store ends with this process, so no "
+                         f"handle this command names could ever be recovered; use lmdb:// or "
+                         f"sqlite:// ({ALLOW_MEMORY_ENV}=1 allows it, for tests)")
+    return chosen
+
+
+def _open(url: str | None, *, readonly: bool = True) -> Store:
+    """The store, for commands that only read it (or, `readonly=False`, change only what it
+    holds): a missing one is an error, not created; read-only, it is never written."""
+    return open_store(store_url(url), create=False, readonly=readonly)
 
 
 def _echo_json(data: object) -> None:
@@ -102,8 +127,9 @@ def shrink(
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
 ) -> None:
     """Compress one catalog; commit its original to the store; report (JSON) on stderr."""
+    url = minting_store_url(store)
     label, raw = read_source(source, max_bytes)
-    outcome = single.shrink(raw, label, store or default_store_url())
+    outcome = single.shrink(raw, label, url)
     if output is None:
         sys.stdout.buffer.write(outcome.output)
         sys.stdout.buffer.flush()
@@ -181,7 +207,7 @@ def compress(
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
     config = pipeline.Config(
-        sources=sources, out=out, store_url=store or default_store_url(), manifest=manifest,
+        sources=sources, out=out, store_url=minting_store_url(store), manifest=manifest,
         workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS,
         keep_removed=keep_removed, changes=changes,
@@ -268,6 +294,8 @@ def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                f"({float(report['stored_ratio']) * 100:.1f}% of original)")  # type: ignore[arg-type]
     for reason, count in report["excluded"].items():  # type: ignore[attr-defined]
         typer.echo(f"excluded  {count:,} {reason}")
+    if report["foreign_keys"]:
+        typer.echo(f"ignored   {report['foreign_keys']:,} keys that are not ours")
 
 
 @app.command()
@@ -281,6 +309,8 @@ def verify(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         for failure in report.failures:
             typer.echo(f"FAILED {failure['handle']}: {failure['reason']}")
         typer.echo(f"verified {report.verified:,} of {report.records:,} records in {report.store}")
+        if report.foreign_keys:
+            typer.echo(f"ignored {report.foreign_keys:,} keys that are not ours")
     if report.verified != report.records:
         raise VerificationFailed(f"{report.records - report.verified} record(s) failed verification")
 
@@ -295,7 +325,7 @@ def prune(
 ) -> None:
     """Drop originals that no batch has touched for DURATION."""
     seconds = parse_duration(not_seen_for)
-    with _open(store) as s:
+    with _open(store, readonly=dry_run) as s:
         removed = ccr.prune(s, seconds, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     if as_json:
@@ -320,10 +350,11 @@ def migrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Copy every verified record to another store (e.g. sqlite:// to lmdb://)."""
-    with _open(store) as source, open_store(to) as target:
-        if source.url == target.url:
+    with _open(store) as source:
+        if canonical_url(to) == source.url:
             raise UsageError(f"--to names the source store itself ({source.url})")
-        report = ccr.migrate(source, target)
+        with open_store(to) as target:
+            report = ccr.migrate(source, target)
     data = report.as_dict()
     data.pop("failures")
     data["target"] = to
@@ -352,7 +383,7 @@ def proxy_command(
     from . import proxy
 
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
-    proxy.run(ctx.args, store or default_store_url(), debug=debug)
+    proxy.run(ctx.args, minting_store_url(store), debug=debug)
 
 
 app.add_typer(payload_app, name="payload")

@@ -74,6 +74,11 @@ class StoreNotFoundError(UsageError, FileNotFoundError):
     """A command that only reads was pointed at a store that does not exist."""
 
 
+class ForeignStoreError(UsageError):
+    """A store URL names a file or folder that is not a caveman-batch store (another
+    program's database, or not a database at all); it was left exactly as it was."""
+
+
 class StoreURLError(UsageError):
     """A store URL names an unknown scheme or is malformed."""
 

@@ -13,13 +13,14 @@ from .store import DELETE, Merge, Store, apply_commit
 class MemoryStore(Store):
     scheme = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, readonly: bool = False) -> None:
         self._data: dict[bytes, bytes] | None = {}
         self._lock = threading.Lock()
+        self._readonly = readonly
 
     @classmethod
-    def open(cls, location: str, create: bool = True) -> MemoryStore:
-        return cls()
+    def open(cls, location: str, create: bool = True, readonly: bool = False) -> MemoryStore:
+        return cls(readonly)
 
     @property
     def url(self) -> str:
@@ -31,6 +32,8 @@ class MemoryStore(Store):
         return self._data
 
     def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        if self._readonly:
+            raise StoreError("memory:// is open read-only")
         with self._lock:
             data = self._live()
             staged: dict[bytes, Any] = {}

@@ -8,7 +8,12 @@ built on those here, once.
 
 A store is named by a URL and prints itself back as that URL:
 `lmdb:///var/lib/caveman/ccr`, `sqlite:///srv/ccr.db`, `memory://`. The same string
-is the CLI option, the environment value, the pickled state and the test id.
+is the CLI option, the environment value, the pickled state and the test id. A URL
+has no query or fragment: `sqlite:///x.db?mode=ro` is refused, not a file name.
+
+A store opened `readonly` changes nothing on disk (commands that only read it), and
+every backend refuses a location that holds something not its own (another program's
+database): ForeignStoreError, with that location left exactly as it was.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from .errors import BackendUnavailableError, StoreNotFoundError, StoreURLError
+from .errors import (
+    BackendUnavailableError,
+    ForeignStoreError,
+    StoreNotFoundError,
+    StoreURLError,
+)
 
 
 class _Delete:
@@ -73,13 +83,21 @@ class Store(ABC):
 
     @classmethod
     @abstractmethod
-    def open(cls, location: str, create: bool = True) -> Store:
+    def open(cls, location: str, create: bool = True, readonly: bool = False) -> Store:
         """Open the store at `location` (the URL minus scheme://).
 
         With `create=False` a store that does not exist yet is StoreNotFoundError
         instead of a new empty one (commands that only read: a typo must not
-        create a store).
+        create a store). With `readonly` (which implies `create=False`) nothing is
+        written: the files are opened read-only (a store whose files are 0444 can be
+        read) and `commit` raises StoreError. Whatever the mode, a location holding
+        something that is not this backend's store is ForeignStoreError, untouched.
         """
+
+    @classmethod
+    def canonical_url(cls, location: str) -> str:
+        """The URL a store at `location` would print, without opening it."""
+        return f"{cls.scheme}://{location}"
 
     @property
     @abstractmethod
@@ -168,14 +186,18 @@ def _load_entry_points() -> None:
 
 
 def split_store_url(url: str) -> tuple[str, str]:
-    """`scheme://location` -> (scheme, location). A bare path means LMDB."""
+    """`scheme://location` -> (scheme, location). A bare path means LMDB (and may hold
+    any character a file name may); a URL takes no query or fragment."""
+    if not url.strip():
+        raise StoreURLError(f"empty store URL {url!r}: give one, e.g. lmdb:///var/lib/caveman/ccr")
     if "://" not in url:
-        if not url:
-            raise StoreURLError("empty store URL")
         return "lmdb", url
     scheme, _, location = url.partition("://")
     if not scheme.isidentifier():
         raise StoreURLError(f"malformed store URL {url!r}")
+    if "?" in location or "#" in location:
+        raise StoreURLError(f"store URL {url!r} has a query or fragment (?… or #…), which no "
+                            f"store takes; give the path alone")
     return scheme.lower(), location
 
 
@@ -200,10 +222,24 @@ def resolve_backend(scheme: str) -> type[Store]:
     return cls
 
 
-def open_store(url: str, *, create: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True, readonly: bool = False) -> Store:
     """Open the store named by `url` (see the module docstring)."""
     scheme, location = split_store_url(url)
-    return resolve_backend(scheme).open(location, create)
+    backend = resolve_backend(scheme)
+    if readonly:
+        return backend.open(location, False, readonly=True)
+    return backend.open(location, create)
+
+
+def canonical_url(url: str) -> str:
+    """What `str(open_store(url))` would be, without opening anything."""
+    scheme, location = split_store_url(url)
+    return resolve_backend(scheme).canonical_url(location)
+
+
+def foreign_store(url: str, what: str) -> ForeignStoreError:
+    return ForeignStoreError(f"{url} is not a caveman-batch store ({what}); refused, "
+                             f"nothing there was changed")
 
 
 def missing_store(url: str) -> StoreNotFoundError:

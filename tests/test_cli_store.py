@@ -8,18 +8,24 @@ exit statuses, environment handling) and the finer cases run through `cli.main`.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
+import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import lmdb
 import pytest
 
+from backends import lmdb_store, sqlite_store
 from caveman_batch import ccr, cli
 from caveman_batch.store import open_store
+from caveman_batch.testing.store_contract import bomb_frame
 
 DAY_MS = 86_400_000
 #: CRLF, lone CR, NUL, invalid UTF-8, a BOM and a 4-byte character, no final newline
@@ -298,3 +304,304 @@ def test_sqlite_store_that_cannot_be_created(
 def test_unknown_scheme_is_a_user_error(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     assert run_in_process(["stats", "--store", "nosuch:///x"]) == 1
     assert b"unknown store scheme 'nosuch'" in capfdbinary.readouterr().err
+
+
+# -- hostile records: decompression bombs -------------------------------------------
+
+#: address space for a CLI process: the store's own map (LMDB maps 1 GiB) and the
+#: interpreter fit; inflating a bomb's declared 1 TiB or 4 GiB would not
+ADDRESS_SPACE = {"sqlite": 1 << 30, "lmdb": 3 << 30}
+
+
+def run_capped(limit: int, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The installed CLI with its address space capped at `limit` bytes."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run([*entry_point(), *args], env=dict(os.environ), capture_output=True,
+                          timeout=120, check=False, preexec_fn=cap)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
+def test_bombed_records_are_refused_with_bounded_memory(backend: str, tmp_path: Path) -> None:
+    """Records whose zstd frames declare 1 TiB and 4 GiB (headers stating the originals'
+    true lengths): every store command treats them as corrupt within a capped address
+    space, without a traceback, and committing the originals again heals them."""
+    url = f"sqlite://{tmp_path}/ccr.db" if backend == "sqlite" else f"lmdb://{tmp_path}/ccr"
+    originals = [b'{"tools":[{"name":"tera"}]}', b'{"tools":[{"name":"giga"}]}']
+    tera, giga, good = commit(url, *originals, b"good")
+    with open_store(url) as store:
+        for handle, original, declared in ((tera, originals[0], 1 << 40),
+                                           (giga, originals[1], 4 << 30)):
+            store.put(handle[4:].encode(), ccr.encode_record(
+                len(original), "application/json", 1, 1, bomb_frame(declared, blocks=1 << 15)))
+    limit = ADDRESS_SPACE[backend]
+    expected = {("recover", tera): 1, ("recover", giga): 1, ("verify",): 1, ("stats", "--json"): 0,
+                ("prune", "--not-seen-for", "1d", "--dry-run"): 0,
+                ("prune", "--not-seen-for", "1d"): 0,
+                ("migrate", "--to", f"sqlite://{tmp_path}/copy.db"): 0}
+    for command, code in expected.items():
+        done = run_capped(limit, *command, "--store", url)
+        assert (done.returncode, b"Traceback" in done.stderr) == (code, False), (command, done.stderr)
+        if command[0] == "recover":
+            assert b"corrupt" in done.stderr and command[1].encode() in done.stderr
+        if command[0] == "stats":
+            report = json.loads(done.stdout)
+            assert (report["verified"], report["excluded"]) == (1, {"corrupt": 2})
+        if command[0] == "migrate":
+            assert b"copied 1 of 3 records" in done.stdout and b"skipped 2 corrupt" in done.stdout
+    for original, handle in zip(originals, (tera, giga)):  # a commit of the same original heals
+        source = tmp_path / "catalog.json"
+        source.write_bytes(original)
+        shrunk = run_capped(limit, "shrink", str(source), "--store", url)
+        assert shrunk.returncode == 0 and json.loads(shrunk.stderr)["handle"] == handle, shrunk.stderr
+        recovered = run_capped(limit, "recover", handle, "--store", url)
+        assert (recovered.returncode, recovered.stdout) == (0, original), recovered.stderr
+    assert run_capped(limit, "verify", "--store", url).returncode == 0
+    assert good
+
+
+# -- what is not ours: foreign files, old stores, read-only stores --------------------
+
+NO_SUCH = "ccr_" + "ab" * 32
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every entry in `folder`: bytes (of a regular file), mtime (ns) and mode."""
+    return {p.name: (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns, p.stat().st_mode)
+            for p in sorted(folder.iterdir())}
+
+
+def foreign_sqlite(path: Path) -> Path:
+    """Another program's database (rollback journal, one table of its own)."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    conn.execute("INSERT INTO notes (body) VALUES ('mine')")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def store_commands(tmp_path: Path) -> list[list[str]]:
+    """Every command that opens an existing store: the read-only ones, then the others."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_bytes(b'{"tools":[{"name":"t","description":"d"}]}')
+    return [["stats"], ["verify"], ["recover", NO_SUCH], ["payload", "retrieve", NO_SUCH],
+            ["prune", "--not-seen-for", "1d", "--dry-run"],
+            ["migrate", "--to", f"sqlite://{tmp_path}/copy.db"],
+            ["prune", "--not-seen-for", "1d"], ["shrink", str(catalog)],
+            ["compress", str(catalog), "-o", str(tmp_path / "out"), "--workers", "1"],
+            ["payload", "compress", str(catalog)]]
+
+
+@pytest.mark.parametrize("kind", ["another program's database", "not a database", "empty", "fifo"])
+def test_a_file_that_is_not_a_store_is_refused_and_left_as_it_was(
+    kind: str, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    db = theirs / "x.db"
+    if kind == "another program's database":
+        foreign_sqlite(db)
+    elif kind == "fifo":
+        os.mkfifo(db)
+    else:
+        db.write_bytes(b"" if kind == "empty" else b"plain text, not SQLite\n" * 20)
+    before = snapshot(theirs)
+    commands = store_commands(tmp_path)
+    if kind == "empty":  # an empty file is an empty database: a command that makes stores adopts it
+        commands = commands[:7]
+    for command in commands:
+        assert run_in_process([*command, "--store", f"sqlite://{db}"]) == 1, command
+        err = capfdbinary.readouterr().err
+        assert f"sqlite://{db} is not a caveman-batch store".encode() in err, (command, err)
+        assert snapshot(theirs) == before, command
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_stats_on_a_foreign_sqlite_file_changes_nothing(tmp_path: Path) -> None:
+    """The issue's case, through the installed entry point."""
+    db = foreign_sqlite(tmp_path / "x.db")
+    before = snapshot(tmp_path)
+    done = run("stats", "--store", f"sqlite://{db}")
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
+    assert f"sqlite://{db} is not a caveman-batch store".encode() in done.stderr
+    assert b"notes" in done.stderr  # says what it found
+    assert snapshot(tmp_path) == before
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+def test_lmdb_refuses_another_programs_environment_and_folder(
+    tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    theirs = tmp_path / "theirs"
+    env = lmdb.open(str(theirs), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"user:1", b"alice")
+    env.close()
+    data = (theirs / "data.mdb").read_bytes(), (theirs / "data.mdb").stat().st_mtime_ns
+    for command in store_commands(tmp_path):
+        assert run_in_process([*command, "--store", f"lmdb://{theirs}"]) == 1, command
+        err = capfdbinary.readouterr().err
+        assert f"lmdb://{theirs} is not a caveman-batch store".encode() in err, (command, err)
+        assert ((theirs / "data.mdb").read_bytes(), (theirs / "data.mdb").stat().st_mtime_ns) == data
+        assert sorted(p.name for p in theirs.iterdir()) == ["data.mdb", "lock.mdb"]
+
+    folder = tmp_path / "documents"  # a folder of other files: no data.mdb is made in it
+    folder.mkdir()
+    (folder / "letter.txt").write_bytes(b"dear")
+    for command in store_commands(tmp_path):
+        assert run_in_process([*command, "--store", f"lmdb://{folder}"]) == 1, command
+        capfdbinary.readouterr()
+        assert sorted(p.name for p in folder.iterdir()) == ["letter.txt"], command
+
+
+def test_stores_made_before_the_marker_are_still_ours(
+    tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """An SQLite store as the previous release made it (no application_id; its table maybe
+    only in a WAL not yet checkpointed) and an LMDB store without its marker file."""
+    record = ccr.prepare(b"from the previous release")
+    db = tmp_path / "old.db"
+    old = sqlite3.connect(db, isolation_level=None)  # what the previous release ran
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("PRAGMA synchronous=FULL")
+    old.execute("CREATE TABLE IF NOT EXISTS ccr (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
+    old.execute("INSERT INTO ccr (key, value) VALUES (?, ?)", (record.key, record.value))
+    lmdb_dir = tmp_path / "old.lmdb"
+    commit(f"lmdb://{lmdb_dir}", b"from the previous release")
+    (lmdb_dir / lmdb_store.MARKER).unlink()
+    for url in (f"sqlite://{db}", f"lmdb://{lmdb_dir}"):
+        assert run_in_process(["recover", record.handle, "--store", url]) == 0, url
+        assert capfdbinary.readouterr().out == b"from the previous release"
+        assert run_in_process(["verify", "--store", url]) == 0, url
+        capfdbinary.readouterr()
+    old.close()
+    assert not (lmdb_dir / lmdb_store.MARKER).exists()  # reading it wrote nothing
+    for url in (f"sqlite://{db}", f"lmdb://{lmdb_dir}"):  # writing to it marks it
+        commit(url, b"from this release")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone() == (sqlite_store.APPLICATION_ID,)
+    assert (lmdb_dir / lmdb_store.MARKER).is_file()
+
+
+_PR_CAPBSET_DROP = 24
+_DAC_CAPS = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+
+
+def _without_dac_override() -> None:
+    """In the child, before exec: drop the capabilities by which root ignores file modes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in _DAC_CAPS:
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def run_as_modes_say(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI in a process that file modes bind (root here bypasses them otherwise)."""
+    drop = _without_dac_override if os.geteuid() == 0 else None
+    return subprocess.run([*entry_point(), *args], env=dict(os.environ), capture_output=True,
+                          timeout=60, check=False, preexec_fn=drop)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
+def test_a_store_whose_files_are_0444_is_read_and_left_unchanged(backend: str, tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        try:
+            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
+        except (OSError, subprocess.SubprocessError):
+            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
+    folder = tmp_path / "ro"
+    url = f"sqlite://{folder}/ccr.db" if backend == "sqlite" else f"lmdb://{folder}"
+    [handle] = commit(url, AWKWARD)
+    for path in folder.iterdir():
+        path.chmod(0o444)
+    folder.chmod(0o555)
+    before = snapshot(folder)
+    try:
+        for command, code in ((["stats", "--json"], 0), (["verify"], 0), (["recover", handle], 0),
+                              (["payload", "retrieve", handle], 0),
+                              (["prune", "--not-seen-for", "1d", "--dry-run"], 0),
+                              (["migrate", "--to", f"sqlite://{tmp_path}/copy.db"], 0)):
+            done = run_as_modes_say(*command, "--store", url)
+            assert done.returncode == code, (command, done.stderr)
+            if command[0] in ("recover", "payload"):
+                assert done.stdout == AWKWARD
+            assert snapshot(folder) == before, command
+        refused = run_as_modes_say("prune", "--not-seen-for", "1d", "--store", url)
+        assert refused.returncode == 2  # writing is what the modes forbid: said, not done
+        assert snapshot(folder) == before
+    finally:
+        folder.chmod(0o700)
+    with open_store(f"sqlite://{tmp_path}/copy.db") as copy:
+        assert ccr.recover(copy, handle) == AWKWARD
+
+
+def test_foreign_non_ascii_keys_never_crash_a_command(
+    sqlite_url: str, capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    [handle] = commit(sqlite_url, AWKWARD)
+    digest = handle[4:]
+    with open_store(sqlite_url) as store:
+        store.commit([(digest[:8].encode() + b"\xc3\x28 theirs", b"x"),
+                      (b"12345678\xff\xfe", b"y")])
+    assert run_in_process(["recover", digest[:8], "--store", sqlite_url]) == 0
+    assert capfdbinary.readouterr().out == AWKWARD
+    assert run_in_process(["recover", "12345678", "--store", sqlite_url]) == 1
+    assert b"unknown handle '12345678'" in capfdbinary.readouterr().err
+    assert run_in_process(["verify", "--store", sqlite_url]) == 0
+    out = capfdbinary.readouterr().out
+    assert b"verified 1 of 1 records" in out and b"ignored 2 keys that are not ours" in out
+    assert run_in_process(["stats", "--json", "--store", sqlite_url]) == 0
+    assert json.loads(capfdbinary.readouterr().out)["foreign_keys"] == 2
+    for command in (["prune", "--not-seen-for", "0s"], ["migrate", "--to", "memory://"]):
+        assert run_in_process([*command, "--store", sqlite_url]) == 0, command
+        capfdbinary.readouterr()
+    with open_store(sqlite_url) as store:
+        assert len(list(store.keys())) == 2  # ours pruned, theirs left alone
+
+
+# -- store URLs: memory:// where handles are minted, empty, query, fragment ------------
+
+
+def test_memory_store_is_refused_where_handles_are_minted(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    catalog.write_bytes(b'{"tools":[{"name":"t","description":"d"}]}')
+    proxy = ["--", sys.executable, "-c", "print('started')"]
+    for command in (["compress", str(catalog), "-o", str(tmp_path / "out"), "--workers", "1"],
+                    ["shrink", str(catalog)], ["payload", "compress", str(catalog)], ["proxy"]):
+        tail = proxy if command == ["proxy"] else []
+        for args, env in (([*command, "--store", "memory://", *tail], {}),
+                          ([*command, *tail], {"CAVEMAN_CCR_STORE": "memory://"})):
+            done = run(*args, env=env)
+            assert done.returncode == 1, (args, done.stderr)
+            assert b"memory://" in done.stderr and b"could ever be recovered" in done.stderr
+            assert done.stdout == b"" and b"Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+    allowed = run("shrink", str(catalog), "--store", "memory://",
+                  env={"CAVEMAN_ALLOW_MEMORY_STORE": "1"})
+    assert allowed.returncode == 0 and json.loads(allowed.stderr)["handle"].startswith("ccr_")
+
+
+@pytest.mark.parametrize("url", ["", " ", "sqlite:///{tmp}/x.db?mode=ro", "lmdb:///{tmp}/p#x",
+                                 "memory://?x"])
+def test_empty_store_urls_and_urls_with_a_query_or_fragment_are_usage_errors(
+    url: str, tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes],
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAVEMAN_ALLOW_MEMORY_STORE", "1")
+    given = url.format(tmp=tmp_path)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_bytes(b'{"tools":[]}')
+    commit(cli.default_store_url(), b"in the default store")  # must not be what '' falls back to
+    for command in (["stats"], ["verify"], ["recover", NO_SUCH], ["shrink", str(catalog)],
+                    ["compress", str(catalog), "-o", str(tmp_path / "out")],
+                    ["payload", "compress", str(catalog)], ["payload", "retrieve", NO_SUCH],
+                    ["prune", "--not-seen-for", "1d"], ["migrate", "--to", f"sqlite://{tmp_path}/c.db"]):
+        assert run_in_process([*command, "--store", given]) == 1, command
+        captured = capfdbinary.readouterr()
+        assert b"store URL" in captured.err and captured.out == b"", (command, captured.err)
+    assert run_in_process(["migrate", "--to", given]) == 1
+    capfdbinary.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.json", "caveman-home"]

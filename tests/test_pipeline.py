@@ -315,7 +315,9 @@ def test_strict_exit_1_on_errors(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*args, "--strict"]) == 1
 
 
-def test_no_documents_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_documents_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAVEMAN_ALLOW_MEMORY_STORE", "1")  # memory:// is refused otherwise
     (tmp_path / "empty").mkdir()
     assert main(["compress", str(tmp_path / "empty"), "-o", str(tmp_path / "o"),
                  "--store", "memory://"]) == 1

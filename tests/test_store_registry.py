@@ -56,3 +56,23 @@ def test_unknown_scheme_lists_the_known_ones() -> None:
 def test_bare_path_means_lmdb(tmp_path: pytest.TempPathFactory) -> None:
     with open_store(str(tmp_path) + "/plain") as s:
         assert str(s).startswith("lmdb://")
+
+
+@pytest.mark.parametrize("url", ["", "  ", "sqlite:///x.db?mode=ro", "lmdb:///p#x", "memory://?a",
+                                 "sqlite:///x.db#"])
+def test_empty_urls_and_urls_with_a_query_or_fragment_are_refused(url: str) -> None:
+    with pytest.raises(StoreURLError) as exc:
+        open_store(url)
+    assert repr(url) in str(exc.value)
+
+
+def test_a_bare_path_may_hold_any_character(tmp_path: pytest.TempPathFactory) -> None:
+    with open_store(f"{tmp_path}/odd?name#1") as s:
+        assert str(s) == f"lmdb://{tmp_path}/odd?name#1"
+
+
+def test_canonical_url_is_what_the_store_prints(tmp_path: pytest.TempPathFactory) -> None:
+    for url in (f"sqlite://{tmp_path}/a/../c.db", f"lmdb://{tmp_path}/l", str(tmp_path) + "/bare"):
+        expected = store_module.canonical_url(url)
+        with open_store(url) as s:
+            assert str(s) == expected

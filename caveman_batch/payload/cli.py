@@ -26,9 +26,15 @@ StoreOpt = Annotated[str | None, typer.Option("--store", metavar="URL",
 
 
 def _store_url(url: str | None) -> str:
-    from ..cli import default_store_url  # the CLI layer owns the environment
+    from ..cli import store_url  # the CLI layer owns the environment
 
-    return url or default_store_url()
+    return store_url(url)
+
+
+def _minting_store_url(url: str | None) -> str:
+    from ..cli import minting_store_url
+
+    return minting_store_url(url)
 
 
 @payload_app.command()
@@ -49,8 +55,9 @@ def compress(
     from .model import Budget, Hint
 
     budget = Budget(max_chars, max_lines, max_line_chars)
+    url = _minting_store_url(store)
     label, raw = read_source(source, max_bytes)
-    with open_store(_store_url(store)) as s:
+    with open_store(url) as s:
         result = reduce(raw, Hint(tool, command, path), budget, s)
     if as_json:
         _write(json.dumps({"source": label, "content": result.content, **result.as_dict()},
@@ -90,7 +97,7 @@ def retrieve(
     ccr.parse_handle(handle)  # a malformed handle never reaches the store
     if lines is not None:
         parse_lines(lines)
-    with open_store(_store_url(store), create=False) as s:
+    with open_store(_store_url(store), readonly=True) as s:
         data = retrieve_original(s, handle, lines)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()

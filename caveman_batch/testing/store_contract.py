@@ -12,7 +12,10 @@ Subclass `StoreContract` in a test module and provide a `store_url` fixture:
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import struct
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,6 +155,23 @@ class StoreContract:
         with open_store(store_url, create=False) as s:
             assert s.get(b"k") == b"v"
 
+    def test_readonly_open_reads_and_writes_nothing(self, store_url: str) -> None:
+        if self.persistent:
+            with pytest.raises(StoreNotFoundError):  # read-only never creates
+                open_store(store_url, readonly=True)
+        with open_store(store_url) as s:
+            handle = ccr.store_original(s, b"read me")
+        with open_store(store_url, readonly=True) as ro:
+            if self.persistent:
+                assert ccr.recover(ro, handle) == b"read me"
+            with pytest.raises(StoreError):
+                ro.put(b"k", b"v")
+            with pytest.raises(StoreError):
+                ccr.store_original(ro, b"another")
+        if self.persistent:
+            with open_store(store_url) as s:
+                assert list(s.keys()) == [handle[4:].encode()]
+
     def test_closed_store_refuses_use(self, store_url: str) -> None:
         s = open_store(store_url)
         s.close()
@@ -175,6 +195,8 @@ class StoreContract:
         assert len(original) == 32 << 20
         handle = ccr.store_original(store, original)
         assert ccr.recover(store, handle) == original
+        report = ccr.audit(store)  # verified in chunks, past 1 MiB
+        assert (report.verified, report.original_bytes) == (1, len(original))
 
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     @given(original=st.binary(max_size=4096))
@@ -342,9 +364,9 @@ class StoreContract:
         store.put(bad[4:].encode(), b"garbage")
         store.put(b"not-a-digest", b"x")
         report = ccr.audit(store)
-        assert report.records == 3 and report.verified == 1
+        assert report.records == 2 and report.verified == 1 and report.foreign_keys == 1
         assert report.original_bytes == 500
-        assert report.excluded == {"corrupt": 1, "foreign key": 1}
+        assert report.excluded == {"corrupt": 1}
         assert good and sum(report.excluded.values()) == len(report.failures)
 
     def test_migrate_to_memory(self, store: Store) -> None:
@@ -355,3 +377,105 @@ class StoreContract:
             assert report.verified == 50 and report.excluded == {"corrupt": 1}
             assert all(ccr.recover(target, h) == b"%d" % i for i, h in enumerate(handles))
 
+
+    # -- hostile records: decompression bombs, foreign keys ------------------
+
+    @pytest.mark.parametrize("declared", [1 << 40, 256 << 20, None])
+    def test_zstd_bomb_refused_within_the_headers_length(
+        self, store: Store, declared: int | None
+    ) -> None:
+        """A record whose frame would inflate past the length its header states is corrupt:
+        refused by recover, excluded by audit, skipped by prune and migrate, healed by the
+        next commit, each without inflating more than that length."""
+        original = b'{"tools":[{"name":"bombed"}]}' * 30
+        handle = ccr.store_original(store, original)
+        store.put(handle[4:].encode(), bomb_record(original, declared))
+        with bounded_allocations():
+            with pytest.raises(IntegrityError) as refused:
+                ccr.recover(store, handle)
+            assert refused.value.reason == "corrupt"
+            report = ccr.audit(store)
+            assert (report.records, report.verified, report.excluded) == (1, 0, {"corrupt": 1})
+            assert ccr.prune(store, 0, dry_run=True) == []
+            with open_store("memory://") as target:
+                assert ccr.migrate(store, target).excluded == {"corrupt": 1}
+                assert list(target.keys()) == []
+            assert ccr.store_original(store, original) == handle  # heals it
+        assert ccr.recover(store, handle) == original
+
+    def test_a_header_that_lies_with_its_frame_is_refused_unread(self, store: Store) -> None:
+        """Header and frame both claim a length the payload could never inflate to."""
+        original = b"small original"
+        handle = ccr.store_original(store, original)
+        lie = 1 << 40
+        store.put(handle[4:].encode(), ccr.encode_record(lie, "application/json", 1, 1,
+                                                         bomb_frame(lie, blocks=4)))
+        with bounded_allocations():
+            with pytest.raises(IntegrityError):
+                ccr.recover(store, handle)
+            assert ccr.audit(store).excluded == {"corrupt": 1}
+            assert ccr.store_original(store, original) == handle
+        assert ccr.recover(store, handle) == original
+
+    def test_audit_of_a_consistent_bomb_stays_bounded(self, store: Store) -> None:
+        """Header and frame agree on 256 MiB of real output that does not hash to the key:
+        audit checks it streaming, never holding it."""
+        original = b"another small original"
+        handle = ccr.store_original(store, original)
+        size = 256 << 20
+        store.put(handle[4:].encode(), ccr.encode_record(size, "application/json", 1, 1,
+                                                         bomb_frame(size, blocks=size >> 17)))
+        with bounded_allocations():
+            assert ccr.audit(store).excluded == {"digest mismatch": 1}
+            assert ccr.store_original(store, original) == handle
+        assert ccr.recover(store, handle) == original
+
+    def test_foreign_keys_are_ignored_never_decoded(self, store: Store) -> None:
+        handle = ccr.store_original(store, b"ours")
+        digest = handle[4:]
+        foreign = [digest[:8].encode() + b"\xff\xfe not ascii", digest[:8].encode() + b"\xc3",
+                   b"\x80\x81", b"config", digest.upper().encode()]
+        store.commit([(key, b"their value") for key in foreign])
+        assert ccr.resolve(store, digest[:8]) == digest
+        with pytest.raises(UnknownHandleError):
+            ccr.resolve(store, "ffffffff")
+        report = ccr.audit(store)
+        assert (report.records, report.verified, report.foreign_keys) == (1, 1, len(foreign))
+        assert report.excluded == {}
+        assert ccr.prune(store, 0, now_ms=1 << 62) != []  # everything of ours is stale then
+        assert sorted(store.keys()) == sorted(foreign)  # theirs untouched
+        ccr.store_original(store, b"ours")
+        with open_store("memory://") as target:
+            assert ccr.migrate(store, target).verified == 1
+            assert list(target.keys()) == [digest.encode()]
+
+
+def bomb_frame(declared: int | None, blocks: int) -> bytes:
+    """A zstd frame of `blocks` RLE blocks of 128 KiB ("A"), declaring `declared` bytes as
+    its content size (None: no size), whatever it really inflates to."""
+    if declared is None:
+        head = b"\x28\xb5\x2f\xfd" + b"\x00" + b"\x58"  # no size; window descriptor 8 MiB
+    else:
+        head = b"\x28\xb5\x2f\xfd" + b"\xc0" + b"\x58" + struct.pack("<Q", declared)
+    rle = (1 << 1) | (1 << 17 << 3)  # block type 1 (RLE), 128 KiB
+    body = b"".join(struct.pack("<I", rle | (i == blocks - 1))[:3] + b"A" for i in range(blocks))
+    return head + body
+
+
+def bomb_record(original: bytes, declared: int | None) -> bytes:
+    """A record whose header states `original`'s length but whose frame inflates to 1 GiB."""
+    blocks = 1 << 13
+    return ccr.encode_record(len(original), "application/json", 1, 1, bomb_frame(declared, blocks))
+
+
+@contextlib.contextmanager
+def bounded_allocations(limit: int = 16 << 20) -> Iterator[None]:
+    """Fail if the block allocates more than `limit` bytes at once (zstd's output buffers
+    are Python objects, so tracemalloc sees them)."""
+    tracemalloc.start()
+    try:
+        yield
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, f"peak allocation {peak:,} bytes"
