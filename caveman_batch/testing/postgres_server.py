@@ -155,4 +155,16 @@ def fresh_schema(admin_url: str, prefix: str = "t") -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
-__all__ = ["Cluster", "SUPERUSER", "find_bindir", "fresh_schema", "with_schema"]
+
+
+def as_user(url: str, user: str) -> str:
+    """`url` logging in as `user` (no password: the test clusters trust local sockets)."""
+    scheme, _, location = url.partition("://")
+    body, sep, query = location.partition("?")
+    slash, at = body.find("/"), body.find("@")
+    if at != -1 and (slash == -1 or at < slash):
+        body = body[at + 1:]
+    return f"{scheme}://{user}@{body}{sep}{query}"
+
+
+__all__ = ["Cluster", "SUPERUSER", "as_user", "find_bindir", "fresh_schema", "with_schema"]
