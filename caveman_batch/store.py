@@ -69,11 +69,17 @@ _BACKENDS: dict[str, str] = {
     "lmdb": "backends.lmdb_store:LmdbStore",
     "sqlite": "backends.sqlite_store:SqliteStore",
     "memory": "caveman_batch.memory_store:MemoryStore",
+    "postgresql": "backends.postgres_store:PostgresStore",
+    "postgres": "backends.postgres_store:PostgresStore",  # libpq takes both spellings
 }
 _INSTALL_HINTS: dict[str, str] = {
     "lmdb": "pip install 'lmdb>=1.4'",
     "sqlite": "a Python built with the sqlite3 module",
+    "postgresql": "pip install 'caveman-batch[postgres]' (psycopg 3)",
+    "postgres": "pip install 'caveman-batch[postgres]' (psycopg 3)",
 }
+#: schemes whose URL is libpq's, where a query is connection parameters (?sslmode=require)
+_QUERY_SCHEMES: Final = frozenset({"postgresql", "postgres"})
 
 
 class Store(ABC):
@@ -215,7 +221,7 @@ def _load_entry_points() -> None:
 
 def split_store_url(url: str) -> tuple[str, str]:
     """`scheme://location` -> (scheme, location). A bare path means LMDB (and may hold
-    any character a file name may); a URL takes no query or fragment."""
+    any character a file name may); a URL takes no fragment, and no query but libpq's."""
     if not url.strip():
         raise StoreURLError(f"empty store URL {url!r}: give one, e.g. lmdb:///var/lib/caveman/ccr")
     if "://" not in url:
@@ -223,7 +229,7 @@ def split_store_url(url: str) -> tuple[str, str]:
     scheme, _, location = url.partition("://")
     if not scheme.isidentifier():
         raise StoreURLError(f"malformed store URL {url!r}")
-    if "?" in location or "#" in location:
+    if "#" in location or ("?" in location and scheme.lower() not in _QUERY_SCHEMES):
         raise StoreURLError(f"store URL {url!r} has a query or fragment (?… or #…), which no "
                             f"store takes; give the path alone")
     return scheme.lower(), location

@@ -3,10 +3,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+# Read at import, before any test's environment is isolated: .ci/run's throwaway server.
+POSTGRES_URL = os.environ.get("CAVEMAN_TEST_POSTGRES_URL", "")
+IN_CI = bool(os.environ.get("CI"))
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +33,58 @@ def corpora() -> Path:
             pytest.fail(f"CI: shared corpora not present at {CORPORA}")
         pytest.skip(f"shared corpora not present at {CORPORA}")
     return CORPORA
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip on a developer machine; in CI what a test needs must be there."""
+    if IN_CI:
+        pytest.fail(f"CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL of a PostgreSQL database the tests may make schemas and roles in:
+    $CAVEMAN_TEST_POSTGRES_URL (CI starts one), else a throwaway cluster of our own when
+    the server binaries are installed, else a skip (a failure in CI)."""
+    try:
+        import psycopg
+    except ImportError:
+        skip_or_fail("psycopg is not installed (pip install '.[postgres]')")
+    if POSTGRES_URL:
+        try:
+            psycopg.connect(POSTGRES_URL, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            pytest.fail(f"CAVEMAN_TEST_POSTGRES_URL names a server that does not answer: {exc}")
+        yield POSTGRES_URL
+        return
+    from caveman_batch.testing.postgres_server import Cluster, find_bindir
+
+    if find_bindir() is None:
+        skip_or_fail("no PostgreSQL server here (initdb/pg_ctl) and no CAVEMAN_TEST_POSTGRES_URL")
+    with Cluster.start_new() as cluster:
+        yield cluster.url()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A store URL of its own for this test (a fresh schema on the shared server)."""
+    from caveman_batch.testing.postgres_server import fresh_schema
+
+    with fresh_schema(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_cluster() -> Iterator[Any]:
+    """A server of this test's own, to stop and start (never the shared one)."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        skip_or_fail("psycopg is not installed (pip install '.[postgres]')")
+    from caveman_batch.testing.postgres_server import Cluster, find_bindir
+
+    if find_bindir() is None:
+        skip_or_fail("no PostgreSQL server binaries (initdb/pg_ctl) to start a server with")
+    with Cluster.start_new() as cluster:
+        yield cluster

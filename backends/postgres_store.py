@@ -1,0 +1,452 @@
+"""`postgresql://user@host:port/dbname`: one table in a PostgreSQL database, shared by a fleet.
+
+The location is a libpq connection URL as psql takes it (`?sslmode=require`, several
+hosts, a Unix socket as `?host=/run/postgresql`, and libpq's PG* environment variables
+for whatever the URL leaves out: libpq reads them, this module never does). The store
+prints its URL back without the password, from the URL's user part or its query.
+
+Records live in the table `caveman_ccr` (key bytea PRIMARY KEY, value bytea) of the first
+schema on the role's search_path, marked by its comment: a table of that name without
+our comment is another program's, refused. Prefix lookups are range scans of the
+primary key's btree; a ~seen refresh writes an 8-byte row.
+
+A commit is one transaction. Every writer first takes a shared advisory lock on the
+table, then an exclusive advisory lock per key (in ascending order, so two writers
+never deadlock), reads the old values `FOR UPDATE` and only then runs the merge: a
+read-modify-write on another host waits for ours, and no record is lost or torn. A
+commit of more keys than _MAX_KEY_LOCKS takes the table lock exclusively instead, so
+one transaction never holds more than that many locks (the server's lock table is
+shared and small).
+
+A connection that the server dropped (a restart, an idle timeout, a failover) is
+opened again and the operation retried once; a second failure is a StoreError (the
+run stops, exit 2; merges are idempotent, so the rerun commits what this one did not).
+A forked child never uses, nor closes, its parent's connection: it opens its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import urllib.parse
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from caveman_batch.errors import StoreError
+from caveman_batch.store import DELETE, Merge, Store, apply_commit, foreign_store, missing_store
+
+TABLE: Final = "caveman_ccr"
+#: the table's comment: what makes it ours (and the layout version)
+MARKER: Final = "caveman-batch CCR store, format 1"
+CONNECT_TIMEOUT_S: Final = 10  # unless the URL says otherwise: an unreachable host fails soon
+_KEYS_PER_READ: Final = 1024
+_KEYS_PER_WRITE: Final = 256  # old values read and new ones written this many keys at a time
+_MAX_KEY_LOCKS: Final = 1024
+_CREATE_LOCK: Final = int.from_bytes(b"CCRmake!", "big") >> 1  # serialises table creation
+
+T = TypeVar("T")
+
+
+# -- the URL: libpq's, printed without its password ------------------------------------
+
+
+def _split_location(location: str) -> tuple[str, str, str]:
+    """`[userinfo@]hosts[/dbname]` split as libpq does: (userinfo, rest, query).
+
+    libpq takes an `@` before the first `/` as the end of the user part."""
+    body, _, query = location.partition("?")
+    slash, at = body.find("/"), body.find("@")
+    if at != -1 and (slash == -1 or at < slash):
+        return body[:at], body[at + 1:], query
+    return "", body, query
+
+
+def printable_url(location: str) -> str:
+    """The URL naming this store, without a password (user part or `password=` parameter)."""
+    userinfo, rest, query = _split_location(location)
+    user = userinfo.partition(":")[0]
+    shown = f"{user}@{rest}" if userinfo else rest
+    if query:
+        params = [p for p in query.split("&") if urllib.parse.unquote(p.partition("=")[0]) != "password"]
+        if params:
+            shown += "?" + "&".join(params)
+    return f"postgresql://{shown}"
+
+
+def _passwords(location: str) -> list[str]:
+    """Every spelling of the URL's password(s), for scrubbing messages that quote it."""
+    userinfo, _, query = _split_location(location)
+    found = [userinfo.partition(":")[2]]
+    found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k == "password"]
+    spellings = {s for p in found if p for s in (p, urllib.parse.unquote(p))}
+    return sorted(spellings, key=len, reverse=True)
+
+
+def _connect_kwargs(location: str) -> dict[str, Any]:
+    """Defaults for what the URL does not set (libpq's PG* variables then still apply)."""
+    query = urllib.parse.parse_qs(location.partition("?")[2])
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in query:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "application_name" not in query:
+        kwargs["application_name"] = "caveman-batch"
+    return kwargs
+
+
+# -- errors, once, here ---------------------------------------------------------------
+
+_HINTS: Final[dict[type[Exception], str]] = {
+    pg_errors.InsufficientPrivilege: "the role lacks a privilege it needs (a read-only role? "
+    f"writing needs SELECT, INSERT, UPDATE, DELETE on {TABLE}; making the store needs CREATE "
+    "on the schema)",
+    pg_errors.ReadOnlySqlTransaction: "the server or role is read-only (a standby, or "
+    "default_transaction_read_only); only commands that read can use it",
+    pg_errors.InvalidSchemaName: "no schema to make the table in: the role's search_path "
+    "names none that exists",
+}
+
+
+def _connection_lost(exc: BaseException | None, conn: psycopg.Connection[Any] | None) -> bool:
+    """Whether `exc` is the server going away (worth one reconnect), not a refusal."""
+    if conn is not None and conn.broken:
+        return True
+    return isinstance(exc, (pg_errors.AdminShutdown, pg_errors.CrashShutdown,
+                            pg_errors.CannotConnectNow, pg_errors.ConnectionException))
+
+
+class _Inherited:
+    """Connections of stores open when this process forked: in the child, their socket
+    is pointed at /dev/null before they are closed, so the parent's session is never
+    ended (libpq says goodbye on close) nor read by two processes."""
+
+    stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        for store in list(cls.stores):
+            store._disown()
+
+
+os.register_at_fork(after_in_child=_Inherited.after_fork_in_child)
+
+
+class PostgresStore(Store):
+    scheme = "postgresql"
+
+    def __init__(self, location: str, conn: psycopg.Connection[Any], readonly: bool) -> None:
+        self._location = location
+        self._url = printable_url(location)
+        self._secrets = _passwords(location)
+        self._readonly = readonly
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._pid = os.getpid()
+        self._closed = False
+        self._lock = threading.RLock()
+        self._table_lock = 0  # the table's oid, as the advisory lock keys' first half
+        self._table_lock = self._run("open", self._table_oid)
+        _Inherited.stores.add(self)
+
+    @classmethod
+    def open(cls, location: str, create: bool = True, readonly: bool = False) -> PostgresStore:
+        url = printable_url(location)
+        conn = _connect(location, url, _passwords(location))
+        try:
+            with _translated(url, _passwords(location), "open"):
+                _prepare(conn, url, create=create and not readonly, readonly=readonly)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(location, conn, readonly)
+
+    @classmethod
+    def canonical_url(cls, location: str) -> str:
+        return printable_url(location)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The full location, password included: a pickle is how a worker reopens the store,
+        # not something printed. (Where pickles travel over a network, give the password
+        # through ~/.pgpass or PGPASSWORD on each host instead of in the URL.)
+        from caveman_batch.store import open_store
+
+        return (open_store, (f"postgresql://{self._location}",))
+
+    # -- connection ------------------------------------------------------------------
+
+    def _disown(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(devnull, conn.fileno())
+            finally:
+                os.close(devnull)
+            conn.close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._closed:
+            raise StoreError(f"{self.url} is closed")
+        if self._pid != os.getpid():  # forked without the at-fork hook having run
+            self._conn, self._pid = None, os.getpid()
+        if self._conn is None or self._conn.closed:
+            conn = _connect(self._location, self.url, self._secrets)
+            if self._readonly:
+                with _translated(self.url, self._secrets, "open"):
+                    _set_readonly(conn)
+            self._conn = conn
+        return self._conn
+
+    def _run(self, action: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """fn(connection), translated; once again on a new connection if the server
+        dropped this one (fn is one transaction, or reads only: safe to repeat)."""
+        with self._lock:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    with _translated(self.url, self._secrets, action):
+                        return fn(conn)
+                except StoreError as exc:
+                    if attempt == 2 or not _connection_lost(exc.__cause__, conn):
+                        raise
+                    self._drop(conn)
+        raise AssertionError("unreachable")
+
+    def _drop(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = None
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def _table_oid(self, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute("SELECT %s::regclass::oid::int8", (TABLE,)).fetchone()
+        oid = int(row[0]) if row else 0
+        return oid - (1 << 32) if oid >= 1 << 31 else oid  # as an int4
+
+    # -- the Store interface -----------------------------------------------------------
+
+    def commit(self, items: Sequence[tuple[bytes, bytes]], merge: Merge | None = None) -> None:
+        if self._closed:
+            raise StoreError(f"{self.url} is closed")
+        if self._readonly:
+            raise StoreError(f"{self.url} is open read-only")
+        items = list(items)
+        if items:
+            self._run("commit", lambda conn: self._write(conn, items, merge))
+
+    def _write(self, conn: psycopg.Connection[Any], items: list[tuple[bytes, bytes]],
+               merge: Merge | None) -> None:
+        with conn.transaction():
+            if merge is not None:
+                self._lock_keys(conn, [key for key, _ in items])
+            for at in range(0, len(items), _KEYS_PER_WRITE):
+                self._write_chunk(conn, items[at:at + _KEYS_PER_WRITE], merge)
+
+    def _lock_keys(self, conn: psycopg.Connection[Any], keys: list[bytes]) -> None:
+        """The advisory locks every merging writer takes, always in this order."""
+        ids = sorted({_key_lock(key) for key in keys})
+        if len(ids) > _MAX_KEY_LOCKS:
+            conn.execute("SELECT pg_advisory_xact_lock(%s::int8)", (self._table_lock,))
+            return
+        conn.execute("SELECT pg_advisory_xact_lock_shared(%s::int8)", (self._table_lock,))
+        conn.execute("SELECT count(pg_advisory_xact_lock(%s::int4, id)) "
+                     "FROM unnest(%s::int4[]) AS id",
+                     (self._table_lock, ids))
+
+    @staticmethod
+    def _write_chunk(conn: psycopg.Connection[Any], chunk: list[tuple[bytes, bytes]],
+                     merge: Merge | None) -> None:
+        old: dict[bytes, bytes | None] = {}
+        if merge is not None:
+            rows = conn.cursor(binary=True).execute(
+                sql.SQL("SELECT key, value FROM {} WHERE key = ANY(%b) ORDER BY key FOR UPDATE")
+                .format(sql.Identifier(TABLE)), (list({k for k, _ in chunk}),)).fetchall()
+            old = {bytes(k): bytes(v) for k, v in rows}
+        staged: dict[bytes, Any] = {}
+
+        def read(key: bytes) -> bytes | None:
+            value = staged.get(key, old.get(key))
+            return None if value is DELETE else value
+
+        apply_commit(chunk, merge, read, staged.__setitem__,
+                     lambda key: staged.__setitem__(key, DELETE))
+        gone = [k for k, v in staged.items() if v is DELETE]
+        kept = sorted((k, v) for k, v in staged.items() if v is not DELETE)
+        if gone:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE key = ANY(%b)").format(sql.Identifier(TABLE)),
+                         (gone,))
+        if kept:
+            conn.execute(
+                sql.SQL("INSERT INTO {} (key, value) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
+                        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")
+                .format(sql.Identifier(TABLE)), ([k for k, _ in kept], [v for _, v in kept]))
+
+    def get(self, key: bytes) -> bytes | None:
+        def read(conn: psycopg.Connection[Any]) -> bytes | None:
+            row = conn.cursor(binary=True).execute(
+                sql.SQL("SELECT value FROM {} WHERE key = %b").format(sql.Identifier(TABLE)),
+                (key,)).fetchone()
+            return None if row is None else bytes(row[0])
+
+        return self._run("read", read)
+
+    def missing(self, keys: Sequence[bytes]) -> list[bytes]:
+        found: set[bytes] = set()
+        for at in range(0, len(keys), _KEYS_PER_READ):
+            chunk = list(keys[at:at + _KEYS_PER_READ])
+
+            def present(conn: psycopg.Connection[Any], chunk: list[bytes] = chunk) -> set[bytes]:
+                rows = conn.cursor(binary=True).execute(
+                    sql.SQL("SELECT key FROM {} WHERE key = ANY(%b)").format(sql.Identifier(TABLE)),
+                    (chunk,)).fetchall()
+                return {bytes(k) for (k,) in rows}
+
+            found |= self._run("read", present)
+        return [key for key in keys if key not in found]
+
+    def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
+        # One index range scan a chunk at a time, resumed after the last key read.
+        upper = _upper_bound(prefix)
+        after: bytes | None = None
+        while True:
+            chunk = self._run("read", lambda conn: _scan(conn, prefix, upper, after))
+            yield from chunk
+            if len(chunk) < _KEYS_PER_READ:
+                return
+            after = chunk[-1]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None and self._pid == os.getpid():
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+
+def _scan(conn: psycopg.Connection[Any], prefix: bytes, upper: bytes | None,
+          after: bytes | None) -> list[bytes]:
+    where, args = ["key >= %b"], [prefix]
+    if upper is not None:
+        where.append("key < %b")
+        args.append(upper)
+    if after is not None:
+        where.append("key > %b")
+        args.append(after)
+    query = sql.SQL("SELECT key FROM {} WHERE " + " AND ".join(where) + " ORDER BY key LIMIT %s")
+    rows = conn.cursor(binary=True).execute(query.format(sql.Identifier(TABLE)),
+                                             (*args, _KEYS_PER_READ)).fetchall()
+    return [bytes(k) for (k,) in rows]
+
+
+def _upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with `prefix` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _key_lock(key: bytes) -> int:
+    """A key's advisory lock id (an int4; two keys sharing one only wait for each other)."""
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big", signed=True)
+
+
+@contextlib.contextmanager
+def _translated(url: str, secrets: list[str], action: str) -> Iterator[None]:
+    """Driver errors become StoreError naming the store (never its password), once, here."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise StoreError(_message(url, secrets, action, exc)) from exc
+
+
+def _message(url: str, secrets: list[str], action: str, exc: psycopg.Error) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), None)
+    if hint is None and isinstance(exc, psycopg.OperationalError):
+        hint = "the server is unreachable or went away"
+    return f"{url}: {action} failed: {text}" + (f" ({hint})" if hint else "")
+
+
+def _connect(location: str, url: str, secrets: list[str]) -> psycopg.Connection[Any]:
+    with _translated(url, secrets, "connect"):
+        conn = psycopg.connect(f"postgresql://{location}", **_connect_kwargs(location))
+        # durable on return from commit, whatever the server's default for sessions
+        if conn.execute("SHOW synchronous_commit").fetchone() in (("off",), ("local",)):
+            conn.execute("SET synchronous_commit TO on")
+    return conn
+
+
+def _set_readonly(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+
+
+def _prepare(conn: psycopg.Connection[Any], url: str, *, create: bool, readonly: bool) -> None:
+    """Make sure the table is there and ours (making it when `create`), and writable
+    unless `readonly`."""
+    if readonly:
+        _set_readonly(conn)
+    found = _table_comment(conn)
+    if found is None and create:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
+            found = _table_comment(conn)
+            if found is None:
+                _create_table(conn)
+                found = MARKER
+    if found is None:
+        raise missing_store(url)
+    if found != MARKER:
+        raise foreign_store(url, f"its table {TABLE} is another program's "
+                                 f"(comment {found[:60]!r}, not {MARKER!r})")
+    if not readonly:
+        _check_writable(conn, url)
+
+
+def _table_comment(conn: psycopg.Connection[Any]) -> str | None:
+    """The comment of our table ('' if it has none), None if there is no such table."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL, "
+                       "coalesce(obj_description(to_regclass(%s), 'pg_class'), '')",
+                       (TABLE, TABLE)).fetchone()
+    return None if row is None or not row[0] else str(row[1])
+
+
+def _create_table(conn: psycopg.Connection[Any]) -> None:
+    table = sql.Identifier(TABLE)
+    conn.execute(sql.SQL("CREATE TABLE {} (key bytea PRIMARY KEY, value bytea NOT NULL)").format(table))
+    # values are zstd frames already: stored out of line as they are, never compressed again
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN value SET STORAGE EXTERNAL").format(table))
+    conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(table, sql.Literal(MARKER)))
+
+
+def _check_writable(conn: psycopg.Connection[Any], url: str) -> None:
+    """A role or server that may not write is said at open, not after a batch's work."""
+    row = conn.execute(
+        "SELECT current_user, current_setting('transaction_read_only'), "
+        "bool_and(has_table_privilege(%s, p)) FROM unnest(%s::text[]) AS p",
+        (TABLE, ["SELECT", "INSERT", "UPDATE", "DELETE"])).fetchone()  # each: a list means any
+    assert row is not None
+    user, read_only, allowed = row
+    if read_only == "on":
+        raise StoreError(f"{url}: the server or role {user!r} is read-only (a standby, or "
+                         f"default_transaction_read_only); only commands that read can use it")
+    if not allowed:
+        raise StoreError(f"{url}: role {user!r} may not write the {TABLE} table (a read-only "
+                         f"role?); writing needs SELECT, INSERT, UPDATE and DELETE on it, "
+                         f"reading (recover, stats, verify) SELECT only")
+
+
+__all__ = ["PostgresStore", "printable_url"]

@@ -1,0 +1,170 @@
+"""A throwaway PostgreSQL cluster for tests and benchmarks: initdb in a temporary folder,
+a server listening on a Unix socket in that folder only, trust authentication, removed
+when stopped. Run as root (CI), the server runs as an unprivileged user (initdb refuses
+root): the folder is handed to that user and every command runs through `runuser`.
+
+    with Cluster.start_new() as cluster:
+        url = cluster.url("postgres")      # postgresql://postgres@/postgres?host=...
+
+Nothing here reads the environment: the caller says which binaries and which user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+SUPERUSER: Final = "postgres"
+PORT: Final = 5432  # only names the socket file: each cluster has its own socket folder
+_START_TIMEOUT_S: Final = 60
+
+
+def find_bindir() -> Path | None:
+    """The folder holding initdb and pg_ctl: on PATH, else Debian's newest version."""
+    on_path = shutil.which("pg_ctl")
+    if on_path and shutil.which("initdb"):
+        return Path(os.path.realpath(on_path)).parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                      key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    return Path(versions[-1]).parent if versions else None
+
+
+class Cluster:
+    """One cluster in its own folder: data/, the socket, the server log."""
+
+    def __init__(self, root: Path, bindir: Path, run_as: str | None) -> None:
+        self.root = root
+        self.bindir = bindir
+        self.run_as = run_as
+        self.data = root / "data"
+        self.log = root / "server.log"
+
+    @classmethod
+    def create(cls, bindir: Path | None = None, run_as: str | None = None,
+               settings: dict[str, str] | None = None) -> Cluster:
+        """initdb a new cluster (not started). As root, `run_as` (default: postgres,
+        else nobody) owns and runs it."""
+        found = bindir or find_bindir()
+        if found is None:
+            raise FileNotFoundError("no PostgreSQL server binaries (initdb, pg_ctl) found")
+        if os.geteuid() == 0 and run_as is None:
+            run_as = SUPERUSER if _user_exists(SUPERUSER) else "nobody"
+        root = Path(tempfile.mkdtemp(prefix="caveman-pg-"))
+        cluster = cls(root, found, run_as)
+        if run_as is not None:
+            entry = pwd.getpwnam(run_as)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+        try:
+            cluster._run("initdb", "-D", str(cluster.data), "-U", SUPERUSER, "--auth=trust",
+                         "-E", "UTF8", "--locale=C", "--no-instructions")
+            conf = {"listen_addresses": "''", "unix_socket_directories": f"'{root}'",
+                    "port": str(PORT), "max_connections": "100", "shared_buffers": "32MB",
+                    "log_min_messages": "warning", **(settings or {})}
+            with open(cluster.data / "postgresql.conf", "a") as fh:
+                fh.writelines(f"{k} = {v}\n" for k, v in conf.items())
+        except BaseException:
+            cluster.remove()
+            raise
+        return cluster
+
+    @classmethod
+    @contextlib.contextmanager
+    def start_new(cls, bindir: Path | None = None, run_as: str | None = None,
+                  settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+        cluster = cls.create(bindir, run_as, settings)
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.remove()
+
+    def url(self, dbname: str = "postgres", user: str = SUPERUSER) -> str:
+        host = urllib.parse.quote(str(self.root), safe="")
+        return f"postgresql://{user}@/{dbname}?host={host}&port={PORT}"
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
+                  "-t", str(_START_TIMEOUT_S), "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        done = self._run("pg_ctl", "-D", str(self.data), "status", check=False)
+        return done.returncode == 0
+
+    def remove(self) -> None:
+        """Stop the server (if it runs) and delete the folder."""
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(subprocess.CalledProcessError):
+                self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [str(self.bindir / tool), *args]
+        if self.run_as is not None:
+            command = ["runuser", "-u", self.run_as, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=self.root)
+        if check and done.returncode != 0:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise subprocess.CalledProcessError(done.returncode, command,
+                                                done.stdout, done.stderr + log)
+        return done
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+
+
+
+def with_schema(url: str, schema: str) -> str:
+    """`url` with the session's search_path set to `schema` (libpq's `options` parameter):
+    a store of its own in a shared database."""
+    joiner = "&" if "?" in url else "?"
+    return f"{url}{joiner}options=-csearch_path%3D{schema}"
+
+
+@contextlib.contextmanager
+def fresh_schema(admin_url: str, prefix: str = "t") -> Iterator[str]:
+    """A new empty schema in the database `admin_url` names; yields the URL of a store
+    there (not yet made: the first open with create makes its table). Dropped after."""
+    import secrets
+
+    import psycopg
+
+    schema = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_schema(admin_url, schema)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def as_user(url: str, user: str) -> str:
+    """`url` logging in as `user` (no password: the test clusters trust local sockets)."""
+    scheme, _, location = url.partition("://")
+    body, sep, query = location.partition("?")
+    slash, at = body.find("/"), body.find("@")
+    if at != -1 and (slash == -1 or at < slash):
+        body = body[at + 1:]
+    return f"{scheme}://{user}@{body}{sep}{query}"
+
+
+__all__ = ["Cluster", "SUPERUSER", "as_user", "find_bindir", "fresh_schema", "with_schema"]
