@@ -39,7 +39,7 @@ app = typer.Typer(
 StoreOpt = Annotated[
     str | None,
     typer.Option("--store", metavar="URL",
-                 help="Store URL: lmdb:///path (default), sqlite:///path/ccr.db, memory://. "
+                 help="Store URL: lmdb:///path (default), sqlite:///path/ccr.db, postgresql://user@host/db, memory://. "
                       "Default: $CAVEMAN_CCR_STORE, else lmdb://$CAVEMAN_HOME/ccr.lmdb."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
