@@ -186,6 +186,7 @@ def compress(
     store: StoreOpt = None,
     manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
+    executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers). Dask needs the dask extra.")] = "local",
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
@@ -202,7 +203,7 @@ def compress(
     config = pipeline.Config(
         sources=sources, out=_output_path(out), store_url=minting_store_url(store),  # type: ignore[arg-type]
         manifest=_output_path(manifest, "--manifest"),
-        workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
+        workers=workers or (os.cpu_count() or 1), executor=executor, max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index,
         follow_symlinks=follow_symlinks, keep_removed=keep_removed,
         changes=_output_path(changes, "--changes"), embed=embed,

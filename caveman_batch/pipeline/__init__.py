@@ -1,6 +1,6 @@
 """`compress`: the bulk pipeline, streaming, parallel, incremental, crash-safe.
 
-    sources --> batches of documents --> pool of pure workers --> parent (only writer):
+    sources --> batches of documents --> executor of pure workers --> parent (only writer):
         commit originals (one transaction per batch) --> publish outputs --> manifest rows
 
 Results are consumed in input order from a bounded window of batches in flight,
@@ -9,7 +9,8 @@ count. Every output is published by rename (a file per document, or a JSONL /
 array file renamed when its last document is in), always after the originals it
 names are durably committed. The manifest is renamed into place last.
 
-The stages, one module each: sources (documents, batches), dispatch (the workers),
+The stages, one module each: sources (documents, batches), dispatch (to the executor:
+inline, a process pool or Dask, see executors; worker is what they run),
 commit (originals into the store), publish (OUT); incremental holds what a rerun reuses
 (manifest, fingerprints, stat cache); model what they hand each other. This module runs
 them in order, with OUT locked for the run.
@@ -32,11 +33,13 @@ from ..errors import OutputError, UsageError
 from ..inputs import discover
 from ..store import open_store
 from .commit import _commit, _index, _Touches
-from .dispatch import _Pool, _dispatch, work
+from .dispatch import _dispatch
+from .executors import open_executor, scheduler_address
 from .incremental import ReusedStream, _load_previous, _Previous
 from .model import LOCK_FILE, TMP_DIR, Config, Result, Summary
 from .publish import _Publisher
 from .sources import _batches, _items
+from .worker import work
 
 __all__ = ["LOCK_FILE", "TMP_DIR", "Config", "Progress", "Result", "ReusedStream", "Summary",
            "run", "work"]
@@ -50,6 +53,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     UsageError before anything is written if OUT would overwrite a source or another run
     holds OUT."""
     _refuse_out_over_sources(config)
+    scheduler_address(config.executor)  # a bad --executor, or Dask missing: before any write
     with _caller_objects_frozen(), _out_locked(config.out):
         return _run(config, progress)
 
@@ -123,7 +127,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
     tmp = out / TMP_DIR
     previous = _Previous()
     summary = Summary()
-    pool = _Pool(config.workers) if config.workers > 1 else None
+    executor = open_executor(config.executor, config.workers)
     index = (indexing.IndexBuilder.open(config.index, choose_embedder(config.embed))
              if config.index is not None else None)
     try:
@@ -133,7 +137,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             previous.index = index
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
-            for batch, results in _dispatch(batches, config, previous, pool):
+            for batch, results in _dispatch(batches, config, previous, executor):
                 _commit(store, results)
                 touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
@@ -147,8 +151,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             if index is not None:
                 index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()})
     finally:
-        if pool is not None:
-            pool.shutdown()
+        executor.shutdown()
         if index is not None:
             index.close()
         previous.close()

@@ -23,6 +23,7 @@ class Config:
     store_url: str
     manifest: Path | None = None
     workers: int = 1
+    executor: str = "local"  # where documents are compressed (see executors)
     max_bytes: int = 32 << 20
     incremental: bool = False
     checksum: bool = False  # a rerun hashes every source and output (no stat cache)
