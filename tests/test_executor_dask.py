@@ -23,7 +23,6 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import skip_or_fail
 
 from bench_data.generate import generate_registry
 from caveman_batch import __version__, ccr
@@ -38,10 +37,14 @@ NOT_COMPARED = {".manifest.stat.json", LOCK_FILE}  # this machine's file identit
 
 
 def _distributed() -> Any:
+    """Dask's distributed; in CI (where the test extra installs it) these tests must run."""
     try:
         import distributed
     except ImportError:
-        skip_or_fail("Dask's distributed is not installed (pip install '.[dask]')")
+        reason = "Dask's distributed is not installed (pip install '.[dask]')"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {reason}")
+        pytest.skip(reason)
     return distributed
 
 
@@ -303,9 +306,6 @@ def test_executor_dask_without_the_extra_is_a_clear_error(tmp_path: Path) -> Non
         assert proc.returncode == 1, err
         assert "pip install 'caveman-batch[dask]'" in err and "Traceback" not in err
         assert not out.exists()  # refused before anything was written
-    # the same interpreter without the block runs (the block is what made it fail)
-    proc = subprocess.run([sys.executable, "-c", "import distributed"], capture_output=True)
-    assert proc.returncode == 0 or not os.environ.get("CI"), proc.stderr
 
 
 def test_workers_must_run_the_parents_version() -> None:
