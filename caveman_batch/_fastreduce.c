@@ -23,6 +23,7 @@
  *   rules.RuleScan            states_rule(), dfa_run()  (the RE2 alternation)
  *   rules._SIGNAL             signal_at()
  *   rules.opens_with_instruction  imperative_at()   (_IMPERATIVE)
+ *                                 capitalised_imperative_at()   (_IMPERATIVE_INSIDE)
  *
  * Three of those stages are exported as well, for the tests and benchmarks that
  * compare and time them one by one: split_sentences() and units() (find_units(),
@@ -1769,6 +1770,34 @@ imperative_at(const Py_UCS4 *t, Py_ssize_t p, Py_ssize_t limit, int line)
     return 0;
 }
 
+/* rules._IMPERATIVE_INSIDE at t[q:limit], the character before q being a space:
+ *   (?:Provide|Specify|...|Leave)\b, case-sensitive */
+static int
+capitalised_imperative_at(const Py_UCS4 *t, Py_ssize_t q, Py_ssize_t limit)
+{
+    static const struct { const char *text; Py_ssize_t len; } verbs[] = {
+        {"Provide", 7}, {"Specify", 7}, {"Pass", 4}, {"Set", 3}, {"Supply", 6},
+        {"Include", 7}, {"Call", 4}, {"Use", 3}, {"Select", 6}, {"Choose", 6},
+        {"Omit", 4}, {"Leave", 5},
+    };
+    if (q >= limit || t[q] < 'A' || t[q] > 'Z') {
+        return 0;
+    }
+    for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++) {
+        Py_ssize_t len = verbs[v].len, i = 0;
+        if (q + len > limit) {
+            continue;
+        }
+        while (i < len && t[q + i] == (Py_UCS4)verbs[v].text[i]) {
+            i++;
+        }
+        if (i == len && (q + len == limit || !is_word_uni(t[q + len]))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Does the unit t[s:e] state a rule?  RuleScan.states_rule (a _SIGNAL match
  * starting in it, or the RE2 alternation on its lower-cased bytes) or
  * opens_with_instruction (the unit, or a line of it after the first, opens with
@@ -1793,11 +1822,17 @@ states_rule(const Config *cfg, const Py_UCS4 *t, Py_ssize_t n, Py_ssize_t s, Py_
             if ((flags & CH_NEWLINE) && imperative_at(t, k + 1, e, 1)) {
                 return 1;
             }
+            if (Py_UNICODE_ISSPACE(c) && capitalised_imperative_at(t, k + 1, e)) {
+                return 1;
+            }
             word = flags & CH_WORD;
             first = (c >= 'A' && c <= 'Z') ? c + 32 : c;
         }
         else {
             if (is_signal_glyph(c) && signal_at(t, n, k)) {
+                return 1;
+            }
+            if (Py_UNICODE_ISSPACE(c) && capitalised_imperative_at(t, k + 1, e)) {
                 return 1;
             }
             Py_UCS4 lowered = lower_char(c);
@@ -2369,6 +2404,8 @@ static const struct {
     {"rules._IMPERATIVE",
      "(?:[-*+\u2022]\\s*|\\d{1,3}[.)]\\s*)?(?:provide|specify|pass|set|supply|include"
      "|call|use|select|choose|omit|leave)\\b"},
+    {"rules._IMPERATIVE_INSIDE",
+     "(?<=\\s)(?:Provide|Specify|Pass|Set|Supply|Include|Call|Use|Select|Choose|Omit|Leave)\\b"},
     {"rules._SIGNAL",
      "[\u26a0\u2757\u203c\U0001f6a8\u26d4\U0001f6d1]|\\*(?<=\\w\\*)(?=[\\s,;)]|$)"
      "|[<>\u2264\u2265]=? ?\\d"

@@ -100,6 +100,13 @@ _IMPERATIVE: Final = re.compile(
     r"|select|choose|omit|leave)\b",
     re.IGNORECASE,
 )
+# The same verbs capitalised after a space inside a unit: an instruction the unit does not
+# open with ("Example: Use 8 for quick screening", "1) Use intact_get_interactions …", an
+# unpunctuated fragment before "Provide the run ID"). Case-sensitive, so the running verb
+# "use" is not one; a name such as "MANE Select" is kept too, which costs a few tokens.
+_IMPERATIVE_INSIDE: Final = re.compile(
+    r"(?<=\s)(?:Provide|Specify|Pass|Set|Supply|Include|Call|Use|Select|Choose|Omit|Leave)\b"
+)
 # Warning glyphs, a required-marker (project_id*), a comparison (> 20%), and
 # shouted words (IMPORTANT:, NOT, ONLY) before an instruction.
 _SIGNAL: Final = re.compile(
@@ -163,8 +170,9 @@ def rule_starts(text: str) -> list[int]:
 
 
 def opens_with_instruction(unit: str) -> bool:
-    """Does the unit, or a line of it, open with an imperative ("Provide the ID …")?"""
-    if _IMPERATIVE.match(unit) is not None:
+    """Does the unit, or a line of it, open with an imperative ("Provide the ID …"), or
+    hold one capitalised after a space ("Example: Use 8 for …")?"""
+    if _IMPERATIVE.match(unit) is not None or _IMPERATIVE_INSIDE.search(unit) is not None:
         return True
     return "\n" in unit and any(_IMPERATIVE.match(line) for line in unit.split("\n")[1:])
 

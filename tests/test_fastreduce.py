@@ -445,6 +445,7 @@ PIECES = [
     "? ", "… ", ".) ", '." ', ".”) ", ".'\") ", ":", ";", ",", "-", "–", "—",
     "must", "not", "Must", "MUST", "NOT", "ONLY", "IMPORTANT:", "WARNING!", "NOTE the", "DO use", "AB:",
     "Provide", "provide", "use", "Use this", "call", "Set", "include", "omit", "leave", "SELECT", "- Use",
+    "x Use", "é\u00a0Provide", "\tLeave", " Settings", " Use_it", "Example: Use", " Usé",
     "1. Pass", "1) choose", "•  supply", "⚠", "❗", "‼", "🚨", "⛔", "🛑", "> 5", "<= 10", "≤ 3", "≥4",
     "<x", "id*", "project_id* ", "a*,", "é", "ü", "ß", "ẞ", "İ", "ı", "ſ", "\u212a", "Σ", "ΑΣ", "日本語",
     "😀", "Ω", "\u0130STANBUL", "sólo", "máximo", "par défaut", "standardmäßig", "müssen", "10-20",

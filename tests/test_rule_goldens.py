@@ -61,6 +61,9 @@ GOLDENS = [
     ("selection", "en", "It is best for short forecasts."),
     ("selection", "en", "Avoid calling it in a tight loop."),
     ("instruction", "en", "Provide the station code for the hourly report."),
+    # an imperative the unit does not open with (corpus shapes: "Example: Use …", "1) Use …")
+    ("instruction", "en", "Example: Use 8 for a quick forecast."),
+    ("instruction", "en", "Station id 0417 Provide it for the hourly report."),
     ("signal", "en", "The wind speed must stay ≤ 120 for a valid reading."),
     ("signal", "en", "⚠ Readings from mountain stations lag by a day."),
     ("german", "de", "Der Wert muss positiv sein."),
