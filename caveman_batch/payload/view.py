@@ -20,21 +20,21 @@ from typing import Final
 
 from .model import Limits
 
-SAMPLE_HEAD: Final = 16_384
-SAMPLE_TAIL: Final = 4_096
-
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
 Run = tuple[int, int, int]
 GapLabel = Callable[[int, int], str]
 #: the chars a gap's marker is reserved at (its label's length, or a bound on it)
 GapSize = Callable[[int, int], int]
 
+# CSI (colours, cursor moves), OSC (titles, links) and the two-char escapes: what terminals
+# eat and a reader never sees
+_ANSI: Final = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
-def sample(text: str) -> str:
-    """The part of `text` detection looks at: detecting must not cost a full scan."""
-    if len(text) <= SAMPLE_HEAD + SAMPLE_TAIL:
-        return text
-    return text[:SAMPLE_HEAD] + "\n" + text[-SAMPLE_TAIL:]
+
+def plain(text: str) -> str:
+    """`text` without ANSI escape codes (`text` itself when it has none): what detection and
+    the cuts read, so `gcc -fdiagnostics-color` is the build output it is."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def count_lines(text: str) -> int:
@@ -247,6 +247,12 @@ def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     else:
         found = pattern.finditer(part)
     return next(islice(found, least - 1, None), None) is not None
+
+
+def first_hit(pattern: re.Pattern[str], text: str) -> int:
+    """Where the first line `pattern` matches at its start begins in `text` (-1: none)."""
+    found = _at_line_start(pattern).search("\n" + text)
+    return -1 if found is None else found.start()
 
 
 def count_between(hits: list[int], start: int, end: int) -> int:

@@ -18,7 +18,6 @@ from ..view import (
     finish,
     line_hits,
     pick,
-    sample,
 )
 
 
@@ -50,10 +49,11 @@ class LineCut:
     signal_needles: tuple[str, ...] = ()
 
     def detect(self, text: str, hint: Hint) -> bool:
-        part = sample(text)
-        if self.signal_needles and not any(n in part for n in self.signal_needles):
+        """`min_hits` lines of the whole text match `signal`: one search from newline to
+        newline, linear, that stops at the last hit it needs."""
+        if self.signal_needles and not any(n in text for n in self.signal_needles):
             return False
-        return line_hits(self.signal, part, self.min_hits)
+        return line_hits(self.signal, text, self.min_hits)
 
     def runs(self, doc: Doc) -> Iterator[Run]:
         """Every kept line as a run, lazily, lowest priority number first, then in order."""

@@ -19,7 +19,6 @@ from ..view import (
     finish,
     line_hits,
     pick,
-    sample,
 )
 from ._lines import LineCut, rx
 
@@ -40,7 +39,7 @@ assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
-    r"|The above exception)"
+    r"|The above exception|thread '[^'\n]*'(?: \(\d+\))? panicked at )"
 )
 
 
@@ -137,12 +136,18 @@ def _counted(n: int, what: str) -> str:
 
 class StackCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
-        """A trace, not a long log that happens to hold one (the log cut serves that)."""
-        part = sample(text)
-        if not line_hits(self.signal, part, 1):
+        """A trace, not a long log that happens to hold one (the log cut serves that): frames
+        are a fifth of the whole text's lines, the fields of an error object node prints
+        after the frames (`at … {`, then `  code: 'E…',` lines) not counted against them."""
+        if not line_hits(self.signal, text, 1):
             return False
-        frames = len(_at_line_start(_FRAME).findall("\n" + part))  # one per line, as findall counts
-        return frames * 5 >= count_lines(part)
+        frames = len(_at_line_start(_FRAME).findall("\n" + text))  # one per line, as findall counts
+        lines = count_lines(text)
+        if frames * 5 >= lines:
+            return True
+        if " {\n" in text and line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+            lines -= len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
+        return frames * 5 >= lines
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
@@ -162,9 +167,12 @@ class StackCut(LineCut):
         return finish(pick(doc, ordered, limits, label=label, presorted=True), limits)
 
 
+_OBJECT_AFTER_FRAMES = rx(r"^[ \t]+at [^\n]* \{\r?$")
+_OBJECT_FIELD = rx(r"^  [\w$'\"\[][^\n]*:[^\n]*,?\r?$")
+
 CUT = StackCut(
     name="stacktrace",
     signal=rx(r"^(?:Traceback \(most recent call last\):|[ \t]+at [\w$.<>]+ ?\(|goroutine \d+ \["
-              r"|panic: |Exception in thread )"),
+              r"|panic: |Exception in thread |thread '[^'\n]*'(?: \(\d+\))? panicked at )"),
     keep=(),
 )
