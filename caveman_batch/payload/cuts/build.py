@@ -32,7 +32,8 @@ _WARNING = rx(
 _SUMMARY = rx(
     r"^(?:\d+ (?:errors?|warnings?)(?: and \d+ warnings?)? generated|Found \d+ errors?"
     r"|error: could not compile|make(?:\[\d+\])?: \*\*\*|webpack [\d.]+ compiled"
-    r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting|collect2: error: )"
+    r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting|collect2: error: "
+    r"|make(?:\[\d+\])?: Target .* not remade|warning: .* generated \d+ warnings?)"
 )
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12

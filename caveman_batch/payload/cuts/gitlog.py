@@ -17,6 +17,7 @@ _COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
 _BODY = rx(r"^    (?:[^ \n]|\r?$)")
 _META = rx(r"^(?:(?:Author|Date|Merge|AuthorDate|Commit|CommitDate): | \d+ files? changed, )")
 _AUTHOR = rx(r"^Author: ")
+_STAT_TOTAL = rx(r"^ \d+ files? changed, ")
 _PATCH_FILE = rx(r"^diff --git ")
 _HUNK = rx(r"^@@ ")
 #: the newest commits are shown whole while they take at most this share of the budget
@@ -37,6 +38,9 @@ def _runs(doc: Doc, whole_room: int) -> Iterator[Run]:
     """The newest commits whole while they fit `whole_room` chars (the newest one always),
     then the headlines of the rest, then their other header lines, then bodies."""
     commits, lines = _commits(doc), doc.lines
+    total = next(doc.igrep(_STAT_TOTAL), None)  # --stat: how much the newest commit changed
+    if total is not None:
+        yield (0, total, total + 1)
     for n, (i, subject) in enumerate(commits):
         end = (i if subject is None else subject) + 1
         cost = sum(map(len, lines[i:end])) + end - i

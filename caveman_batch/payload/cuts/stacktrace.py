@@ -134,6 +134,16 @@ def _counted(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' if n != 1 else ''}"
 
 
+def _messages(doc: Doc) -> list[int]:
+    """The message lines; a rust panic says what happened on the line after `panicked at`."""
+    found = doc.grep(_MESSAGE)
+    if "panicked at " not in doc.text:
+        return found
+    lines = doc.lines
+    after = [i + 1 for i in found if i + 1 < len(lines) and "panicked at " in lines[i]]
+    return sorted({*found, *after})
+
+
 class StackCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """A trace, not a long log that happens to hold one (the log cut serves that): frames
@@ -151,7 +161,7 @@ class StackCut(LineCut):
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        all_frames, messages = _frames(doc), doc.grep(_MESSAGE)
+        all_frames, messages = _frames(doc), _messages(doc)
         frames = _dep_frames(doc, all_frames)
         found = _Frames(doc, all_frames, frames)
 

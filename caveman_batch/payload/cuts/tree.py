@@ -25,6 +25,7 @@ _NOT_A_PATH = rx(r"^[^\n]*?(?::\d+[:\s]|: |\t|\[)")
 #: `ls -R` block headers: "./a/b:" after a blank line
 _LS_HEADER = rx(r"^\r?\n[^\n]*/[^\n]*:\r?$")
 #: `ls -l` entries: mode, links, owner, group, size, date (two forms), then the name
+_MODES: Final = frozenset("-dlcbpsD")
 _LONG = re.compile(r"[-dlcbpsD][-rwxsStT]{9}[.+@]? +\d+ +\S+ +\S+ +[\d, ]+ +\S+ +\d+ +[\d:]+ (.*)")
 
 
@@ -46,7 +47,7 @@ def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
     for line in lines:
         if not line or line.startswith("total ") and line[6:].isdigit():
             continue
-        long = _LONG.match(line)
+        long = _LONG.match(line) if line[:1] in _MODES else None
         if long is not None:  # ls -l: the name is what follows the date
             if long[1] in (".", ".."):
                 continue
@@ -54,7 +55,8 @@ def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
         elif line.endswith(":") and "/" in line or line in (".:",):
             current = line[:-1]
             groups.setdefault(current, [])
-        elif current is not None:
+            continue
+        if current is not None:
             groups[current].append(line)
         else:
             parent, _, name = line.rstrip("/").rpartition("/")
