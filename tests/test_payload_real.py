@@ -97,3 +97,67 @@ def test_the_fact_rate_at_2000_chars_is_at_least_95_percent(corpus: dict[str, po
         kept += sum(1 for f in fitting if f in view)
         total += len(fitting)
     assert kept >= SMALL_SHARE * total, f"{kept} of {total} facts kept"
+
+
+# -- the "Wrong cut" bullets of issue 17, one by one --------------------------------------
+
+
+def test_errors_in_the_middle_of_a_long_build_are_seen(corpus: dict[str, po.Output]) -> None:
+    out = _output(corpus, "gcc-mid-errors")
+    text = out.data.decode()
+    first = text.find(" error: ")
+    assert 16_384 < first < len(text) - 4_096, "the errors must sit past a head and before a tail sample"
+    view = reduce(out.data, Hint(), Budget(SMALL)).content
+    assert all(f in view for f in out.facts)
+
+
+def test_ansi_coloured_diagnostics_are_read_as_what_they_say(corpus: dict[str, po.Output]) -> None:
+    out = _output(corpus, "gcc-color")
+    assert b"\x1b[" in out.data
+    result = reduce(out.data, Hint(), Budget(SMALL))
+    assert result.strategy == "build" and "\x1b" not in result.content
+
+
+def test_a_grep_listing_and_an_access_log_are_not_trees(corpus: dict[str, po.Output]) -> None:
+    grep = _output(corpus, "grep-rn")
+    assert reduce(grep.data, Hint(), Budget(SMALL)).strategy != "tree"
+    access = "".join(f'10.0.0.{i % 9} - - [01/Dec/2026:10:{i % 60:02d}:00 +0000] "GET /api/items/{i} HTTP/1.1" '
+                     f"200 {100 + i}\n" for i in range(400))  # Common Log Format
+    assert reduce(access, Hint(), Budget(SMALL)).strategy != "tree"
+
+
+def test_a_log_with_patches_is_a_log_and_its_commits_survive(corpus: dict[str, po.Output]) -> None:
+    out = _output(corpus, "git-log-p")
+    result = reduce(out.data, Hint(), Budget(SMALL))
+    assert result.strategy == "gitlog"
+    assert all(f in result.content for f in out.facts)  # the newest commit ids and subjects
+
+
+def test_the_diff_cut_counts_distinct_files(corpus: dict[str, po.Output]) -> None:
+    """Two diffs of the same 30 files, one after the other: 30 files changed, not 60."""
+    edit = _output(corpus, "git-diff").data
+    rewrite = _output(corpus, "git-diff-rewrite").data
+    view = reduce(edit + rewrite, Hint(), Budget(SMALL)).content
+    assert "[diff cut: 30 files changed]" in view
+
+
+@pytest.mark.parametrize(("name", "command", "cut"), [
+    ("git-log-p", "git log -p -12", "gitlog"), ("git-show", "git show HEAD", "gitlog"),
+    ("pip-build-failure", "pip install ./fastthing", "install"), ("make-k", "make -k", "build"),
+    ("npm-offline", "npm install", "install"), ("git-diff", "/usr/bin/git diff HEAD~1", "diff"),
+])
+def test_a_clear_command_hint_picks_its_cut(corpus: dict[str, po.Output], name: str, command: str,
+                                            cut: str) -> None:
+    out = _output(corpus, name)
+    assert reduce(out.data, Hint(command=command), Budget(SMALL)).strategy == cut
+
+
+def test_a_hint_names_the_cut_tried_first_but_it_must_still_claim_the_text() -> None:
+    from caveman_batch.payload import registry
+
+    assert registry.hinted(Hint(command="git log --stat")) == "gitlog"
+    assert registry.hinted(Hint(command="python3 -m pip install x")) == "install"
+    assert registry.hinted(Hint(command="make test")) == "build"
+    assert registry.hinted(Hint(command="gitk")) is None and registry.hinted(Hint(tool="bash")) is None
+    text = "".join(f"line {i}: nothing a compiler says\n" for i in range(300))
+    assert reduce(text, Hint(command="make"), Budget(SMALL)).strategy.startswith("size")

@@ -343,12 +343,12 @@ static int helper_{n}(int a, int b) {{
 
 
 def gcc_mid_errors(tmp: Path) -> Output:
-    """gcc -Wall -Wextra on one C file: ~150 warnings, and the 3 errors in the middle (past
-    any 16 KB head), so only a scan of the whole text sees them."""
+    """gcc -Wall -Wextra on one C file: ~300 warnings, and the 3 errors in the middle (~23 KB
+    in, past a 16 KB head and before a 4 KB tail), so only a scan of the whole text sees them."""
     _need("gcc")
     tmp = _fresh(tmp)
-    parts = [C_WARNY.format(n=i) for i in range(70)]
-    parts.insert(35, "int broken_a(void) { return missing_a + 1; }\n"
+    parts = [C_WARNY.format(n=i) for i in range(300)]
+    parts.insert(150, "int broken_a(void) { return missing_a + 1; }\n"
                      "int broken_b(void) { struct nope *p = 0; return p->field; }\n"
                      "int broken_c(void) { return 1 +; }\n")
     (tmp / "big.c").write_text("".join(parts) + "int main(void) { return helper_0(1, 2); }\n")
