@@ -185,9 +185,12 @@ def _plain_detect(cut: Any, text: str) -> bool:
         if not where(cut.signal):
             return False
         frames, n = len(where(stacktrace._FRAME)), count_lines(text)
+        if frames >= max(1, -(-n // 5)):
+            return True
         if " {\n" in text and where(stacktrace._OBJECT_AFTER_FRAMES):
             n -= len(where(stacktrace._OBJECT_FIELD))
-        return frames * 5 >= min(n, count_lines(text))
+            return frames >= max(1, -(-n // 5))
+        return False
     if cut.name == "log":
         hits = sum(1 for line in lines if any(w in line for w in log._WORDS) and log._LEVEL.search(line))
         return hits * 3 >= len(lines)

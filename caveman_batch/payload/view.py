@@ -249,6 +249,50 @@ def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     return next(islice(found, least - 1, None), None) is not None
 
 
+Needle = str | re.Pattern[str]
+
+
+def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...], least: int) -> bool:
+    """Whether at least `least` lines of `text` that hold one of `needles` (a substring, or a
+    pattern led by a literal) match `pattern` (a line pattern, matched at the line's start).
+    Every line the pattern can match must hold a needle: then this is `line_hits`, but the
+    lines are found by `str.find` or a literal-led search (C, fast) and only those are
+    matched, so a pattern that reads every char of every line (`path:12:3: error:`) costs the
+    needles' occurrences, not the text. Needles on most lines (every line of a build holds
+    "error") would cost a Python step each: past `_DENSE` misses the lines are searched as
+    `line_hits` does, in C."""
+    seen: set[int] = set()
+    misses = 0
+    match, find, rfind = pattern.match, text.find, text.rfind
+    for needle in needles:
+        locate = (lambda at, n=needle: find(n, at)) if isinstance(needle, str) else _locator(needle, text)
+        pos = locate(0)
+        while pos >= 0:
+            start = rfind("\n", 0, pos) + 1
+            end = find("\n", pos)
+            end = len(text) if end < 0 else end
+            if start not in seen and match(text, start, end):
+                seen.add(start)
+                if len(seen) >= least:
+                    return True
+            else:
+                misses += 1
+                if misses > _DENSE:
+                    return line_hits(pattern, text, least)
+            pos = locate(end)
+    return False
+
+
+_DENSE: Final = 64
+
+
+def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
+    def locate(at: int) -> int:
+        found = needle.search(text, at)
+        return -1 if found is None else found.start()
+    return locate
+
+
 def first_hit(pattern: re.Pattern[str], text: str) -> int:
     """Where the first line `pattern` matches at its start begins in `text` (-1: none)."""
     found = _at_line_start(pattern).search("\n" + text)

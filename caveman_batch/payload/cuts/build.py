@@ -13,7 +13,7 @@ from functools import partial
 from typing import Final
 
 from ..model import Hint
-from ..view import Doc, Run, line_hits
+from ..view import Doc, Run, line_hits, needle_hits
 from ._lines import LineCut, Stream, _hits, rx
 from .install import INSTALLER
 
@@ -35,6 +35,8 @@ _SUMMARY = rx(
     r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting|collect2: error: "
     r"|make(?:\[\d+\])?: Target .* not remade|warning: .* generated \d+ warnings?)"
 )
+#: every alternative of _WARNING holds one of these (detection matches only their lines)
+_WARNING_NEEDLES: Final = ("warning", "WARNING", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 
@@ -53,7 +55,7 @@ class BuildCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """An error line, or two warning lines (a build that passed with warnings), anywhere in
         the text; not when pip or npm ran the compiler (the install cut names the package)."""
-        if not (super().detect(text, hint) or line_hits(_WARNING, text, 2)):
+        if not (super().detect(text, hint) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
             return False
         return not line_hits(INSTALLER, text, 1)
 

@@ -150,4 +150,5 @@ CUT = DiffCut(
     name="diff",
     signal=rx(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+)"),
     keep=(),
+    probes=("diff --git ", "@@ -"),
 )

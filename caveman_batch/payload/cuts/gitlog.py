@@ -64,6 +64,8 @@ def _headline(commit: int, subject: int | None) -> Iterator[Run]:
 class GitLogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """Two commit headers, or one with its Author line (`git show`, `git log -1`)."""
+        if "commit " not in text:
+            return False
         return line_hits(self.signal, text, 2) or (line_hits(self.signal, text, 1)
                                                     and line_hits(_AUTHOR, text, 1))
 
@@ -72,4 +74,4 @@ class GitLogCut(LineCut):
         return finish(pick(doc, _runs(doc, limits.chars // _WHOLE_SHARE), limits, presorted=True), limits)
 
 
-CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2)
+CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2, probes=("commit ",))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, line_hits
+from ..view import Doc, line_hits, needle_hits
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -97,6 +97,8 @@ _SIGNAL: Final = re.compile("|".join(f"^{line}" for line in _SIGNAL_LINES) + "|c
 _ARROW = rx(r"^[ \t]*--> [^ \t\n]")
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
 _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
+#: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
+_SHORT_NEEDLES: Final = ("error", "warning", re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
 
 
 class LintCut(LineCut):
@@ -106,9 +108,10 @@ class LintCut(LineCut):
         start counts only with ruff's `-->` location lines."""
         if "clippy::" in text:
             return len(self.signal.findall(text)) >= self.min_hits
-        if line_hits(_SIGNAL_AT_LINES_SHORT, text, self.min_hits):
+        if needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, self.min_hits):
             return True
-        return line_hits(_SIGNAL_AT_LINES, text, self.min_hits) and line_hits(_ARROW, text, self.min_hits)
+        return ("--> " in text and line_hits(_ARROW, text, self.min_hits)
+                and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
         counts, where = _rules(doc)

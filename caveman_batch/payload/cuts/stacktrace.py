@@ -151,13 +151,13 @@ class StackCut(LineCut):
         after the frames (`at … {`, then `  code: 'E…',` lines) not counted against them."""
         if not line_hits(self.signal, text, 1):
             return False
-        frames = len(_at_line_start(_FRAME).findall("\n" + text))  # one per line, as findall counts
         lines = count_lines(text)
-        if frames * 5 >= lines:
+        if line_hits(_FRAME, text, _fifth(lines)):  # stops once there are enough
             return True
-        if " {\n" in text and line_hits(_OBJECT_AFTER_FRAMES, text, 1):
-            lines -= len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
-        return frames * 5 >= lines
+        if " {\n" not in text or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+            return False
+        fields = len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
+        return line_hits(_FRAME, text, _fifth(lines - fields))
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
@@ -175,6 +175,11 @@ class StackCut(LineCut):
         # messages (priority 0, in order) then own frames (1 + rank): already sorted
         ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, found), _rest(found))
         return finish(pick(doc, ordered, limits, label=label, presorted=True), limits)
+
+
+def _fifth(lines: int) -> int:
+    """The frames a text of `lines` lines needs to be a trace: a fifth of them, at least one."""
+    return max(1, -(-lines // 5))
 
 
 _OBJECT_AFTER_FRAMES = rx(r"^[ \t]+at [^\n]* \{\r?$")

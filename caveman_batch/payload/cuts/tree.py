@@ -20,8 +20,9 @@ from ._lines import rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
 _MIN_ENTRIES: Final = 10
-#: a line no listing of paths has: grep's `path:12:`, a `key: value`, a tab, a log's "[12/Dec"
-_NOT_A_PATH = rx(r"^[^\n]*?(?::\d+[:\s]|: |\t|\[)")
+#: what no listing of paths has: grep's `path:12:` (the rest, `key: value` and tabs, counted
+#: as substrings)
+_GREP_LIKE = re.compile(r":\d+[:\s]")
 #: `ls -R` block headers: "./a/b:" after a blank line
 _LS_HEADER = rx(r"^\r?\n[^\n]*/[^\n]*:\r?$")
 #: `ls -l` entries: mode, links, owner, group, size, date (two forms), then the name
@@ -132,10 +133,13 @@ class TreeCut:
         if first.endswith(":") and " " not in first and line_hits(_LS_HEADER, text, 2):
             return True
         root = _root(first)
-        if root is None or line_hits(_NOT_A_PATH, text, max(1, entries // 100)):
+        if root is None:
             return False
         starting = text.count("\n" + root) + (text.startswith(root))
-        return starting * 50 >= entries * 49
+        if starting * 50 < entries * 49:
+            return False
+        odd = text.count(": ") + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
+        return odd * 100 <= entries
 
     def cut(self, text: str, limits: Limits) -> str | None:
         groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
