@@ -264,6 +264,11 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     seen: set[int] = set()
     misses = 0
     match, find, rfind = pattern.match, text.find, text.rfind
+    first = find("\n")
+    if match(text, 0, len(text) if first < 0 else first):  # a "\n"-led needle misses line one
+        seen.add(0)
+        if least <= 1:
+            return True
     for needle in needles:
         locate = (lambda at, n=needle: find(n, at)) if isinstance(needle, str) else _locator(needle, text)
         pos = locate(0)
@@ -287,9 +292,11 @@ _DENSE: Final = 64
 
 
 def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
+    """Where `needle` next ends (its last char, inside the line it found: a needle may start
+    with the newline before it)."""
     def locate(at: int) -> int:
         found = needle.search(text, at)
-        return -1 if found is None else found.start()
+        return -1 if found is None else found.end() - 1
     return locate
 
 

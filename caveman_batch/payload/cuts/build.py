@@ -35,8 +35,10 @@ _SUMMARY = rx(
     r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting|collect2: error: "
     r"|make(?:\[\d+\])?: Target .* not remade|warning: .* generated \d+ warnings?)"
 )
-#: every alternative of _WARNING holds one of these (detection matches only their lines)
-_WARNING_NEEDLES: Final = ("warning", "WARNING", "note:")
+#: what every line _ERROR or _WARNING matches holds: detection matches only the lines these
+#: substrings are on (found by str.find, in C)
+_ERROR_NEEDLES: Final = ("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
+_WARNING_NEEDLES: Final = ("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 
@@ -55,7 +57,7 @@ class BuildCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """An error line, or two warning lines (a build that passed with warnings), anywhere in
         the text; not when pip or npm ran the compiler (the install cut names the package)."""
-        if not (super().detect(text, hint) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
+        if not (needle_hits(_ERROR, text, _ERROR_NEEDLES, 1) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
             return False
         return not line_hits(INSTALLER, text, 1)
 
@@ -66,7 +68,4 @@ class BuildCut(LineCut):
                 (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
 
 
-# every alternative of _ERROR holds "error", "ERROR" or "undefined reference": a text with
-# none is not searched
-CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1,
-               signal_needles=("error", "ERROR", "undefined reference"))
+CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)

@@ -98,7 +98,8 @@ _ARROW = rx(r"^[ \t]*--> [^ \t\n]")
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
 _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 #: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
-_SHORT_NEEDLES: Final = ("error", "warning", re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
+_SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
+                         re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
 
 
 class LintCut(LineCut):
