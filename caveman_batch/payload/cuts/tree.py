@@ -159,9 +159,7 @@ def _root(first: str) -> str | None:
     if not first or any(c in first for c in " \t"):
         return None
     slash = first.find("/", 1)
-    if slash < 0:
-        return first + "/" if first.startswith("/") else None
-    return first[:slash + 1]
+    return first + "/" if slash < 0 else first[:slash + 1]  # `find src`: "src", then "src/…"
 
 
 CUT = TreeCut()
