@@ -162,20 +162,49 @@ _ROUTE_TOKENS = [
     "goroutine 1 [running]:", "\tmain.go:12 +0x1d", "commit 0123456789abcdef0123", "Collecting pkg",
     "npm WARN x", "INFO ok", "WARN x", "Exception", "ERRORS", "plain", "", " ", "\r", "a:b", "😀",
     "INFO WARN x ERROR", "xINFO", "DEBUG\tTRACE",
+    # issue 17's signals: git show, npm 11, pip, warnings-only builds, ruff's full format,
+    # node's error objects, rust panics, the linker
+    "Author: A <a@b>", "npm error code E404", "npm warn old", "Using pip 24.0", "  error: subprocess-exited-with-error",
+    "a.c:1:2: warning: w", "warning: unused", "F401 [*] `os` imported", " --> x.py:1:2", "invalid-syntax: x",
+    "    at f (a.js:1:2) {", "  code: 'ECONNREFUSED',", "thread 'main' (12) panicked at src/main.rs:1:2:",
+    "collect2: error: ld returned 1", "m.c:(.text+0x10): undefined reference to `f'",
 ]
 
 
 def _plain_detect(cut: Any, text: str) -> bool:
-    from caveman_batch.payload.view import count_lines, sample
+    """Each cut's detection written the plain way: a Python loop over the whole text's lines."""
+    from caveman_batch.payload.cuts import build, diff, gitlog, install, lint
+    from caveman_batch.payload.view import count_lines
 
-    part = sample(text)
+    lines = text.split("\n")
+
+    def where(pattern: Any) -> list[int]:
+        return [i for i, line in enumerate(lines) if pattern.match(line)]
+
     if cut.name == "stacktrace":
-        return bool(cut.signal.search(part)) and len(stacktrace._FRAME.findall(part)) * 5 >= count_lines(part)
+        if not where(cut.signal):
+            return False
+        frames, n = len(where(stacktrace._FRAME)), count_lines(text)
+        if frames >= max(1, -(-n // 5)):
+            return True
+        if " {\n" in text and where(stacktrace._OBJECT_AFTER_FRAMES):
+            n -= len(where(stacktrace._OBJECT_FIELD))
+            return frames >= max(1, -(-n // 5))
+        return False
     if cut.name == "log":
-        lines = part.split("\n")
         hits = sum(1 for line in lines if any(w in line for w in log._WORDS) and log._LEVEL.search(line))
         return hits * 3 >= len(lines)
-    return len(cut.signal.findall(part)) >= cut.min_hits
+    if cut.name == "diff":
+        found, commits = where(cut.signal), where(diff._COMMIT)
+        return bool(found) and (not commits or commits[0] > found[0])
+    if cut.name == "gitlog":
+        return len(where(cut.signal)) >= 2 or bool(where(cut.signal)) and bool(where(gitlog._AUTHOR))
+    if cut.name == "build":
+        return (bool(where(cut.signal)) or len(where(build._WARNING)) >= 2) and not where(install.INSTALLER)
+    if cut.name == "lint" and "clippy::" not in text:
+        return (len(where(lint._SIGNAL_AT_LINES_SHORT)) >= 2
+                or len(where(lint._SIGNAL_AT_LINES)) >= 2 and len(where(lint._ARROW)) >= 2)
+    return len(cut.signal.findall(text)) >= cut.min_hits
 
 
 @settings(max_examples=300, deadline=None)
@@ -185,7 +214,7 @@ def test_fast_detect_is_the_plain_signal_count(lines: list[str], name: str) -> N
     cut = next(c for c in registry.cuts(Hint(), []) if c.name == name)
     text = "\n".join(lines)
     assert cut.detect(text, Hint()) == _plain_detect(cut, text)
-    big = text + "\n" + "x" * 17_000 + "\n" + text  # past the sample's head: head + tail
+    big = text + "\n" + "x" * 17_000 + "\n" + text  # the whole text counts, not a head and a tail
     assert cut.detect(big, Hint()) == _plain_detect(cut, big)
 
 

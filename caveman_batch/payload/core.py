@@ -7,6 +7,7 @@ store that fails means a view with no handle, never a handle nobody can resolve.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Final
 
 from .. import ccr
@@ -14,7 +15,7 @@ from ..errors import CavemanError
 from ..store import Store
 from .model import Budget, Cut, Hint, Limits, PayloadResult, Stats
 from .registry import cuts
-from .view import count_lines, fits, shared
+from .view import count_lines, fits, plain, shared
 
 TEXT_TYPE: Final = "text/plain; charset=utf-8"
 BINARY_TYPE: Final = "application/octet-stream"
@@ -36,7 +37,10 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
         if fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
-        name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
+        limits = _body_limits(whole, text, before)
+        read = plain(text)  # colours stripped: the cuts see what a terminal shows
+        with shared(read) if read is not text else nullcontext():
+            name, body, warnings = _first_fit(read, hint, limits)
     handle, note = _commit(store, raw, ctype, warnings)
     after = (len(body), count_lines(body))
     view = body + "\n" + footer(before, after, name, handle)

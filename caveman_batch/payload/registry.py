@@ -9,6 +9,7 @@ fails to load is skipped with a warning; a reduce never crashes on it.
 from __future__ import annotations
 
 import importlib
+import re
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Final
@@ -71,8 +72,39 @@ def refresh() -> None:
     _plugins.cache_clear()
 
 
+#: what a command (or an MCP tool's name) says its output is, where that is clear: the cut
+#: named goes first (it must still claim the text). `git log -p` is a log with patches, not a
+#: diff; pip running gcc is an install, not a build.
+_HINTED: Final = (
+    (re.compile(r"^git(?: -\S+)* (?:log|show|whatchanged)\b|^git_(?:log|show)\b"), "gitlog"),
+    (re.compile(r"^git(?: -\S+)* diff\b|^git_diff"), "diff"),
+    (re.compile(r"^(?:pip3?|uv pip|python3?(?:\.\d+)? -m pip) (?:install|download|wheel)\b"
+                r"|^(?:npm|pnpm|yarn) (?:install|i|ci|add)\b"), "install"),
+    (re.compile(r"^(?:make|gmake|gcc|g\+\+|cc|clang|clang\+\+|javac|tsc|cargo (?:build|check|rustc))\b"),
+     "build"),
+)
+
+
+def hinted(hint: Hint) -> str | None:
+    """The cut a hint's command (else its tool name) names, if any."""
+    for said in (hint.command, hint.tool):
+        if not said:
+            continue
+        program = said.strip()
+        program = program.split("/", program.count("/"))[-1] if program.startswith("/") else program
+        for pattern, name in _HINTED:
+            if pattern.search(program):
+                return name
+    return None
+
+
 def cuts(hint: Hint, warnings: list[str]) -> list[Cut]:
-    """Every cut in the order tried; problems loading plugins go to `warnings`."""
+    """Every cut in the order tried, the one a clear hint names first; problems loading
+    plugins go to `warnings`."""
     plugins, problems = _plugins()
     warnings.extend(problems)
-    return [*_builtin(), *plugins, for_hint(hint)]
+    order = [*_builtin(), *plugins]
+    name = hinted(hint)
+    if name is not None:
+        order.sort(key=lambda cut: cut.name != name)  # stable: the rest keep their order
+    return [*order, for_hint(hint)]

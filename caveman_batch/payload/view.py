@@ -20,21 +20,21 @@ from typing import Final
 
 from .model import Limits
 
-SAMPLE_HEAD: Final = 16_384
-SAMPLE_TAIL: Final = 4_096
-
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
 Run = tuple[int, int, int]
 GapLabel = Callable[[int, int], str]
 #: the chars a gap's marker is reserved at (its label's length, or a bound on it)
 GapSize = Callable[[int, int], int]
 
+# CSI (colours, cursor moves), OSC (titles, links) and the two-char escapes: what terminals
+# eat and a reader never sees
+_ANSI: Final = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
-def sample(text: str) -> str:
-    """The part of `text` detection looks at: detecting must not cost a full scan."""
-    if len(text) <= SAMPLE_HEAD + SAMPLE_TAIL:
-        return text
-    return text[:SAMPLE_HEAD] + "\n" + text[-SAMPLE_TAIL:]
+
+def plain(text: str) -> str:
+    """`text` without ANSI escape codes (`text` itself when it has none): what detection and
+    the cuts read, so `gcc -fdiagnostics-color` is the build output it is."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def count_lines(text: str) -> int:
@@ -247,6 +247,63 @@ def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     else:
         found = pattern.finditer(part)
     return next(islice(found, least - 1, None), None) is not None
+
+
+Needle = str | re.Pattern[str]
+
+
+def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...], least: int) -> bool:
+    """Whether at least `least` lines of `text` that hold one of `needles` (a substring, or a
+    pattern led by a literal) match `pattern` (a line pattern, matched at the line's start).
+    Every line the pattern can match must hold a needle: then this is `line_hits`, but the
+    lines are found by `str.find` or a literal-led search (C, fast) and only those are
+    matched, so a pattern that reads every char of every line (`path:12:3: error:`) costs the
+    needles' occurrences, not the text. Needles on most lines (every line of a build holds
+    "error") would cost a Python step each: past `_DENSE` misses the lines are searched as
+    `line_hits` does, in C."""
+    seen: set[int] = set()
+    misses = 0
+    match, find, rfind = pattern.match, text.find, text.rfind
+    first = find("\n")
+    if match(text, 0, len(text) if first < 0 else first):  # a "\n"-led needle misses line one
+        seen.add(0)
+        if least <= 1:
+            return True
+    for needle in needles:
+        locate = (lambda at, n=needle: find(n, at)) if isinstance(needle, str) else _locator(needle, text)
+        pos = locate(0)
+        while pos >= 0:
+            start = rfind("\n", 0, pos) + 1
+            end = find("\n", pos)
+            end = len(text) if end < 0 else end
+            if start not in seen and match(text, start, end):
+                seen.add(start)
+                if len(seen) >= least:
+                    return True
+            else:
+                misses += 1
+                if misses > _DENSE:
+                    return line_hits(pattern, text, least)
+            pos = locate(end)
+    return False
+
+
+_DENSE: Final = 64
+
+
+def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
+    """Where `needle` next ends (its last char, inside the line it found: a needle may start
+    with the newline before it)."""
+    def locate(at: int) -> int:
+        found = needle.search(text, at)
+        return -1 if found is None else found.end() - 1
+    return locate
+
+
+def first_hit(pattern: re.Pattern[str], text: str) -> int:
+    """Where the first line `pattern` matches at its start begins in `text` (-1: none)."""
+    found = _at_line_start(pattern).search("\n" + text)
+    return -1 if found is None else found.start()
 
 
 def count_between(hits: list[int], start: int, end: int) -> int:

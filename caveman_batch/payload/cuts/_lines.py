@@ -17,8 +17,8 @@ from ..view import (
     count_between,
     finish,
     line_hits,
+    needle_hits,
     pick,
-    sample,
 )
 
 
@@ -48,12 +48,18 @@ class LineCut:
 
     #: substrings one of which every match of `signal` holds: without any, no search
     signal_needles: tuple[str, ...] = ()
+    #: substrings one of which every match of `signal` holds, only tested for (`in`, C's fast
+    #: search): a text with none is not searched line by line
+    probes: tuple[str, ...] = ()
 
     def detect(self, text: str, hint: Hint) -> bool:
-        part = sample(text)
-        if self.signal_needles and not any(n in part for n in self.signal_needles):
+        """`min_hits` lines of the whole text match `signal`: one search from newline to
+        newline, linear, that stops at the last hit it needs."""
+        if self.signal_needles:  # only the lines holding a needle are matched
+            return needle_hits(self.signal, text, self.signal_needles, self.min_hits)
+        if self.probes and not any(probe in text for probe in self.probes):
             return False
-        return line_hits(self.signal, part, self.min_hits)
+        return line_hits(self.signal, text, self.min_hits)
 
     def runs(self, doc: Doc) -> Iterator[Run]:
         """Every kept line as a run, lazily, lowest priority number first, then in order."""

@@ -12,15 +12,18 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Final
 
-from ..view import Doc, Run
+from ..model import Hint
+from ..view import Doc, Run, line_hits, needle_hits
 from ._lines import LineCut, Stream, _hits, rx
+from .install import INSTALLER
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
     r"|[^ \t\n(][^\n(]*\(\d+,\d+\): error TS\d+:"  # tsc
     r"|[^ \t\n:][^\n:]*:\d+:\d+ - error TS\d+:"  # tsc --pretty
     r"|error(?:\[E\d+\])?: "  # rustc
-    r"|✘ \[ERROR\]|ERROR in |[^ \t\n:][^\n:]*:\d+: error:)"
+    r"|✘ \[ERROR\]|ERROR in |[^ \t\n:][^\n:]*:\d+: error:"  # javac, mypy
+    r"|collect2: error: |(?:[^ \t\n:]*ld: )?[^ \t\n]*:\(\.[\w.]+\+0x[0-9a-f]+\): undefined reference to )"  # the linker
 )
 _WARNING = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: warning:|warning(?:\[\w+\])?: |▲ \[WARNING\]|WARNING in "
@@ -29,8 +32,13 @@ _WARNING = rx(
 _SUMMARY = rx(
     r"^(?:\d+ (?:errors?|warnings?)(?: and \d+ warnings?)? generated|Found \d+ errors?"
     r"|error: could not compile|make(?:\[\d+\])?: \*\*\*|webpack [\d.]+ compiled"
-    r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting)"
+    r"|[ \t]*Finished |\d+ errors?\r?$|Build failed|error: aborting|collect2: error: "
+    r"|make(?:\[\d+\])?: Target .* not remade|warning: .* generated \d+ warnings?)"
 )
+#: what every line _ERROR or _WARNING matches holds: detection matches only the lines these
+#: substrings are on (found by str.find, in C)
+_ERROR_NEEDLES: Final = ("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
+_WARNING_NEEDLES: Final = ("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 
@@ -46,6 +54,13 @@ def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
 
 
 class BuildCut(LineCut):
+    def detect(self, text: str, hint: Hint) -> bool:
+        """An error line, or two warning lines (a build that passed with warnings), anywhere in
+        the text; not when pip or npm ran the compiler (the install cut names the package)."""
+        if not (needle_hits(_ERROR, text, _ERROR_NEEDLES, 1) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
+            return False
+        return not line_hits(INSTALLER, text, 1)
+
     def streams(self, doc: Doc) -> list[Stream]:
         return [(0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, partial(_hits, doc, _ERROR, (), 1, 0)),
                 (2, lambda: _frame_runs(doc, doc.igrep(_ERROR), 2)),
@@ -53,5 +68,4 @@ class BuildCut(LineCut):
                 (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
 
 
-# every alternative of _ERROR holds "error" or "ERROR": a sample with neither is not searched
-CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1, signal_needles=("error", "ERROR"))
+CUT = BuildCut(name="build", signal=_ERROR, keep=(), min_hits=1)

@@ -6,7 +6,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, finish, pick, sample
+from ..view import Doc, finish, line_hits, pick
 from ._lines import rx
 
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
@@ -16,7 +16,11 @@ _DEF = rx(r"^[ \t]*(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected 
           r"|abstract |final |default )*(?:def |class |function |fn |func |interface |struct "
           r"|enum |trait |impl |type |const [\w$]+ = (?:async )?\(|module ))")
 _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |function |func |fn "
-                            r"|pub fn |package |#include )", re.MULTILINE)
+                            r"|pub fn |package |#include "
+                            # a C function's definition: `static int name(`, `void *name(`
+                            r"|(?:(?:static|extern|inline|const|unsigned|signed) )*"
+                            r"(?:void|int|char|long|short|float|double|bool|size_t|struct \w+|\w+_t) ?\**\w+\()",
+                            re.MULTILINE)
 
 
 class CodeCut:
@@ -25,7 +29,7 @@ class CodeCut:
     def detect(self, text: str, hint: Hint) -> bool:
         if hint.path and hint.path.lower().endswith(_EXTENSIONS):
             return True
-        return len(_SIGNAL.findall(sample(text))) >= 3
+        return line_hits(_SIGNAL, text, 3)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)

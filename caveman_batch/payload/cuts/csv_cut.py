@@ -14,6 +14,9 @@ from ..model import Hint, Limits
 from ..view import Doc, Run, finish, pick
 
 _DIAGNOSTIC: Final = re.compile(r"\(\d+,\d+\): |:\d+:\d+[: ]|\berror\b|\bwarning\b|^[ \t]")
+#: a log record, not a row: a level word (Python logging's "…09:46:34,789 ERROR …" has one
+#: comma a line) or a JSON object a line (NDJSON: its commas separate keys)
+_RECORD: Final = re.compile(r"\b(?:ERROR|WARN|WARNING|INFO|DEBUG|TRACE|CRITICAL|FATAL)\b|^\{.*\}\r?$")
 _SAMPLE_LINES: Final = 30
 
 
@@ -34,6 +37,8 @@ class CsvCut:
             lines = lines[:-1]  # the sample may end mid-line
         lines = [line for line in lines if line]
         if len(lines) < 3 or any(_DIAGNOSTIC.search(line) for line in lines):
+            return False
+        if sum(1 for line in lines if _RECORD.search(line)) * 2 >= len(lines):
             return False
         return _delimiter(lines) is not None
 

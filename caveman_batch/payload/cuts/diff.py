@@ -8,11 +8,13 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from ..model import Limits
-from ..view import Doc, Run, count_between, finish, pick
+from ..model import Hint, Limits
+from ..view import Doc, Run, count_between, finish, first_hit, pick
 from ._lines import LineCut, rx
 
 _GIT = rx(r"^diff --git ")
+#: a commit header: before the first diff line it makes the text `git log -p` / `git show`
+_COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
 _RANGES: Final = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 #: header lines that say what happened to a file (made, deleted, renamed, binary): kept with it
 _FILE_NEWS: Final = ("diff ", "Binary files ", "new file mode", "deleted file mode", "old mode", "new mode",
@@ -88,7 +90,9 @@ def _files(doc: Doc, limits: Limits) -> list[str]:
     starts = list(doc.positions(_GIT))
     if not starts:
         return []
-    text, total = doc.nl_text, len(starts)
+    text = doc.nl_text
+    # a file touched by two sections (diffs of several commits, one after another) is one file
+    total = len({text[a + 1:_line_end(text, a + 1)] for a in starts})
     head, more = f"[diff cut: {total:,} files changed]", f"  … {total:,} more files"
     width = limits.line_chars or limits.chars
     room = limits.chars // _LIST_SHARE - len(head) - len(more) - 2
@@ -96,6 +100,7 @@ def _files(doc: Doc, limits: Limits) -> list[str]:
     if room < 0 or rows < 0:
         return []  # not even the count fits its share
     out: list[str] = []
+    listed: set[str] = set()
     for a, b in zip(starts, [*starts[1:], len(text)]):
         end = text.find("\n", a + 1)
         name = text[a + 1 + len("diff --git "):end if end >= 0 else b].partition(" b/")[0].removeprefix("a/")
@@ -106,7 +111,13 @@ def _files(doc: Doc, limits: Limits) -> list[str]:
         if room < 0 or len(out) >= rows:
             break
         out.append(line)
-    return [head, *out, *([f"  … {total - len(out):,} more files"] if len(out) < total else [])]
+        listed.add(name)
+    return [head, *out, *([f"  … {total - len(listed):,} more files"] if len(listed) < total else [])]
+
+
+def _line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
 
 
 def _plural(n: int, what: str) -> str:
@@ -114,6 +125,14 @@ def _plural(n: int, what: str) -> str:
 
 
 class DiffCut(LineCut):
+    def detect(self, text: str, hint: Hint) -> bool:
+        """Diff lines, and no commit header before the first of them (that is a git log with
+        patches, or git show: the gitlog cut keeps its commit ids and subjects)."""
+        if not super().detect(text, hint):
+            return False
+        commit = first_hit(_COMMIT, text)
+        return commit < 0 or commit > first_hit(self.signal, text)
+
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
         files = doc.grep(_GIT)
@@ -131,4 +150,5 @@ CUT = DiffCut(
     name="diff",
     signal=rx(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+)"),
     keep=(),
+    probes=("diff --git ", "@@ -"),
 )

@@ -1,19 +1,25 @@
-"""`git log`: the newest commits whole (id, author, date, subject), then every older commit's
-id and subject (newest first), then the older authors and dates, then bodies; file stats
-(--stat) last."""
+"""`git log` (also -p, --stat) and `git show`: the newest commits whole (id, author, date,
+subject), then every older commit's id and subject (newest first), then the older authors
+and dates and `--stat` totals, then bodies, then the files each patch touches and its hunk
+headers; the rest of the patches and file stats last."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain
 
-from ..model import Limits
-from ..view import Doc, Run, finish, pick
+from ..model import Hint, Limits
+from ..view import Doc, Run, finish, line_hits, pick
 from ._lines import LineCut, _hits, rx
 
 _COMMIT = rx(r"^commit [0-9a-f]{7,64}\b")
-_BODY = rx(r"^    ")
-_META = rx(r"^(?:Author|Date|Merge|AuthorDate|Commit|CommitDate): ")
+# four spaces then text (or nothing): a patch's context line of indented code has five or more
+_BODY = rx(r"^    (?:[^ \n]|\r?$)")
+_META = rx(r"^(?:(?:Author|Date|Merge|AuthorDate|Commit|CommitDate): | \d+ files? changed, )")
+_AUTHOR = rx(r"^Author: ")
+_STAT_TOTAL = rx(r"^ \d+ files? changed, ")
+_PATCH_FILE = rx(r"^diff --git ")
+_HUNK = rx(r"^@@ ")
 #: the newest commits are shown whole while they take at most this share of the budget
 _WHOLE_SHARE = 8
 
@@ -32,6 +38,9 @@ def _runs(doc: Doc, whole_room: int) -> Iterator[Run]:
     """The newest commits whole while they fit `whole_room` chars (the newest one always),
     then the headlines of the rest, then their other header lines, then bodies."""
     commits, lines = _commits(doc), doc.lines
+    total = next(doc.igrep(_STAT_TOTAL), None)  # --stat: how much the newest commit changed
+    if total is not None:
+        yield (0, total, total + 1)
     for n, (i, subject) in enumerate(commits):
         end = (i if subject is None else subject) + 1
         cost = sum(map(len, lines[i:end])) + end - i
@@ -42,7 +51,8 @@ def _runs(doc: Doc, whole_room: int) -> Iterator[Run]:
         yield (0, i, end)
     for i, subject in commits:
         yield from _headline(i, subject)
-    yield from chain(_hits(doc, _META, (), 2, 0), _hits(doc, _BODY, (), 3, 0))
+    yield from chain(_hits(doc, _META, (), 2, 0), _hits(doc, _BODY, (), 3, 0),
+                     _hits(doc, _PATCH_FILE, (), 4, 0), _hits(doc, _HUNK, (), 5, 0))
 
 
 def _headline(commit: int, subject: int | None) -> Iterator[Run]:
@@ -52,9 +62,16 @@ def _headline(commit: int, subject: int | None) -> Iterator[Run]:
 
 
 class GitLogCut(LineCut):
+    def detect(self, text: str, hint: Hint) -> bool:
+        """Two commit headers, or one with its Author line (`git show`, `git log -1`)."""
+        if "commit " not in text:
+            return False
+        return line_hits(self.signal, text, 2) or (line_hits(self.signal, text, 1)
+                                                    and line_hits(_AUTHOR, text, 1))
+
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
         return finish(pick(doc, _runs(doc, limits.chars // _WHOLE_SHARE), limits, presorted=True), limits)
 
 
-CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2)
+CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2, probes=("commit ",))

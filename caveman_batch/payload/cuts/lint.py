@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, line_hits, sample
+from ..view import Doc, line_hits, needle_hits
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -20,15 +20,23 @@ _RUFF_ALL = re.compile(r"\n([^ \t\n:][^:\n]*:\d+:\d+): ([A-Z]{1,4}\d{2,4})\b")
 _RUFF_RULES = re.compile(r"\n[^ \t\n:][^:\n]*:\d+:\d+: ([A-Z]{1,4}\d{2,4})\b")
 _ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)")
 _ESLINT_REST = re.compile(r"\n[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]([^\n]*)")  # _ESLINT_ALL's rest
+# ruff's default (full) format: the rule on its own line, the location on the `-->` under it
+_RUFF_FULL_ALL = re.compile(r"\n([A-Z]{1,4}\d{2,4})(?: \[\*\])? [^\n]*\n[ \t]*--> ([^\n]+)")
 _CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 
 
-def _problems(doc: Doc, found: tuple[bool, bool, bool] = (True, True, True)) -> Iterator[tuple[str, str, int]]:
+Found = tuple[bool, bool, bool, bool]
+
+
+def _problems(doc: Doc, found: Found = (True, True, True, True)) -> Iterator[tuple[str, str, int]]:
     """(rule, location, offset) of every problem, lazily; `found` says which of the ruff,
-    eslint and clippy forms `_counts` saw at all (a form it did not is not searched again)."""
+    eslint, clippy and ruff full forms `_counts` saw at all (a form it did not is not searched
+    again)."""
     text = doc.nl_text
     for m in _RUFF_ALL.finditer(text) if found[0] else ():
         yield m.group(2), m.group(1), m.start()
+    for m in _RUFF_FULL_ALL.finditer(text) if found[3] else ():
+        yield m.group(1), m.group(2).strip(), m.start()
     for m in _ESLINT_ALL.finditer(text) if found[1] else ():
         yield _eslint_rule(m.group(2)), m.group(1), m.start()
     for m in _CLIPPY_ALL.finditer(text) if found[2] and "clippy" in text else ():
@@ -39,12 +47,14 @@ def _eslint_rule(rest: str) -> str:
     return rest.rsplit(None, 1)[-1] if rest.strip() else "?"
 
 
-def _counts(doc: Doc) -> tuple[Counter[str], tuple[bool, bool, bool]]:
+def _counts(doc: Doc) -> tuple[Counter[str], Found]:
     """Problems per rule, and which forms (ruff, eslint, clippy) had any; `findall` builds
     the matches in C (most of the cost here)."""
     text = doc.nl_text
     ruff = _RUFF_RULES.findall(text) if ": " in text else []  # a list of strings: counted in C
     counts = Counter(ruff)
+    full = [rule for rule, _ in _RUFF_FULL_ALL.findall(text)] if "--> " in text else []
+    counts.update(full)
     eslint = Counter(_ESLINT_REST.findall(text))
     for rest, n in eslint.items():  # each distinct message once
         counts[_eslint_rule(rest)] += n
@@ -52,7 +62,7 @@ def _counts(doc: Doc) -> tuple[Counter[str], tuple[bool, bool, bool]]:
     if "clippy" in text:  # the clippy pattern has no literal to jump to: search only if worth it
         clippy = _CLIPPY_ALL.findall(text)
         counts.update(a or f"clippy::{b}" for a, b in clippy)
-    return counts, (bool(ruff), bool(eslint), bool(clippy))
+    return counts, (bool(ruff), bool(eslint), bool(clippy), bool(full))
 
 
 def _where(doc: Doc, loc: str, offset: int) -> str:
@@ -80,19 +90,29 @@ def _rules(doc: Doc) -> tuple[Counter[str], dict[str, list[str]]]:
 
 # the signal's alternatives that start a line, and clippy's lint names anywhere
 _SIGNAL_LINES: Final = (r"[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]+[^ \t\n]",
-                        r"[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d{2,4} ", r"✖ \d+ problems?")
-_SIGNAL: Final = re.compile(f"^{_SIGNAL_LINES[0]}|^{_SIGNAL_LINES[1]}|clippy::\\w+|^{_SIGNAL_LINES[2]}", re.MULTILINE)
+                        r"[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d{2,4} ", r"✖ \d+ problems?",
+                        r"[A-Z]{1,4}\d{2,4} (?:\[\*\] )?[^ \t\n]", r"invalid-syntax: ")  # ruff full
+_SIGNAL: Final = re.compile("|".join(f"^{line}" for line in _SIGNAL_LINES) + "|clippy::\\w+", re.MULTILINE)
+#: ruff's full format: a rule line is a problem only with a `-->` location line under it
+_ARROW = rx(r"^[ \t]*--> [^ \t\n]")
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
+_SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
+#: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
+_SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
+                         re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
 
 
 class LintCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
-        """Two signal hits; without "clippy::" in the sample every hit starts a line (one per
-        line), so the lines are searched alone, newline to newline."""
-        part = sample(text)
-        if "clippy::" in part:
-            return len(self.signal.findall(part)) >= self.min_hits
-        return line_hits(_SIGNAL_AT_LINES, part, self.min_hits)
+        """Two signal hits in the whole text; without "clippy::" every hit starts a line (one
+        per line), so the lines are searched alone, newline to newline. A rule at a line's
+        start counts only with ruff's `-->` location lines."""
+        if "clippy::" in text:
+            return len(self.signal.findall(text)) >= self.min_hits
+        if needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, self.min_hits):
+            return True
+        return ("--> " in text and line_hits(_ARROW, text, self.min_hits)
+                and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
         counts, where = _rules(doc)
@@ -111,8 +131,9 @@ CUT = LintCut(
     signal=_SIGNAL,
     keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
                  r"|error: could not compile|\d+ errors?|All checks passed)")),
-          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: ")),
+          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: "
+                 r"|^[EF]\d{3} |^invalid-syntax: |^[^ \t\n:][^:\n]*:\d+:\d+: invalid-syntax: ")),
           (2, _ESLINT_FILE),
-          (3, rx(r"^[ \t]+\d+:\d+[ \t]+warning[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d|^warning: |^[ \t]+--> "))),
+          (3, rx(r"^[ \t]+\d+:\d+[ \t]+warning[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d|^warning: |^[ \t]+--> |^[A-Z]{1,4}\d{2,4} "))),
     min_hits=2,
 )

@@ -7,7 +7,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, sample
+from ..view import Doc
 from ._lines import LineCut, Stream, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
@@ -18,11 +18,11 @@ _ERRORS: Final = rx(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE|Traceback|Excep
 _WARNS: Final = rx(r"\b(?:WARN|WARNING)\b")
 
 
-def _level_lines(part: str) -> int:
-    """How many lines of `part` hold a level word: searched over the whole part, and on
-    from the next line after each hit (a line counts once)."""
+def _level_lines(part: str, enough: int) -> int:
+    """How many lines of `part` hold a level word, counted up to `enough`: searched over the
+    whole part, and on from the next line after each hit (a line counts once)."""
     hits, pos, search, find = 0, 0, _LEVEL.search, part.find
-    while (m := search(part, pos)) is not None:
+    while hits < enough and (m := search(part, pos)) is not None:
         hits += 1
         pos = find("\n", m.end()) + 1
         if not pos:
@@ -32,11 +32,12 @@ def _level_lines(part: str) -> int:
 
 class LogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
-        """Most lines carry a level word (none without one of the words in it at all)."""
-        part = sample(text)
-        if not any(w in part for w in _WORDS):  # every level word holds one of these
+        """A third of the whole text's lines carry a level word (none without one of the words
+        in it at all); the count stops once it is reached."""
+        if not any(w in text for w in _WORDS):  # every level word holds one of these
             return False
-        return _level_lines(part) * 3 >= part.count("\n") + 1
+        need = -(-(text.count("\n") + 1) // 3)
+        return _level_lines(text, need) >= need
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
         errors = len(doc.grep(_ERRORS, _ERROR_WORDS))

@@ -19,7 +19,6 @@ from ..view import (
     finish,
     line_hits,
     pick,
-    sample,
 )
 from ._lines import LineCut, rx
 
@@ -40,7 +39,7 @@ assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
-    r"|The above exception)"
+    r"|The above exception|thread '[^'\n]*'(?: \(\d+\))? panicked at )"
 )
 
 
@@ -135,18 +134,34 @@ def _counted(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' if n != 1 else ''}"
 
 
+def _messages(doc: Doc) -> list[int]:
+    """The message lines; a rust panic says what happened on the line after `panicked at`."""
+    found = doc.grep(_MESSAGE)
+    if "panicked at " not in doc.text:
+        return found
+    lines = doc.lines
+    after = [i + 1 for i in found if i + 1 < len(lines) and "panicked at " in lines[i]]
+    return sorted({*found, *after})
+
+
 class StackCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
-        """A trace, not a long log that happens to hold one (the log cut serves that)."""
-        part = sample(text)
-        if not line_hits(self.signal, part, 1):
+        """A trace, not a long log that happens to hold one (the log cut serves that): frames
+        are a fifth of the whole text's lines, the fields of an error object node prints
+        after the frames (`at … {`, then `  code: 'E…',` lines) not counted against them."""
+        if not line_hits(self.signal, text, 1):
             return False
-        frames = len(_at_line_start(_FRAME).findall("\n" + part))  # one per line, as findall counts
-        return frames * 5 >= count_lines(part)
+        lines = count_lines(text)
+        if line_hits(_FRAME, text, _fifth(lines)):  # stops once there are enough
+            return True
+        if " {\n" not in text or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+            return False
+        fields = len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
+        return line_hits(_FRAME, text, _fifth(lines - fields))
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        all_frames, messages = _frames(doc), doc.grep(_MESSAGE)
+        all_frames, messages = _frames(doc), _messages(doc)
         frames = _dep_frames(doc, all_frames)
         found = _Frames(doc, all_frames, frames)
 
@@ -162,9 +177,17 @@ class StackCut(LineCut):
         return finish(pick(doc, ordered, limits, label=label, presorted=True), limits)
 
 
+def _fifth(lines: int) -> int:
+    """The frames a text of `lines` lines needs to be a trace: a fifth of them, at least one."""
+    return max(1, -(-lines // 5))
+
+
+_OBJECT_AFTER_FRAMES = rx(r"^[ \t]+at [^\n]* \{\r?$")
+_OBJECT_FIELD = rx(r"^  [\w$'\"\[][^\n]*:[^\n]*,?\r?$")
+
 CUT = StackCut(
     name="stacktrace",
     signal=rx(r"^(?:Traceback \(most recent call last\):|[ \t]+at [\w$.<>]+ ?\(|goroutine \d+ \["
-              r"|panic: |Exception in thread )"),
+              r"|panic: |Exception in thread |thread '[^'\n]*'(?: \(\d+\))? panicked at )"),
     keep=(),
 )

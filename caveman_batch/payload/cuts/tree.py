@@ -1,7 +1,10 @@
-"""Directory listings (`find`, `ls -R`): per directory a few entries and the count of the rest.
+"""Directory listings (`find`, `ls -R`, `ls -laR`): per directory a few entries and the count
+of the rest.
 
 Directories keep the order in which the listing first shows them; the number of
-entries shown per directory shrinks until the listing fits.
+entries shown per directory shrinks until the listing fits, and when even one line per
+directory does not (13k folders), the total and the first directories that fit, the rest
+counted.
 """
 
 from __future__ import annotations
@@ -12,10 +15,19 @@ from operator import itemgetter, ne
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, fits, sample
+from ..view import Doc, fits, line_hits
+from ._lines import rx
 
-_PATH: Final = re.compile(r"^(?:\.{1,2}|~)?/?[^ \t/][^\n]*$")
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
+_MIN_ENTRIES: Final = 10
+#: what no listing of paths has: grep's `path:12:` (the rest, `key: value` and tabs, counted
+#: as substrings)
+_GREP_LIKE = re.compile(r":\d+[:\s]")
+#: `ls -R` block headers: "./a/b:" after a blank line
+_LS_HEADER = rx(r"^\r?\n[^\n]*/[^\n]*:\r?$")
+#: `ls -l` entries: mode, links, owner, group, size, date (two forms), then the name
+_MODES: Final = frozenset("-dlcbpsD")
+_LONG = re.compile(r"[-dlcbpsD][-rwxsStT]{9}[.+@]? +\d+ +\S+ +\S+ +[\d, ]+ +\S+ +\d+ +[\d:]+ (.*)")
 
 
 #: directory -> [entries in it, its first few entry names (at most _PER_DIR[0])]
@@ -34,12 +46,18 @@ def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     current: str | None = None
     for line in lines:
-        if not line:
+        if not line or line.startswith("total ") and line[6:].isdigit():
             continue
-        if line.endswith(":") and "/" in line or line in (".:",):
+        long = _LONG.match(line) if line[:1] in _MODES else None
+        if long is not None:  # ls -l: the name is what follows the date
+            if long[1] in (".", ".."):
+                continue
+            line = long[1]
+        elif line.endswith(":") and "/" in line or line in (".:",):
             current = line[:-1]
             groups.setdefault(current, [])
-        elif current is not None:
+            continue
+        if current is not None:
             groups[current].append(line)
         else:
             parent, _, name = line.rstrip("/").rpartition("/")
@@ -70,6 +88,26 @@ def _find_groups(lines: list[str]) -> Groups:
     return groups
 
 
+def _render_dirs(groups: Groups, total: int, limits: Limits) -> str | None:
+    """The total, then one line per directory while they fit, the rest counted."""
+    head = f"[tree cut: {total:,} entries in {len(groups):,} directories]"
+    out, room, rows = [head], limits.chars - len(head), (limits.lines or len(groups) + 2) - 1
+    tail = len(f"(… {len(groups):,} more directories, {total:,} entries)") + 1
+    shown = 0
+    for directory, (n, _) in groups.items():
+        line = f"{directory}/ ({n:,} entr{'y' if n == 1 else 'ies'})"
+        if len(line) + 1 + tail > room or len(out) + 1 >= rows:
+            break
+        out.append(line)
+        room -= len(line) + 1
+        shown += n
+    rest = len(groups) - len(out) + 1
+    if rest:
+        out.append(f"(… {rest:,} more directories, {total - shown:,} entries)")
+    view = "\n".join(out)
+    return view if fits(view, limits) else None
+
+
 def _render(groups: Groups, per_dir: int, total: int) -> str:
     out = [f"[tree cut: {total:,} entries in {len(groups):,} directories]"]
     for directory, (n, names) in groups.items():
@@ -84,11 +122,24 @@ class TreeCut:
     name = "tree"
 
     def detect(self, text: str, hint: Hint) -> bool:
-        lines = [line for line in sample(text).split("\n")[:200] if line]
-        if len(lines) < 10:
+        """`ls -R`: it opens with a folder header ("dir:") and more follow, each after a blank
+        line. `find`: at least 98% of its lines start with the first line's first folder
+        ("./", "/usr/") and hardly any reads like something else (grep's `path:12:`, a log,
+        `key: value`). Counted over the whole text, a search from newline to newline."""
+        first = text[:text.find("\n")] if "\n" in text else text
+        entries = text.count("\n") + 1 - text.count("\n\n")
+        if entries < _MIN_ENTRIES:
             return False
-        pathy = sum(1 for line in lines if "/" in line and _PATH.match(line) and "  " not in line)
-        return pathy * 10 >= len(lines) * 8
+        if first.endswith(":") and " " not in first and line_hits(_LS_HEADER, text, 2):
+            return True
+        root = _root(first)
+        if root is None:
+            return False
+        starting = text.count("\n" + root) + (text.startswith(root))
+        if starting * 50 < entries * 49:
+            return False
+        odd = text.count(": ") + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
+        return odd * 100 <= entries
 
     def cut(self, text: str, limits: Limits) -> str | None:
         groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
@@ -97,7 +148,18 @@ class TreeCut:
             view = _render(groups, per_dir, total)
             if fits(view, limits):
                 return view
+        return _render_dirs(groups, total, limits)
+
+
+def _root(first: str) -> str | None:
+    """The part of a `find` listing's first line every line starts with: up to its first
+    folder's slash ("./", "/usr/"; "." and "/usr" themselves are the root listed)."""
+    if first in (".", "..", "~"):
+        return first + "/"
+    if not first or any(c in first for c in " \t"):
         return None
+    slash = first.find("/", 1)
+    return first + "/" if slash < 0 else first[:slash + 1]  # `find src`: "src", then "src/…"
 
 
 CUT = TreeCut()
