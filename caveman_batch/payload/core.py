@@ -12,7 +12,7 @@ from typing import Final
 from .. import ccr
 from ..errors import CavemanError
 from ..store import Store
-from .model import Budget, Cut, Hint, Limits, PayloadResult, Stats
+from .model import MIN_CHARS, Budget, Cut, Hint, Limits, PayloadResult, Stats
 from .registry import cuts
 from .view import count_lines, fits, shared
 
@@ -33,10 +33,15 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
     whole = Limits(budget.max_chars, budget.max_lines, budget.max_line_chars)
     with shared(text) as doc:  # split once: the line count here, the lines for the cuts
         before = (len(text), doc.line_count(split=not _json_like(text)))
-        if fits(text, whole):
+        # bytes no line of which means anything, even within the budget: their size and type
+        kind = binary_kind(raw) if isinstance(data, bytes) and ctype == BINARY_TYPE and len(text) > MIN_CHARS else None
+        if kind is None and fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
-        name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
+        if kind is not None:
+            name, body, warnings = "binary", f"[binary: {len(raw):,} bytes, {kind}]", []
+        else:
+            name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
     handle, note = _commit(store, raw, ctype, warnings)
     after = (len(body), count_lines(body))
     view = body + "\n" + footer(before, after, name, handle)
@@ -61,6 +66,26 @@ def _decode(data: str | bytes) -> tuple[str, bytes, str]:
         return data.decode("utf-8"), data, TEXT_TYPE
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace"), data, BINARY_TYPE
+
+
+# (offset, magic bytes, type): the formats a tool output most often turns out to be
+_MAGIC: Final = ((0, b"\x7fELF", "ELF"), (0, b"\x89PNG\r\n\x1a\n", "PNG"), (0, b"\x1f\x8b", "gzip"),
+                 (0, b"PK\x03\x04", "zip"), (0, b"PK\x05\x06", "zip"), (0, b"%PDF-", "PDF"),
+                 (0, b"\xff\xd8\xff", "JPEG"), (0, b"GIF8", "GIF"), (0, b"BZh", "bzip2"),
+                 (0, b"\xfd7zXZ\x00", "xz"), (0, b"\x28\xb5\x2f\xfd", "zstd"), (0, b"7z\xbc\xaf\x27\x1c", "7z"),
+                 (0, b"\xcf\xfa\xed\xfe", "Mach-O"), (0, b"\xca\xfe\xba\xbe", "Mach-O/Java class"),
+                 (0, b"MZ", "PE"), (0, b"\x00asm", "WebAssembly"), (0, b"SQLite format 3\x00", "SQLite"),
+                 (257, b"ustar", "tar"), (8, b"WEBP", "WebP"))
+_SNIFF: Final = 8_192
+
+
+def binary_kind(raw: bytes) -> str | None:
+    """The type of bytes that are not UTF-8 text, by their magic bytes, else "data" when a
+    NUL is in their first 8 KB; None for text that merely holds a few bad bytes."""
+    for at, magic, kind in _MAGIC:
+        if raw.startswith(magic, at):
+            return kind
+    return "data" if b"\x00" in raw[:_SNIFF] else None
 
 
 def footer(before: tuple[int, int], after: tuple[int, int], name: str, handle: str | None) -> str:

@@ -4,10 +4,11 @@ side, then warnings, then the first and last lines."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, sample
+from ..view import Doc, Run, sample
 from ._lines import LineCut, Stream, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
@@ -46,7 +47,23 @@ class LogCut(LineCut):
 
     def streams(self, doc: Doc) -> list[Stream]:
         n = len(doc)
-        return [*super().streams(doc), (5, iter([(5, 0, min(n, 3)), (5, max(0, n - 3), n)]))]
+        return [*super().streams(doc), (0, lambda: _exceptions(doc)),
+                (5, iter([(5, 0, min(n, 3)), (5, max(0, n - 3), n)]))]
+
+
+_TRACEBACK = rx(r"Traceback \(most recent call last\):")
+_FRAMES_MAX: Final = 400
+
+
+def _exceptions(doc: Doc) -> Iterator[Run]:
+    """The exception line that ends each Python traceback (the first unindented line after
+    its frames): it says what went wrong, where "Traceback …" only says that something did."""
+    lines, n = doc.lines, len(doc)
+    for i in doc.grep(_TRACEBACK, ("Traceback (most recent call last):",)):
+        for j in range(i + 1, min(n, i + _FRAMES_MAX)):
+            if lines[j] and lines[j][0] not in " \t":
+                yield (0, j, j + 1)
+                break
 
 
 CUT = LogCut(name="log", signal=_LEVEL, keep=((0, _ERRORS), (1, _WARNS)), context=1,

@@ -7,6 +7,7 @@ for a failing run: a run must not look green because its passes were what fit.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ..model import Limits
@@ -31,13 +32,35 @@ _DETAIL = rx(
     r"|\w*(?:Error|Exception)\b[^\n]{0,200}:|[ \t]+[^ \t\n]+_test\.go:\d+:|.*panicked at "
     r"|[ \t]+(?:Expected|Received)|[ \t]+at [^ \t\n]+:\d+:\d+|[ \t]+> \d+ \|)"
 )
-_PASS_NEEDLES = ("PASSED", "... ok", "ok ", "✓", "--- PASS", "PASS ")
-_PASSING = rx(r"(?:PASSED|\.\.\. ok\r?$|^ok |✓|--- PASS|^PASS )")
+#: the short summary pytest ends a failing run with: each failure's name and message, one line
+#: each, worth more than the `____ test ____` headers of the reports above it
+_SHORT = rx(r"^(?:=+ short test summary info =+\r?$|FAILED [^ \t\n]+::|ERROR [^ \t\n]+(?:::| - ))")
+#: what marks one passing test's line (pytest -v, unittest -v, cargo, jest/vitest, go test): a
+#: bare "ok " is not one ("ok ok ok" printed by a test, go's package line, prose)
+_PASS_NEEDLES = ("PASSED", "... ok", "✓", "--- PASS")
+_PYTEST_PASSED = rx(r"^=+ (?:.*\D)?(\d+) passed\b.* =+\r?$")
+_UNITTEST_RAN = rx(r"^Ran (\d+) tests? in ")
+_UNITTEST_BAD = rx(r"^FAILED \((.*)\)\r?$")
+
+
+def _passes(doc: Doc) -> int:
+    """How many tests passed: the run's own count where its summary gives one (pytest's
+    "N passed", unittest's "Ran N tests" less its failures), else one per passing line."""
+    summary = doc.grep(_PYTEST_PASSED)
+    if summary:
+        return int(_PYTEST_PASSED.match(doc.lines[summary[-1]]).group(1))  # type: ignore[union-attr]
+    ran = doc.grep(_UNITTEST_RAN)
+    if ran:
+        total = int(_UNITTEST_RAN.match(doc.lines[ran[-1]]).group(1))  # type: ignore[union-attr]
+        bad = doc.grep(_UNITTEST_BAD)
+        failed = sum(int(n) for n in re.findall(r"(?:failures|errors)=(\d+)", doc.lines[bad[-1]])) if bad else 0
+        return max(total - failed, 0)
+    return sum(map(doc.count, _PASS_NEEDLES))  # one needle per passing line
 
 
 class TestsCut(LineCut):
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
-        passing = sum(map(doc.count, _PASS_NEEDLES))  # one marker per passing line
+        passing = _passes(doc)
         return [f"[tests cut: {passing:,} passing tests omitted; failures and summary kept]"] if passing else []
 
     def streams(self, doc: Doc) -> list[Stream]:
@@ -60,7 +83,7 @@ CUT = TestsCut(
               r"|=+ .* in [\d.]+s(?: \([\d:]+\))? =+\r?$|Ran \d+ tests? in "
               r"|Tests:[ \t]+\d|Test Suites:|[ \t]*Test Files[ \t]|--- FAIL: |=== RUN "
               r"|test result: |running \d+ tests?\r?$)"),
-    keep=((0, _SUMMARY), (1, _FAILURE), (2, _DETAIL)),
+    keep=((0, _SUMMARY), (1, _SHORT), (2, _FAILURE), (3, _DETAIL)),
     gap_counts=(("failure", _FAILURE),),
     gap_needles=(("passing", _PASS_NEEDLES),),
 )

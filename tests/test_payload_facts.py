@@ -1,0 +1,88 @@
+"""Facts a view keeps while it has room (issue 17): real outputs made at test time
+(caveman_batch/testing/fact_outputs.py), each with the strings a user acts on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from test_payload import check_laws
+
+from caveman_batch import ccr
+from caveman_batch.payload import Budget, Hint, reduce
+from caveman_batch.store import Store, open_store
+from caveman_batch.testing import fact_outputs as fo
+
+NAMES = ("minified-bundle", "pip-no-match", "pytest-many", "logging-traceback", "c-source", "python-source",
+         "binary-ELF", "binary-PNG", "binary-gzip", "binary-zip")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, fo.Output]:
+    return {o.name: o for o in fo.fixtures(tmp_path_factory.mktemp("fact-outputs"))}
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    with open_store("memory://") as s:
+        yield s
+
+
+def _output(outputs: dict[str, fo.Output], name: str) -> fo.Output:
+    if name not in outputs:
+        pytest.skip(f"the tool behind {name} is not on this machine")
+    return outputs[name]
+
+
+def _hint(out: fo.Output) -> Hint:
+    return Hint(tool=out.tool, path=out.path)
+
+
+@pytest.mark.parametrize("budget", (2_000, 20_000))
+@pytest.mark.parametrize("name", NAMES)
+def test_real_output_keeps_its_facts_and_the_laws(outputs: dict[str, fo.Output], name: str, budget: int,
+                                                  store: Store) -> None:
+    out = _output(outputs, name)
+    result = reduce(out.data, _hint(out), Budget(budget), store)
+    missing = [f for f in out.facts if f not in result.content]
+    assert not missing, f"{name} ({result.strategy} cut) lost {missing}:\n{result.content}"
+    check_laws(out.data.decode("utf-8", "replace"), Budget(budget), result, _hint(out))
+    if result.strategy != "none":
+        assert result.handle is not None and ccr.recover(store, result.handle) == out.data
+
+
+def test_an_over_long_line_is_cut_to_the_room_left_with_its_omission_counted(
+        outputs: dict[str, fo.Output]) -> None:
+    out = _output(outputs, "minified-bundle")
+    bundle = out.data.decode().split("\n")[1]
+    view = reduce(out.data, _hint(out), Budget(2_000)).content
+    line = view.split("\n")[1]
+    kept, omitted = re.fullmatch(r"(.*) \[… ([\d,]+) chars omitted\]", line).groups()  # type: ignore[union-attr]
+    assert bundle.startswith(kept) and len(kept) + int(omitted.replace(",", "")) == len(bundle)
+    assert len(view) > 1_700  # the room is used, not left empty
+
+
+@pytest.mark.parametrize("name", ("binary-ELF", "binary-PNG", "binary-gzip", "binary-zip"))
+def test_binary_input_gets_its_size_type_and_handle(outputs: dict[str, fo.Output], name: str,
+                                                    store: Store) -> None:
+    out = _output(outputs, name)
+    result = reduce(out.data, None, Budget(2_000), store)
+    body, footer = result.content.split("\n")
+    assert result.strategy == "binary"
+    assert body == f"[binary: {len(out.data):,} bytes, {name.split('-')[1]}]"
+    assert result.handle is not None and result.handle in footer
+
+
+def test_passes_are_counted_from_the_run_not_from_ok_in_its_output(outputs: dict[str, fo.Output]) -> None:
+    out = _output(outputs, "pytest-many")
+    assert out.data.count(b"ok ") > 600  # what the old count took for passes
+    view = reduce(out.data, _hint(out), Budget(2_000)).content
+    assert view.startswith("[tests cut: 60 passing tests omitted;")
+    assert view.index("short test summary info") < view.index("FAILED test_many.py::test_fail_0")
+
+
+def test_python_outline_puts_top_level_definitions_before_methods(outputs: dict[str, fo.Output]) -> None:
+    out = _output(outputs, "python-source")
+    view = reduce(out.data, _hint(out), Budget(2_000)).content
+    assert "def entry_point_9(argv):" in view and "method_24" not in view
