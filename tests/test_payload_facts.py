@@ -15,7 +15,7 @@ from caveman_batch.store import Store, open_store
 from caveman_batch.testing import fact_outputs as fo
 
 NAMES = ("minified-bundle", "pip-no-match", "pytest-many", "logging-traceback", "c-source", "python-source",
-         "binary-ELF", "binary-PNG", "binary-gzip", "binary-zip")
+         "ci-json", "malformed-csv", "pip-list", "binary-ELF", "binary-PNG", "binary-gzip", "binary-zip")
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +86,10 @@ def test_python_outline_puts_top_level_definitions_before_methods(outputs: dict[
     out = _output(outputs, "python-source")
     view = reduce(out.data, _hint(out), Budget(2_000)).content
     assert "def entry_point_9(argv):" in view and "method_24" not in view
+
+
+def test_csv_names_its_malformed_rows_by_line(outputs: dict[str, fo.Output]) -> None:
+    out = _output(outputs, "malformed-csv")
+    view = reduce(out.data, _hint(out), Budget(2_000)).content
+    assert view.startswith("[csv cut: 3,000 rows of 4 fields; 2 malformed (another field count) at lines 1,202, 2,403]")
+    assert '"Lyon, FR"' in out.data.decode()  # a quoted delimiter is not a malformed row
