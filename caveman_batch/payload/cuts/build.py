@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
+from itertools import islice
 from typing import Final
 
 from ..model import Limits
-from ..view import Doc, Run
-from ._lines import LineCut, Stream, _hits, rx
+from ..view import Doc, Run, finish, pick
+from ._lines import LineCut, Stream, _hits, by_priority, rx
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
@@ -38,6 +39,10 @@ _FRAME_MAX: Final = 12
 #: repeated messages the lead groups, and the locations it names for each
 _GROUPS: Final = 8
 _PLACES: Final = 4
+#: error lines read up front to find distinct messages and group repeated ones: about as
+#: many as the view could show (one per this many chars of budget), at least _SCAN_MIN
+_SCAN_CHARS: Final = 16
+_SCAN_MIN: Final = 64
 
 
 def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
@@ -87,18 +92,27 @@ def _is_location(text: str) -> bool:
 
 
 class _Errors:
-    """The error lines, each marked first of its message or a repeat of one seen above."""
+    """The error lines, each marked first of its message or a repeat of one seen above.
 
-    def __init__(self, doc: Doc) -> None:
+    Only the first `scan` error lines are read up front (a huge log of one error
+    repeated must not cost a pass in Python); the repeats are found lazily, as far as
+    the picker asks, and a repeated message's count past those is one C-level count."""
+
+    def __init__(self, doc: Doc, scan: int) -> None:
         self.doc = doc
-        self.lines = doc.grep(_ERROR)
+        self.lines = list(islice(doc.igrep(_ERROR), scan))
         self.messages = list(map(_message, map(doc.lines.__getitem__, self.lines)))
+        self.complete = len(self.lines) < scan  # every error line is among them
         seen: set[str] = set()
-        # a message's first line, in order: what a user fixes first; its repeats count
+        # a message's first line, in order: what a user fixes first
         self.first = [i for i, m in zip(self.lines, self.messages) if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
-        self.repeats = sorted(set(self.lines) - set(self.first)) if len(self.first) < len(self.lines) else []
 
-    def runs(self, which: list[int], prio: int) -> Iterator[Run]:
+    def repeats(self) -> Iterator[int]:
+        """The other error lines, in order, lazily."""
+        first = set(self.first)
+        return (i for i in self.doc.igrep(_ERROR) if i not in first)
+
+    def runs(self, which: Iterable[int], prio: int) -> Iterator[Run]:
         """Each error line with its location when that is under it: rustc's `-->` line, or
         esbuild's `file:line:col:` after a blank line."""
         lines, n = self.doc.lines, len(self.doc)
@@ -110,36 +124,46 @@ class _Errors:
                 end += 2
             yield (prio, i, end)
 
+    def _count(self, message: str, seen: int) -> int:
+        """How many error lines end with `message`: counted among the lines read, or over the
+        whole text when there may be more."""
+        if self.complete:
+            return seen
+        text = self.doc.text
+        return text.count(message + "\n") + (text.endswith(message) and not text.endswith("\n"))
+
     def lead(self) -> list[str]:
         """One line per message repeated, most repeated first: its count and where it is."""
-        if not self.repeats:
+        if len(self.first) == len(self.lines):
             return []
-        counts = Counter(self.messages)
-        top = [m for m, k in counts.most_common(_GROUPS) if k > 1]
-        places: dict[str, list[str]] = {m: [] for m in top}
+        counts = {m: self._count(m, k) for m, k in Counter(self.messages).most_common(_GROUPS) if k > 1}
+        places: dict[str, list[str]] = {m: [] for m in counts}
         for i, m in zip(self.lines, self.messages):
             found = places.get(m)
             if found is not None and len(found) < _PLACES:
                 found.append(_place(self.doc, i))
-        return [f"[×{counts[m]:,} {m}; at {', '.join(places[m])}"
-                f"{f' and {counts[m] - len(places[m]):,} more' if counts[m] > len(places[m]) else ''}]"
-                for m in top]
+        return [f"[×{k:,} {m}; at {', '.join(places[m])}"
+                f"{f' and {k - len(places[m]):,} more' if k > len(places[m]) else ''}]"
+                for m, k in sorted(counts.items(), key=lambda mk: -mk[1])]
 
 
 class BuildCut(LineCut):
-    def streams(self, doc: Doc) -> list[Stream]:
-        errors = _Errors(doc)
+    def cut(self, text: str, limits: Limits) -> str | None:
+        doc = Doc.of(text)
+        errors = _Errors(doc, max(_SCAN_MIN, limits.chars // _SCAN_CHARS))  # once, for the lead and the runs
+        view = pick(doc, by_priority(self._streams(doc, errors)), limits, lead=errors.lead(),
+                    presorted=True, lead_after=self.lead_after)
+        return finish(view, limits)
+
+    def _streams(self, doc: Doc, errors: _Errors) -> list[Stream]:
         # the first error's code frame too: the first error is the one to fix first
         first = [(1, lambda: _frame_runs(doc, iter(errors.first[:1]), 1))] if errors.first else []
         return [(0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, lambda: errors.runs(errors.first, 1)), *first,
                 (2, lambda: _frame_runs(doc, iter(errors.first), 2)),
                 (3, partial(_hits, doc, _WARNING, (), 3, 0)),
                 (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4)),
-                (5, lambda: errors.runs(errors.repeats, 5)),
-                (6, lambda: _frame_runs(doc, iter(errors.repeats), 6))]
-
-    def lead(self, doc: Doc, limits: Limits) -> list[str]:
-        return _Errors(doc).lead()
+                (5, lambda: errors.runs(errors.repeats(), 5)),
+                (6, lambda: _frame_runs(doc, errors.repeats(), 6))]
 
 
 # every alternative of _ERROR holds "error" or "ERROR": a sample with neither is not searched
