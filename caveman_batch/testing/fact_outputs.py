@@ -213,6 +213,31 @@ def logging_traceback(tmp: Path) -> Output:
                                                     "KeyError: 'customer_id'"), "bash")
 
 
+RETRY_APP = """\
+import logging
+
+logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S",
+                    level=logging.INFO)
+log = logging.getLogger("sync")
+for i in range(600):
+    log.info("synced batch %d", i)
+    if i % 10 == 3:
+        log.error("batch %d: upstream 10.0.%d.7 timed out after %d ms", i, i % 4, 3000 + i)
+    if i == 512:
+        log.error("batch %d: checksum mismatch in ledger.db, sync stopped for this shard", i)
+"""
+
+
+def logging_repeats(tmp: Path) -> Output:
+    """Python logging with 60 errors of one message (numbers varying) and one distinct error
+    late in the run: the distinct one shows, the 60 are one line with their count and lines."""
+    (_fresh(tmp) / "app.py").write_text(RETRY_APP)
+    out = _run([sys.executable, "app.py"], tmp)
+    return Output("logging-repeats", out, "log",
+                  ("checksum mismatch in ledger.db", "[×60 ERROR sync: batch #: upstream #.#.#.# timed out after # ms; "
+                   "at lines 5, 16, 27, 38 and 56 more]"), "bash")
+
+
 C_FUNC = """\
 static int parse_field_{n}(const char *src, size_t len)
 {{
@@ -301,7 +326,7 @@ def fixtures(tmp: Path) -> list[Output]:
     """Every output above whose tool is on this machine."""
     made: list[Output] = [ci_json(), esbuild_output(), c_source(), python_source(), malformed_csv()]
     for make in (minified_bundle, pip_no_match, cargo_mismatched, gcc_build, ruff_syntax,
-                 pytest_many_failures, logging_traceback, pip_list_table):
+                 pytest_many_failures, logging_traceback, logging_repeats, pip_list_table):
         try:
             made.append(make(tmp / make.__name__))
         except ToolMissing:
