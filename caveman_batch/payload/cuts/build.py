@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import islice
+from itertools import chain, islice
 from typing import Final
 
 from ..model import Limits
@@ -41,8 +41,8 @@ _GROUPS: Final = 8
 _PLACES: Final = 4
 #: error lines read up front to find distinct messages and group repeated ones: about as
 #: many as the view could show (one per this many chars of budget), at least _SCAN_MIN
-_SCAN_CHARS: Final = 16
-_SCAN_MIN: Final = 64
+_SCAN_CHARS: Final = 32
+_SCAN_MIN: Final = 48
 
 
 def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
@@ -108,9 +108,11 @@ class _Errors:
         self.first = [i for i, m in zip(self.lines, self.messages) if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
 
     def repeats(self) -> Iterator[int]:
-        """The other error lines, in order, lazily."""
+        """The other error lines, in order, lazily: those read first, then (searched again only
+        if the picker gets that far) the ones after them."""
         first = set(self.first)
-        return (i for i in self.doc.igrep(_ERROR) if i not in first)
+        rest = () if self.complete else islice(self.doc.igrep(_ERROR), len(self.lines), None)
+        return chain((i for i in self.lines if i not in first), rest)
 
     def runs(self, which: Iterable[int], prio: int) -> Iterator[Run]:
         """Each error line with its location when that is under it: rustc's `-->` line, or
