@@ -38,8 +38,9 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
         if kind is None and fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
+        warnings: list[str] = []
         if kind is not None:
-            name, body, warnings = "binary", f"[binary: {len(raw):,} bytes, {kind}]", []
+            name, body = "binary", f"[binary: {len(raw):,} bytes, {kind}]"
         else:
             name, body, warnings = _first_fit(text, hint, _body_limits(whole, text, before))
     handle, note = _commit(store, raw, ctype, warnings)

@@ -73,13 +73,14 @@ def ci_json() -> Output:
     """A CI API answer: 40 jobs of 14 keys each, one job failing in its steps[].error."""
     jobs = []
     for j in range(40):
-        steps = [{"name": f"step-{s}", "status": "ok", "seconds": s + j} for s in range(6)]
-        job = {f"field_{k}": f"value {k} of job {j}" for k in range(12)}
+        steps: list[dict[str, object]] = [{"name": f"step-{s}", "status": "ok", "seconds": s + j} for s in range(6)]
+        if j == 27:
+            steps[4] = {"name": "step-4", "status": "ok",
+                        "error": {"code": "E_DISK_FULL", "message": "no space left on /var/cache"}}
+        job: dict[str, object] = {f"field_{k}": f"value {k} of job {j}" for k in range(12)}
         job["steps"] = steps
         job["id"] = j
         jobs.append(job)
-    jobs[27]["steps"][4] = {"name": "step-4", "status": "ok",
-                            "error": {"code": "E_DISK_FULL", "message": "no space left on /var/cache"}}
     text = json.dumps({"pipeline": 812, "jobs": jobs}, indent=2)
     return Output("ci-json", text.encode(), "json", ("E_DISK_FULL", "no space left on /var/cache", '"steps"'))
 
@@ -233,9 +234,8 @@ def logging_repeats(tmp: Path) -> Output:
     late in the run: the distinct one shows, the 60 are one line with their count and lines."""
     (_fresh(tmp) / "app.py").write_text(RETRY_APP)
     out = _run([sys.executable, "app.py"], tmp)
-    return Output("logging-repeats", out, "log",
-                  ("checksum mismatch in ledger.db", "[×60 ERROR sync: batch #: upstream #.#.#.# timed out after # ms; "
-                   "at lines 5, 16, 27, 38 and 56 more]"), "bash")
+    group = "[×60 ERROR sync: batch #: upstream #.#.#.# timed out after # ms; at lines 5, 16, 27, 38 and 56 more]"
+    return Output("logging-repeats", out, "log", ("checksum mismatch in ledger.db", group), "bash")
 
 
 C_FUNC = """\

@@ -80,8 +80,8 @@ def _lead(n: int, fields: int, bad: list[int]) -> list[str]:
     if not bad:
         return []
     at = ", ".join(f"{i + 1:,}" for i in bad[:10]) + (", …" if len(bad) > 10 else "")
-    return [f"[csv cut: {n - 1:,} rows of {fields:,} fields; {len(bad):,} malformed "
-            f"(another field count) at lines {at}]"]
+    line = f"[csv cut: {n - 1:,} rows of {fields:,} fields; {len(bad):,} malformed (another field count) at lines {at}]"
+    return [line]
 
 
 CUT = CsvCut()

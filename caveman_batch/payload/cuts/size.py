@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from typing import Final, Literal
 
 from ..model import Hint, Limits
