@@ -1,8 +1,10 @@
 """Compiler and bundler output (gcc/clang, tsc, rustc/cargo, esbuild, webpack).
 
-The closing summary first (it is one line and says how bad it is), then every
-error, then the code frames of errors, then warnings
-with theirs. A code frame is the run of indented / gutter lines after a message.
+The closing summary first (it is one line and says how bad it is), then each distinct
+error with its location (and the first with its code frame), then the other frames, then
+warnings with theirs, and only then the repeats of an error; a message repeated is one lead
+line with its count and first places. A code frame is the run of indented / gutter lines
+after a message.
 """
 
 from __future__ import annotations

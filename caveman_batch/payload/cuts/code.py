@@ -1,4 +1,5 @@
-"""Source code: imports and definitions (signatures), each with its line number."""
+"""Source code: definitions (signatures) at the margin, then imports, then nested definitions,
+each with its line number."""
 
 from __future__ import annotations
 
@@ -36,10 +37,8 @@ class CodeCut:
         doc = Doc.of(text)
         width = len(str(len(doc)))
         numbered = Doc("\n".join(f"{i + 1:>{width}}| {line}" for i, line in enumerate(doc.lines)))
-        return finish(pick(numbered, _outline(doc, self._c_family(text)), limits), limits)
-
-    def _c_family(self, text: str) -> bool:
-        return text.startswith("#include") or "\n#include" in text
+        c_family = text.startswith("#include") or "\n#include" in text
+        return finish(pick(numbered, _outline(doc, c_family), limits), limits)
 
 
 def _outline(doc: Doc, c_family: bool) -> list[Run]:

@@ -1,4 +1,5 @@
-"""CSV/TSV tables: the header, the first and last rows, the middle counted.
+"""CSV/TSV tables: the header, the rows whose field count is not the header's (named by line
+up front), the first and last rows, the middle counted.
 
 Only text that is a table by every measure gets here: the same number of
 delimited fields on every sampled line, and no line that reads like a compiler

@@ -64,8 +64,8 @@ _HEADER: Final = re.compile(r"[A-Za-z%#][^\d\t:;,.=()\[\]{}\\/\n]*(?: {2,}|\t)[A
 
 
 def _is_header(line: str) -> bool:
-    return len(line) <= 400 and _HEADER.fullmatch(line.rstrip()) is not None \
-        and not any(word[0].isdigit() for word in line.split())
+    return (len(line) <= 400 and _HEADER.fullmatch(line.rstrip()) is not None
+            and not any(word[0].isdigit() for word in line.split()))
 
 
 def for_hint(hint: Hint) -> SizeCut:

@@ -1,6 +1,7 @@
 """Test runs (pytest, unittest, jest/vitest, go test, cargo test).
 
-The final summary line outranks everything; then every failure's name, then its
+The final summary line outranks everything; then pytest's short summary (every
+failure's name and message, one line each), then every failure's name, then its
 message and location, then the rest of its report. Passing lines are never kept
 for a failing run: a run must not look green because its passes were what fit.
 """
