@@ -45,16 +45,18 @@ _UNITTEST_BAD = rx(r"^FAILED \((.*)\)\r?$")
 
 
 def _passes(doc: Doc) -> int:
-    """How many tests passed: the run's own count where its summary gives one (pytest's
-    "N passed", unittest's "Ran N tests" less its failures), else one per passing line."""
-    summary = doc.grep(_PYTEST_PASSED)
-    if summary:
-        return int(_PYTEST_PASSED.match(doc.lines[summary[-1]]).group(1))  # type: ignore[union-attr]
-    ran = doc.grep(_UNITTEST_RAN)
+    """How many tests passed: the runs' own counts where their summaries give them (pytest's
+    "N passed", unittest's "Ran N tests" less its failures; several runs add up), else one
+    per passing line. Only lines holding the summaries' words are searched."""
+    lines = doc.lines
+    summaries = doc.grep(_PYTEST_PASSED, (" passed",))
+    if summaries:
+        return sum(int(_PYTEST_PASSED.search(lines[i]).group(1)) for i in summaries)  # type: ignore[union-attr]
+    ran = doc.grep(_UNITTEST_RAN, ("Ran ",))
     if ran:
-        total = int(_UNITTEST_RAN.match(doc.lines[ran[-1]]).group(1))  # type: ignore[union-attr]
-        bad = doc.grep(_UNITTEST_BAD)
-        failed = sum(int(n) for n in re.findall(r"(?:failures|errors)=(\d+)", doc.lines[bad[-1]])) if bad else 0
+        total = sum(int(_UNITTEST_RAN.search(lines[i]).group(1)) for i in ran)  # type: ignore[union-attr]
+        failed = sum(int(n) for i in doc.grep(_UNITTEST_BAD, ("FAILED (",))
+                     for n in re.findall(r"(?:failures|errors)=(\d+)", lines[i]))
         return max(total - failed, 0)
     return sum(map(doc.count, _PASS_NEEDLES))  # one needle per passing line
 
@@ -87,4 +89,6 @@ CUT = TestsCut(
     keep=((0, _SUMMARY), (1, _SHORT), (2, _FAILURE), (3, _DETAIL)),
     gap_counts=(("failure", _FAILURE),),
     gap_needles=(("passing", _PASS_NEEDLES),),
+    # the short summary's lines hold one of these: only those lines are searched
+    needles={_SHORT.pattern: ("short test summary info", "FAILED ", "ERROR ")},
 )
