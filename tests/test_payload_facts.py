@@ -14,7 +14,7 @@ from caveman_batch.payload import Budget, Hint, reduce
 from caveman_batch.store import Store, open_store
 from caveman_batch.testing import fact_outputs as fo
 
-NAMES = ("minified-bundle", "pip-no-match", "pytest-many", "logging-traceback", "logging-repeats", "c-source", "python-source",
+NAMES = ("minified-bundle", "pip-no-match", "pytest-many", "unittest", "logging-traceback", "logging-repeats", "c-source", "python-source",
          "ci-json", "malformed-csv", "pip-list", "esbuild", "cargo-mismatched", "gcc-build", "ruff-syntax",
          "binary-ELF", "binary-PNG", "binary-gzip", "binary-zip")
 

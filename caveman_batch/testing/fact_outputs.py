@@ -190,6 +190,31 @@ def pytest_many_failures(tmp: Path) -> Output:
     return Output("pytest-many", out, "tests", (*facts, "21 failed, 60 passed"), "bash")
 
 
+UNITTEST_BODY = """\
+import unittest
+
+
+class Checks(unittest.TestCase):
+{tests}
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
+"""
+
+
+def unittest_run(tmp: Path) -> Output:
+    """A real `unittest -v` run: 300 passing tests and 3 failing, the failures after a wall of
+    "... ok" lines."""
+    tests = "".join(f"    def test_ok_{i}(self):\n        self.assertEqual({i} + 1, {i + 1})\n\n" for i in range(300))
+    tests += "".join(f"    def test_fail_{i}(self):\n        self.assertEqual({i}, {i + 7}, 'drift {i}')\n\n"
+                     for i in range(3))
+    (_fresh(tmp) / "test_checks.py").write_text(UNITTEST_BODY.format(tests=tests))
+    out = _run([sys.executable, "test_checks.py"], tmp)
+    return Output("unittest", out, "tests", ("[tests cut: 300 passing tests omitted;", "FAIL: test_fail_0",
+                                             "AssertionError: 0 != 7 : drift 0", "FAILED (failures=3)",
+                                             "Ran 303 tests"), "bash")
+
+
 LOGGING_APP = """\
 import logging
 
@@ -326,7 +351,7 @@ def fixtures(tmp: Path) -> list[Output]:
     """Every output above whose tool is on this machine."""
     made: list[Output] = [ci_json(), esbuild_output(), c_source(), python_source(), malformed_csv()]
     for make in (minified_bundle, pip_no_match, cargo_mismatched, gcc_build, ruff_syntax,
-                 pytest_many_failures, logging_traceback, logging_repeats, pip_list_table):
+                 pytest_many_failures, unittest_run, logging_traceback, logging_repeats, pip_list_table):
         try:
             made.append(make(tmp / make.__name__))
         except ToolMissing:
