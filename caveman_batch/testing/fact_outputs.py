@@ -133,18 +133,21 @@ int helper_{n}(int v) {{
 
 
 def gcc_build(tmp: Path) -> Output:
-    """gcc on 12 files, each with the same kind of error: messages grouped, every location kept."""
+    """gcc on 12 files, each with one error of its own and six times one warning: the errors
+    shown with their frames, the 72 warnings one line with their count and first places."""
     src = _fresh(tmp) / "src"
     src.mkdir(exist_ok=True)
     names = []
     for i in range(12):
         (src / f"m{i}.c").write_text(GCC_SRC.format(n=i) + "".join(
-            f"int pad_{i}_{k}(int a) {{ int unused_{k}; return a; }}\n" for k in range(6)))
+            f"int pad_{i}_{k}(int a) {{ int unused; return a; }}\n" for k in range(6)))
         names.append(f"src/m{i}.c")
     env = {**os.environ, "LC_ALL": "C"}  # ASCII quotes in the messages, whatever the locale
     out = _run(["gcc", "-c", "-Wall", "-fdiagnostics-color=never", *names], tmp, env)
+    group = ("[×72 warning: unused variable 'unused' [-Wunused-variable]; at src/m0.c:6:26, src/m0.c:7:26, "
+             "src/m0.c:8:26, src/m0.c:9:26 and 68 more]")
     return Output("gcc-build", out, "build", ("src/m0.c:4:16: error: 'missing_0' undeclared",
-                                              "src/m11.c:4:16", "return v + missing_0;"), "make")
+                                              "src/m11.c:4:16", "return v + missing_0;", group), "make")
 
 
 def ruff_syntax(tmp: Path) -> Output:

@@ -17,7 +17,7 @@ from itertools import chain, islice
 from typing import Final
 
 from ..model import Limits
-from ..view import Doc, Run, finish, pick
+from ..view import Doc, Run, finish, pick, sample
 from ._lines import LineCut, Stream, _hits, by_priority, rx
 
 _ERROR = rx(
@@ -64,21 +64,22 @@ def _frame_runs(doc: Doc, heads: Iterator[int], prio: int) -> Iterator[Run]:
         yield (prio, i, end)
 
 
-def _message(line: str) -> str:
-    """An error line without its location: identical messages at different places match."""
-    at = line.find("error")
-    if at < 0:
-        at = line.find("ERROR")
-    return line[at:] if at > 0 else line
+def _message(line: str, words: tuple[str, ...]) -> str:
+    """A message line without its location: identical messages at different places match."""
+    for word in words:
+        at = line.find(word)
+        if at >= 0:
+            return line[at:] if at > 0 else line
+    return line
 
 
-def _place(doc: Doc, i: int) -> str:
-    """Where error line `i` points: its own `file:line:col` prefix, else rustc's `-->` line
+def _place(doc: Doc, i: int, words: tuple[str, ...]) -> str:
+    """Where message line `i` points: its own `file:line:col` prefix, else rustc's `-->` line
     under it, else the location esbuild writes after a blank line."""
     line, lines = doc.lines[i], doc.lines
-    at = line.find("error")
+    at = next((a for a in map(line.find, words) if a >= 0), -1)
     if at > 0:
-        return line[:at].rstrip(" :-(").removesuffix(": fatal").rstrip(" :")
+        return line[:at].rstrip(" :-([").removesuffix(": fatal").rstrip(" :")
     for j in (i + 1, i + 2):
         near = lines[j].strip() if j < len(lines) else ""
         if near.startswith("--> "):
@@ -93,31 +94,36 @@ def _is_location(text: str) -> bool:
     return text.endswith(":") and text.count(":") >= 3 and " " not in text
 
 
-class _Errors:
-    """The error lines, each marked first of its message or a repeat of one seen above.
+_ERROR_WORDS: Final = ("error", "ERROR")
+_WARNING_WORDS: Final = ("warning", "WARNING")
 
-    Only the first `scan` error lines are read up front (a huge log of one error
-    repeated must not cost a pass in Python); the repeats are found lazily, as far as
-    the picker asks, and a repeated message's count past those is one C-level count."""
 
-    def __init__(self, doc: Doc, scan: int) -> None:
-        self.doc = doc
-        self.lines = list(islice(doc.igrep(_ERROR), scan))
-        self.messages = list(map(_message, map(doc.lines.__getitem__, self.lines)))
-        self.complete = len(self.lines) < scan  # every error line is among them
+class _Messages:
+    """The lines of one kind (errors, warnings), each marked first of its message or a repeat
+    of one seen above.
+
+    Only the first `scan` lines are read up front (a huge log of one error repeated
+    must not cost a pass in Python); the repeats are found lazily, as far as the picker
+    asks, and a repeated message's count past those is one C-level count."""
+
+    def __init__(self, doc: Doc, pattern: re.Pattern[str], words: tuple[str, ...], scan: int) -> None:
+        self.doc, self.pattern, self.words = doc, pattern, words
+        self.lines = list(islice(doc.igrep(pattern), scan))
+        self.messages = [_message(doc.lines[i], words) for i in self.lines]
+        self.complete = len(self.lines) < scan  # every line of the kind is among them
         seen: set[str] = set()
         # a message's first line, in order: what a user fixes first
         self.first = [i for i, m in zip(self.lines, self.messages) if not (m in seen or seen.add(m))]  # type: ignore[func-returns-value]
 
     def repeats(self) -> Iterator[int]:
-        """The other error lines, in order, lazily: those read first, then (searched again only
-        if the picker gets that far) the ones after them."""
+        """The other lines, in order, lazily: those read first, then (searched again only if
+        the picker gets that far) the ones after them."""
         first = set(self.first)
-        rest = () if self.complete else islice(self.doc.igrep(_ERROR), len(self.lines), None)
+        rest = () if self.complete else islice(self.doc.igrep(self.pattern), len(self.lines), None)
         return chain((i for i in self.lines if i not in first), rest)
 
     def runs(self, which: Iterable[int], prio: int) -> Iterator[Run]:
-        """Each error line with its location when that is under it: rustc's `-->` line, or
+        """Each message line with its location when that is under it: rustc's `-->` line, or
         esbuild's `file:line:col:` after a blank line."""
         lines, n = self.doc.lines, len(self.doc)
         for i in which:
@@ -129,23 +135,23 @@ class _Errors:
             yield (prio, i, end)
 
     def _count(self, message: str, seen: int) -> int:
-        """How many error lines end with `message`: counted among the lines read, or over the
-        whole text when there may be more."""
+        """How many lines end with `message`: counted among the lines read, or over the whole
+        text when there may be more."""
         if self.complete:
             return seen
         text = self.doc.text
         return text.count(message + "\n") + (text.endswith(message) and not text.endswith("\n"))
 
-    def lead(self) -> list[str]:
+    def lead(self, groups: int) -> list[str]:
         """One line per message repeated, most repeated first: its count and where it is."""
         if len(self.first) == len(self.lines):
             return []
-        counts = {m: self._count(m, k) for m, k in Counter(self.messages).most_common(_GROUPS) if k > 1}
+        counts = {m: self._count(m, k) for m, k in Counter(self.messages).most_common(groups) if k > 1}
         places: dict[str, list[str]] = {m: [] for m in counts}
         for i, m in zip(self.lines, self.messages):
             found = places.get(m)
             if found is not None and len(found) < _PLACES:
-                found.append(_place(self.doc, i))
+                found.append(_place(self.doc, i, self.words))
         return [f"[×{k:,} {m}; at {', '.join(places[m])}"
                 f"{f' and {k - len(places[m]):,} more' if k > len(places[m]) else ''}]"
                 for m, k in sorted(counts.items(), key=lambda mk: -mk[1])]
@@ -154,20 +160,35 @@ class _Errors:
 class BuildCut(LineCut):
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        errors = _Errors(doc, max(_SCAN_MIN, limits.chars // _SCAN_CHARS))  # once, for the lead and the runs
-        view = pick(doc, by_priority(self._streams(doc, errors)), limits, lead=errors.lead(),
+        scan = max(_SCAN_MIN, limits.chars // _SCAN_CHARS)
+        errors = _Messages(doc, _ERROR, _ERROR_WORDS, scan)  # once, for the lead and the runs
+        # warnings are read up front (and grouped) only when the part detection samples has any:
+        # else they are searched only if the picker gets to them
+        part = sample(text)
+        warnings = (_Messages(doc, _WARNING, _WARNING_WORDS, scan)
+                    if "warning" in part or "WARNING" in part else None)
+        lead = errors.lead(_GROUPS) + (warnings.lead(_GROUPS // 2) if warnings else [])
+        view = pick(doc, by_priority(self._streams(doc, errors, warnings)), limits, lead=lead,
                     presorted=True, lead_after=self.lead_after)
         return finish(view, limits)
 
-    def _streams(self, doc: Doc, errors: _Errors) -> list[Stream]:
-        # the first error's code frame too: the first error is the one to fix first
+    def _streams(self, doc: Doc, errors: _Messages, warnings: _Messages | None) -> list[Stream]:
+        """Distinct errors (the first with its frame), their frames, distinct warnings, theirs,
+        then the repeats of errors and warnings with their frames."""
         first = [(1, lambda: _frame_runs(doc, iter(errors.first[:1]), 1))] if errors.first else []
-        return [(0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, lambda: errors.runs(errors.first, 1)), *first,
-                (2, lambda: _frame_runs(doc, iter(errors.first), 2)),
-                (3, partial(_hits, doc, _WARNING, (), 3, 0)),
-                (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4)),
-                (5, lambda: errors.runs(errors.repeats(), 5)),
-                (6, lambda: _frame_runs(doc, errors.repeats(), 6))]
+        streams: list[Stream] = [
+            (0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, lambda: errors.runs(errors.first, 1)), *first,
+            (2, lambda: _frame_runs(doc, iter(errors.first), 2)),
+            (5, lambda: errors.runs(errors.repeats(), 5)), (6, lambda: _frame_runs(doc, errors.repeats(), 6))]
+        if warnings is not None:
+            streams += [(3, lambda: warnings.runs(warnings.first, 3)),
+                        (4, lambda: _frame_runs(doc, iter(warnings.first), 4)),
+                        (7, lambda: warnings.runs(warnings.repeats(), 7)),
+                        (8, lambda: _frame_runs(doc, warnings.repeats(), 8))]
+        else:
+            streams += [(3, partial(_hits, doc, _WARNING, (), 3, 0)),
+                        (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
+        return streams
 
 
 # every alternative of _ERROR holds "error" or "ERROR": a sample with neither is not searched
