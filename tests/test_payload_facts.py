@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from test_payload import check_laws
@@ -107,3 +109,12 @@ def test_identical_errors_are_grouped_with_a_count_and_places_so_a_distinct_one_
                            "src/lib.rs:12:18, src/lib.rs:17:18 and 26 more]")
     assert "152 |     undefined_total + 1" in view  # the distinct error's frame outranks the repeats
     assert "error[E0425]: cannot find value `undefined_total` in this scope\n   --> src/lib.rs:" in view
+
+
+def test_bytes_with_no_magic_are_data_only_when_they_look_binary(tmp_path: Path) -> None:
+    noise = random.Random(11).randbytes(6_000)
+    assert reduce(noise, None, Budget(2_000)).content.startswith("[binary: 6,000 bytes, data]")
+    log = fo.logging_traceback(tmp_path).data
+    stray = log[:500] + b"\x00\xff" + log[500:]  # a log with a stray NUL and a bad byte is still a log
+    result = reduce(stray, Hint(tool="bash"), Budget(2_000))
+    assert result.strategy == "log" and "KeyError: 'customer_id'" in result.content

@@ -77,16 +77,27 @@ _MAGIC: Final = ((0, b"\x7fELF", "ELF"), (0, b"\x89PNG\r\n\x1a\n", "PNG"), (0, b
                  (0, b"\xcf\xfa\xed\xfe", "Mach-O"), (0, b"\xca\xfe\xba\xbe", "Mach-O/Java class"),
                  (0, b"MZ", "PE"), (0, b"\x00asm", "WebAssembly"), (0, b"SQLite format 3\x00", "SQLite"),
                  (257, b"ustar", "tar"), (8, b"WEBP", "WebP"))
+#: magic bytes short or plain enough to start a text: they name a type only for bytes that look binary
+_WEAK: Final = frozenset({"PE", "bzip2", "GIF"})
 _SNIFF: Final = 8_192
+#: control bytes no text holds (tab, newlines, form feed, backspace and escape are text's)
+_CONTROL: Final = bytes(sorted(set(range(32)) - {8, 9, 10, 11, 12, 13, 27})) + b"\x7f"
 
 
 def binary_kind(raw: bytes) -> str | None:
-    """The type of bytes that are not UTF-8 text, by their magic bytes, else "data" when a
-    NUL is in their first 8 KB; None for text that merely holds a few bad bytes."""
+    """The type of bytes that are not UTF-8 text, by their magic bytes, else "data" when they
+    look binary; None for text that merely holds a few bad bytes."""
     for at, magic, kind in _MAGIC:
-        if raw.startswith(magic, at):
+        if raw.startswith(magic, at) and (kind not in _WEAK or _looks_binary(raw[:_SNIFF])):
             return kind
-    return "data" if b"\x00" in raw[:_SNIFF] else None
+    return "data" if _looks_binary(raw[:_SNIFF]) else None
+
+
+def _looks_binary(head: bytes) -> bool:
+    """More than a tenth of the bytes are control bytes or not UTF-8 (counted in C): a log
+    with a stray NUL or a few bad bytes stays text, as its lines still mean something."""
+    control = len(head) - len(head.translate(None, _CONTROL))
+    return (control + head.decode("utf-8", "replace").count("\ufffd")) * 10 > len(head)
 
 
 def footer(before: tuple[int, int], after: tuple[int, int], name: str, handle: str | None) -> str:
