@@ -26,17 +26,10 @@ def skip_or_fail(reason: str) -> NoReturn:
 SMALL = 2_000
 #: the share of the facts that fit a 2,000-char view that must be in it
 SMALL_SHARE = 0.95
-#: facts that wait on the other half of issue 17 (the cuts' own fixes, branch `facts`)
-FACTS_HALF = pytest.mark.xfail(strict=True, reason="issue 17 facts half")
-#: output -> the budgets at which its facts wait on the facts half: cargo's 30 identical
-#: headlines crowd out the locations (grouping), pytest's short summary block, the code cut's
-#: outline (top-level classes first; C functions), the binary view
-WAITING: dict[str, tuple[int, ...]] = {
-    "cargo-errors": (SMALL,), "pytest-many": (SMALL,), "python-source": (SMALL,), "c-source": (SMALL,),
-    "binary": (SMALL, 20_000),
-}
-#: outputs whose cut waits on the facts half: binary input gets "[binary: N bytes, type]"
-ROUTE_WAITING = ("binary",)
+#: facts that wait on a fix still to come (none now: the facts half of issue 17 landed)
+FACTS_HALF = pytest.mark.xfail(strict=True, reason="a cut's fix still to come")
+WAITING: dict[str, tuple[int, ...]] = {}
+ROUTE_WAITING: tuple[str, ...] = ()
 
 
 @pytest.fixture(scope="module")
