@@ -26,7 +26,7 @@ from caveman_batch.errors import (
     StoreError,
     StoreURLError,
 )
-from caveman_batch.store import Store, canonical_url, open_store, split_store_url
+from caveman_batch.store import DELETE, Store, canonical_url, open_store, split_store_url
 from caveman_batch.testing.postgres_server import Cluster, as_user, fresh_schema
 from caveman_batch.testing.store_contract import StoreContract
 
@@ -312,6 +312,38 @@ def test_two_hosts_read_modify_write_the_same_keys_without_losing_one(postgres_u
     assert not errors
     with open_store(postgres_url) as store:
         assert {k: store.get(k) for k in keys} == {k: str(2 * rounds).encode() for k in keys}
+
+
+@pytest.mark.parametrize("keys", [1, 1500], ids=["key_locks", "table_lock"])
+def test_a_guard_being_deleted_on_another_host_is_waited_for(postgres_url: str, keys: int) -> None:
+    """commit_present (an incremental rerun's touch_held) while another host's prune has
+    deleted the guard but not yet committed: it waits, then says the guard is absent and
+    writes nothing behind it (with few keys and with more than the per-key lock limit)."""
+    guards = [b"record-%05d" % i for i in range(keys)]
+    with open_store(postgres_url) as pruner, open_store(postgres_url) as rerun:
+        pruner.commit([(g, b"r") for g in guards])
+        deleting, failed = threading.Event(), []
+
+        def slow_delete(_key: bytes, _old: bytes | None, _new: bytes) -> object:
+            deleting.set()  # inside the pruner's transaction, its locks held
+            time.sleep(0.5)
+            return DELETE
+
+        def prune() -> None:
+            try:
+                pruner.commit([(guards[0], b"")], merge=slow_delete)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failed.append(exc)
+
+        thread = threading.Thread(target=prune)
+        thread.start()
+        assert deleting.wait(CHILD_TIMEOUT_S)
+        absent = rerun.commit_present([(g, b"~seen-" + g, b"now") for g in guards])
+        thread.join(CHILD_TIMEOUT_S)
+        assert not failed
+        assert absent == [guards[0]]
+        assert rerun.get(b"~seen-" + guards[0]) is None
+        assert all(rerun.get(b"~seen-" + g) == b"now" for g in guards[1:3])
 
 
 def shared_original(index: int) -> bytes:
