@@ -10,7 +10,7 @@ next to LMDB's there; each benchmark here also runs on LMDB, so a ratio to LMDB 
 one run on one machine. The server is $CAVEMAN_TEST_POSTGRES_URL when set (then only
 that one, as given: `given`), else a throwaway cluster (caveman_batch/testing/
 postgres_server.py) reached over its Unix socket (`pg_socket`) and over TCP loopback
-(`pg_tcp`); without PostgreSQL binaries the postgres cases skip, saying why. Every store
+(`pg_tcp`); without PostgreSQL binaries the postgres cases skip, saying why (in CI: fail). Every store
 is a schema of its own. The server keeps its defaults (fsync on, synchronous_commit on,
 shared_buffers 32 MB): a commit is durable when it returns, as on LMDB.
 
@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
@@ -46,6 +46,7 @@ from caveman_batch.store import Store, open_store
 
 SCRIPT = Path(__file__).resolve()
 GIVEN_URL = os.environ.get("CAVEMAN_TEST_POSTGRES_URL", "")  # a test module: not the library
+IN_CI = bool(os.environ.get("CI"))
 POSTGRES = ["given"] if GIVEN_URL else ["pg_socket", "pg_tcp"]
 BACKENDS = ["lmdb", *POSTGRES]
 BATCH = 256  # as in test_bench_store.py: 20 KB catalogs, ~5 MB per transaction
@@ -60,20 +61,27 @@ CHILD_TIMEOUT_S = 600.0
 # -- the server and the stores -----------------------------------------------------------
 
 
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip on a developer machine; in CI (as tests/conftest.py) a server must be there."""
+    if IN_CI:
+        pytest.fail(f"CI: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def postgres_urls() -> Iterator[dict[str, str]]:
     """backend id -> URL of a database the benchmarks may make schemas in."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        pytest.skip("psycopg is not installed (pip install '.[postgres]')")
+        skip_or_fail("psycopg is not installed (pip install '.[postgres]')")
     if GIVEN_URL:
         yield {"given": GIVEN_URL}
         return
     from caveman_batch.testing.postgres_server import Cluster, find_bindir
 
     if find_bindir() is None:
-        pytest.skip("no PostgreSQL server here (initdb/pg_ctl) and no CAVEMAN_TEST_POSTGRES_URL")
+        skip_or_fail("no PostgreSQL server here (initdb/pg_ctl) and no CAVEMAN_TEST_POSTGRES_URL")
     with Cluster.start_new(tcp=True) as cluster:
         yield {"pg_socket": cluster.url(), "pg_tcp": cluster.url(tcp=True)}
 
