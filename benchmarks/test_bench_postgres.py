@@ -10,9 +10,9 @@ next to LMDB's there; each benchmark here also runs on LMDB, so a ratio to LMDB 
 one run on one machine. The server is $CAVEMAN_TEST_POSTGRES_URL when set (then only
 that one, as given: `given`), else a throwaway cluster (caveman_batch/testing/
 postgres_server.py) reached over its Unix socket (`pg_socket`) and over TCP loopback
-(`pg_tcp`); without PostgreSQL binaries the postgres cases skip, saying why (in CI: fail). Every store
-is a schema of its own. The server keeps its defaults (fsync on, synchronous_commit on,
-shared_buffers 32 MB): a commit is durable when it returns, as on LMDB.
+(`pg_tcp`); without PostgreSQL binaries the postgres cases skip, saying why (in CI: fail).
+Every store is a schema of its own. The cluster runs with fsync and synchronous_commit on
+(a commit is durable when it returns, as on LMDB) and the helper's shared_buffers, 32 MB.
 
 `test_four_processes_commit_at_once` starts 4 child processes (this file run as a script)
 that each commit their share in batches of 256 once told to go: their originals are all
