@@ -427,12 +427,7 @@ def _prepare(conn: psycopg.Connection[Any], url: str, *, create: bool, readonly:
         _set_readonly(conn)
     found = _table_comment(conn)
     if found is None and create:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
-            found = _table_comment(conn)
-            if found is None:
-                _create_table(conn)
-                found = MARKER
+        found = _create_unless_made(conn)
     if found is None:
         raise missing_store(url)
     if found != MARKER:
@@ -440,6 +435,25 @@ def _prepare(conn: psycopg.Connection[Any], url: str, *, create: bool, readonly:
                                  f"(comment {found[:60]!r}, not {MARKER!r})")
     if not readonly:
         _check_writable(conn, url)
+
+
+def _create_unless_made(conn: psycopg.Connection[Any]) -> str:
+    """Make the table unless another host made it while we waited for the creation lock.
+
+    It is looked for again in a transaction begun after the wait: a transaction that
+    waited on an advisory lock can still answer catalog lookups as before the wait (no
+    table), and its CREATE TABLE would then fail on the table made meanwhile."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (_CREATE_LOCK,))
+    try:
+        found = _table_comment(conn)
+        if found is None:
+            with conn.transaction():
+                _create_table(conn)
+            found = MARKER
+    finally:
+        if not conn.broken:  # (a broken session's locks went with it)
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_CREATE_LOCK,))
+    return found
 
 
 def _table_comment(conn: psycopg.Connection[Any]) -> str | None:

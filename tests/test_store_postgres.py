@@ -98,6 +98,42 @@ def test_the_password_is_never_printed(postgres_url: str) -> None:
 # -- what is ours, who may write ----------------------------------------------------------
 
 
+def test_a_store_made_by_another_host_while_this_one_waits_is_opened(postgres_url: str) -> None:
+    """Two hosts opening a new store at once: the one that waited for the other's
+    creation finds its table (a catalog lookup cached before the wait must not say
+    there is none, and CREATE TABLE fail on the one made meanwhile)."""
+    from backends import postgres_store
+
+    maker = admin(postgres_url)
+    opened: list[object] = []
+    try:
+        with maker.transaction():  # type: ignore[attr-defined]
+            maker.execute("SELECT pg_advisory_xact_lock(%s)",  # type: ignore[attr-defined]
+                          (postgres_store._CREATE_LOCK,))
+            thread = threading.Thread(target=lambda: opened.append(_open_or_error(postgres_url)))
+            thread.start()
+            deadline = time.monotonic() + CHILD_TIMEOUT_S
+            while not maker.execute(  # type: ignore[attr-defined]
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline and thread.is_alive(), opened
+                time.sleep(0.01)
+            postgres_store._create_table(maker)  # type: ignore[arg-type]
+        thread.join(CHILD_TIMEOUT_S)
+    finally:
+        maker.close()  # type: ignore[attr-defined]
+    assert opened == ["opened"]
+
+
+def _open_or_error(url: str) -> str:
+    try:
+        with open_store(url) as store:
+            ccr.store_original(store, b"x")
+    except StoreError as exc:
+        return str(exc)
+    return "opened"
+
+
 def test_a_table_of_that_name_not_ours_is_refused_untouched(postgres_url: str,
                                                             postgres_server: str) -> None:
     schema = postgres_url.rsplit("%3D", 1)[1]
