@@ -252,6 +252,43 @@ class PostgresStore(Store):
             for at in range(0, len(items), _KEYS_PER_WRITE):
                 self._write_chunk(conn, items[at:at + _KEYS_PER_WRITE], merge)
 
+    def commit_present(self, items: Sequence[tuple[bytes, bytes, bytes]],
+                       merge: Merge | None = None) -> list[bytes]:
+        # The guards are looked up by key, their values (whole records) never read out nor
+        # row-locked: the advisory locks taken on them are enough, since only a merging
+        # writer (prune's delete is one) can remove a key, and every merging writer takes
+        # them first.
+        if self._closed:
+            raise StoreError(f"{self.url} is closed")
+        if self._readonly:
+            raise StoreError(f"{self.url} is open read-only")
+        items = list(items)
+        if not items:
+            return []
+        return self._run("commit", lambda conn: self._write_present(conn, items, merge))
+
+    def _write_present(self, conn: psycopg.Connection[Any], items: list[tuple[bytes, bytes, bytes]],
+                       merge: Merge | None) -> list[bytes]:
+        guards = list(dict.fromkeys(guard for guard, _, _ in items))
+        with conn.transaction():
+            self._lock_keys(conn, guards + [key for _, key, _ in items])
+            held = set(guards) - set(self._absent(conn, guards))
+            kept = [(key, value) for guard, key, value in items if guard in held]
+            for at in range(0, len(kept), _KEYS_PER_WRITE):
+                self._write_chunk(conn, kept[at:at + _KEYS_PER_WRITE], merge)
+        return [guard for guard in guards if guard not in held]
+
+    @staticmethod
+    def _absent(conn: psycopg.Connection[Any], keys: Sequence[bytes]) -> list[bytes]:
+        """The keys, of these, that hold no value (read on `conn`, in its transaction)."""
+        found: set[bytes] = set()
+        for at in range(0, len(keys), _KEYS_PER_READ):
+            rows = conn.cursor(binary=True).execute(
+                sql.SQL("SELECT key FROM {} WHERE key = ANY(%b)").format(sql.Identifier(TABLE)),
+                (list(keys[at:at + _KEYS_PER_READ]),)).fetchall()
+            found |= {bytes(k) for (k,) in rows}
+        return [key for key in keys if key not in found]
+
     def _lock_keys(self, conn: psycopg.Connection[Any], keys: list[bytes]) -> None:
         """The advisory locks every merging writer takes, always in this order."""
         ids = sorted({_key_lock(key) for key in keys})
@@ -301,18 +338,7 @@ class PostgresStore(Store):
         return self._run("read", read)
 
     def missing(self, keys: Sequence[bytes]) -> list[bytes]:
-        found: set[bytes] = set()
-        for at in range(0, len(keys), _KEYS_PER_READ):
-            chunk = list(keys[at:at + _KEYS_PER_READ])
-
-            def present(conn: psycopg.Connection[Any], chunk: list[bytes] = chunk) -> set[bytes]:
-                rows = conn.cursor(binary=True).execute(
-                    sql.SQL("SELECT key FROM {} WHERE key = ANY(%b)").format(sql.Identifier(TABLE)),
-                    (chunk,)).fetchall()
-                return {bytes(k) for (k,) in rows}
-
-            found |= self._run("read", present)
-        return [key for key in keys if key not in found]
+        return self._run("read", lambda conn: self._absent(conn, keys))
 
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
         # One index range scan a chunk at a time, resumed after the last key read.
@@ -401,12 +427,7 @@ def _prepare(conn: psycopg.Connection[Any], url: str, *, create: bool, readonly:
         _set_readonly(conn)
     found = _table_comment(conn)
     if found is None and create:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
-            found = _table_comment(conn)
-            if found is None:
-                _create_table(conn)
-                found = MARKER
+        found = _create_unless_made(conn)
     if found is None:
         raise missing_store(url)
     if found != MARKER:
@@ -414,6 +435,25 @@ def _prepare(conn: psycopg.Connection[Any], url: str, *, create: bool, readonly:
                                  f"(comment {found[:60]!r}, not {MARKER!r})")
     if not readonly:
         _check_writable(conn, url)
+
+
+def _create_unless_made(conn: psycopg.Connection[Any]) -> str:
+    """Make the table unless another host made it while we waited for the creation lock.
+
+    It is looked for again in a transaction begun after the wait: a transaction that
+    waited on an advisory lock can still answer catalog lookups as before the wait (no
+    table), and its CREATE TABLE would then fail on the table made meanwhile."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (_CREATE_LOCK,))
+    try:
+        found = _table_comment(conn)
+        if found is None:
+            with conn.transaction():
+                _create_table(conn)
+            found = MARKER
+    finally:
+        if not conn.broken:  # (a broken session's locks went with it)
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_CREATE_LOCK,))
+    return found
 
 
 def _table_comment(conn: psycopg.Connection[Any]) -> str | None:

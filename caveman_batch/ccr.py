@@ -46,6 +46,7 @@ CODEC_ZSTD: Final = 1
 ZSTD_LEVEL: Final = 3
 HANDLE_PREFIX: Final = "ccr_"
 MIN_PREFIX_HEX: Final = 8
+_DIGEST_HEX: Final = 64  # a whole sha256, in hex
 _HEADER = struct.Struct(">3sBBBHQQQ")
 _LAST_SEEN: Final = struct.Struct(">Q")
 _LAST_SEEN_AT: Final = _HEADER.size - _LAST_SEEN.size  # the header's last field
@@ -421,17 +422,25 @@ def resolve(store: Store, handle: str) -> str:
     return matches[0]
 
 
+def _digest_to_read(store: Store, handle: str) -> str:
+    """The digest `handle` names: a whole one as given (the read that follows says whether
+    the store holds it: one lookup, where a network store would pay a scan and a read),
+    a prefix resolved."""
+    hexpart = parse_handle(handle)
+    return hexpart if len(hexpart) == _DIGEST_HEX else resolve(store, handle)
+
+
 def recover(store: Store, handle: str) -> bytes:
     """The original bytes behind `handle`, verified; never a guess."""
-    digest = resolve(store, handle)
+    digest = _digest_to_read(store, handle)
     value = store.get(digest.encode("ascii"))
-    if value is None:  # pruned between listing and reading
+    if value is None:  # never stored, or pruned between listing and reading
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
     return open_record(digest, value)[1]
 
 
 def info(store: Store, handle: str) -> RecordInfo:
-    digest = resolve(store, handle)
+    digest = _digest_to_read(store, handle)
     value = store.get(digest.encode("ascii"))
     if value is None:
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)

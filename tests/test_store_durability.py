@@ -536,3 +536,31 @@ def test_commit_present_writes_only_what_its_guard_allows(tmp_path: Path, backen
         assert (store.get(b"k1"), store.get(b"k2"), store.get(b"k3")) == (b"v1", b"v4old", None)
         assert store.get(b"g1") == b"x" and store.get(b"g2") is None  # guards never written
         assert store.commit_present([]) == []
+
+
+# -- a whole handle is read at once ---------------------------------------------------------
+
+
+def test_a_whole_handle_is_read_without_a_prefix_scan() -> None:
+    """recover and info of a 64-digit handle read the record straight away (a network
+    store pays a round trip per lookup); a shorter prefix is resolved by a scan first."""
+    from caveman_batch.memory_store import MemoryStore
+
+    class Counting(MemoryStore):
+        scans = 0
+
+        def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
+            Counting.scans += 1
+            return super().keys(prefix)
+
+    with Counting.open("") as store:
+        handle = ccr.store_original(store, b"original")
+        assert ccr.recover(store, handle) == b"original"
+        assert ccr.recover(store, handle.upper().replace("CCR_", "ccr://")) == b"original"
+        assert ccr.info(store, handle).original_length == len(b"original")
+        assert Counting.scans == 0
+        with pytest.raises(UnknownHandleError) as exc:
+            ccr.recover(store, "ccr_" + "0" * 64)
+        assert "ccr_" + "0" * 64 in str(exc.value) and Counting.scans == 0
+        assert ccr.recover(store, handle[:12]) == b"original"
+        assert Counting.scans == 1

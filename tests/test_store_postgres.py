@@ -26,7 +26,7 @@ from caveman_batch.errors import (
     StoreError,
     StoreURLError,
 )
-from caveman_batch.store import Store, canonical_url, open_store, split_store_url
+from caveman_batch.store import DELETE, Store, canonical_url, open_store, split_store_url
 from caveman_batch.testing.postgres_server import Cluster, as_user, fresh_schema
 from caveman_batch.testing.store_contract import StoreContract
 
@@ -96,6 +96,42 @@ def test_the_password_is_never_printed(postgres_url: str) -> None:
 
 
 # -- what is ours, who may write ----------------------------------------------------------
+
+
+def test_a_store_made_by_another_host_while_this_one_waits_is_opened(postgres_url: str) -> None:
+    """Two hosts opening a new store at once: the one that waited for the other's
+    creation finds its table (a catalog lookup cached before the wait must not say
+    there is none, and CREATE TABLE fail on the one made meanwhile)."""
+    from backends import postgres_store
+
+    maker = admin(postgres_url)
+    opened: list[object] = []
+    try:
+        with maker.transaction():  # type: ignore[attr-defined]
+            maker.execute("SELECT pg_advisory_xact_lock(%s)",  # type: ignore[attr-defined]
+                          (postgres_store._CREATE_LOCK,))
+            thread = threading.Thread(target=lambda: opened.append(_open_or_error(postgres_url)))
+            thread.start()
+            deadline = time.monotonic() + CHILD_TIMEOUT_S
+            while not maker.execute(  # type: ignore[attr-defined]
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline and thread.is_alive(), opened
+                time.sleep(0.01)
+            postgres_store._create_table(maker)  # type: ignore[arg-type]
+        thread.join(CHILD_TIMEOUT_S)
+    finally:
+        maker.close()  # type: ignore[attr-defined]
+    assert opened == ["opened"]
+
+
+def _open_or_error(url: str) -> str:
+    try:
+        with open_store(url) as store:
+            ccr.store_original(store, b"x")
+    except StoreError as exc:
+        return str(exc)
+    return "opened"
 
 
 def test_a_table_of_that_name_not_ours_is_refused_untouched(postgres_url: str,
@@ -312,6 +348,38 @@ def test_two_hosts_read_modify_write_the_same_keys_without_losing_one(postgres_u
     assert not errors
     with open_store(postgres_url) as store:
         assert {k: store.get(k) for k in keys} == {k: str(2 * rounds).encode() for k in keys}
+
+
+@pytest.mark.parametrize("keys", [1, 1500], ids=["key_locks", "table_lock"])
+def test_a_guard_being_deleted_on_another_host_is_waited_for(postgres_url: str, keys: int) -> None:
+    """commit_present (an incremental rerun's touch_held) while another host's prune has
+    deleted the guard but not yet committed: it waits, then says the guard is absent and
+    writes nothing behind it (with few keys and with more than the per-key lock limit)."""
+    guards = [b"record-%05d" % i for i in range(keys)]
+    with open_store(postgres_url) as pruner, open_store(postgres_url) as rerun:
+        pruner.commit([(g, b"r") for g in guards])
+        deleting, failed = threading.Event(), []
+
+        def slow_delete(_key: bytes, _old: bytes | None, _new: bytes) -> object:
+            deleting.set()  # inside the pruner's transaction, its locks held
+            time.sleep(0.5)
+            return DELETE
+
+        def prune() -> None:
+            try:
+                pruner.commit([(guards[0], b"")], merge=slow_delete)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failed.append(exc)
+
+        thread = threading.Thread(target=prune)
+        thread.start()
+        assert deleting.wait(CHILD_TIMEOUT_S)
+        absent = rerun.commit_present([(g, b"~seen-" + g, b"now") for g in guards])
+        thread.join(CHILD_TIMEOUT_S)
+        assert not failed
+        assert absent == [guards[0]]
+        assert rerun.get(b"~seen-" + guards[0]) is None
+        assert all(rerun.get(b"~seen-" + g) == b"now" for g in guards[1:3])
 
 
 def shared_original(index: int) -> bytes:

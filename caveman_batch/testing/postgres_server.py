@@ -1,10 +1,12 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: initdb in a temporary folder,
-a server listening on a Unix socket in that folder only, trust authentication, removed
-when stopped. Run as root (CI), the server runs as an unprivileged user (initdb refuses
+a server listening on a Unix socket in that folder (and, when asked, on TCP loopback at a
+free port), trust authentication, removed when stopped. Run as root (CI), the server runs as an unprivileged user (initdb refuses
 root): the folder is handed to that user and every command runs through `runuser`.
 
     with Cluster.start_new() as cluster:
         url = cluster.url("postgres")      # postgresql://postgres@/postgres?host=...
+    with Cluster.start_new(tcp=True) as cluster:
+        url = cluster.url(tcp=True)        # postgresql://postgres@127.0.0.1:PORT/postgres
 
 Nothing here reads the environment: the caller says which binaries and which user.
 """
@@ -16,6 +18,7 @@ import glob
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 import urllib.parse
@@ -25,6 +28,7 @@ from typing import Final
 
 SUPERUSER: Final = "postgres"
 PORT: Final = 5432  # only names the socket file: each cluster has its own socket folder
+LOOPBACK: Final = "127.0.0.1"
 _START_TIMEOUT_S: Final = 60
 
 
@@ -41,33 +45,38 @@ def find_bindir() -> Path | None:
 class Cluster:
     """One cluster in its own folder: data/, the socket, the server log."""
 
-    def __init__(self, root: Path, bindir: Path, run_as: str | None) -> None:
+    def __init__(self, root: Path, bindir: Path, run_as: str | None, port: int = PORT,
+                 tcp: bool = False) -> None:
         self.root = root
         self.bindir = bindir
         self.run_as = run_as
+        self.port = port  # the TCP port when `tcp`; else it only names the socket file
+        self.tcp = tcp
         self.data = root / "data"
         self.log = root / "server.log"
 
     @classmethod
     def create(cls, bindir: Path | None = None, run_as: str | None = None,
-               settings: dict[str, str] | None = None) -> Cluster:
+               settings: dict[str, str] | None = None, tcp: bool = False) -> Cluster:
         """initdb a new cluster (not started). As root, `run_as` (default: postgres,
-        else nobody) owns and runs it."""
+        else nobody) owns and runs it. With `tcp` it also listens on 127.0.0.1 at a port
+        free when it is made (the socket file is then named by that port too)."""
         found = bindir or find_bindir()
         if found is None:
             raise FileNotFoundError("no PostgreSQL server binaries (initdb, pg_ctl) found")
         if os.geteuid() == 0 and run_as is None:
             run_as = SUPERUSER if _user_exists(SUPERUSER) else "nobody"
         root = Path(tempfile.mkdtemp(prefix="caveman-pg-"))
-        cluster = cls(root, found, run_as)
+        cluster = cls(root, found, run_as, _free_port() if tcp else PORT, tcp)
         if run_as is not None:
             entry = pwd.getpwnam(run_as)
             os.chown(root, entry.pw_uid, entry.pw_gid)
         try:
             cluster._run("initdb", "-D", str(cluster.data), "-U", SUPERUSER, "--auth=trust",
                          "-E", "UTF8", "--locale=C", "--no-instructions")
-            conf = {"listen_addresses": "''", "unix_socket_directories": f"'{root}'",
-                    "port": str(PORT), "max_connections": "100", "shared_buffers": "32MB",
+            listen = f"'{LOOPBACK}'" if tcp else "''"
+            conf = {"listen_addresses": listen, "unix_socket_directories": f"'{root}'",
+                    "port": str(cluster.port), "max_connections": "100", "shared_buffers": "32MB",
                     "log_min_messages": "warning", **(settings or {})}
             with open(cluster.data / "postgresql.conf", "a") as fh:
                 fh.writelines(f"{k} = {v}\n" for k, v in conf.items())
@@ -79,17 +88,22 @@ class Cluster:
     @classmethod
     @contextlib.contextmanager
     def start_new(cls, bindir: Path | None = None, run_as: str | None = None,
-                  settings: dict[str, str] | None = None) -> Iterator[Cluster]:
-        cluster = cls.create(bindir, run_as, settings)
+                  settings: dict[str, str] | None = None, tcp: bool = False) -> Iterator[Cluster]:
+        cluster = cls.create(bindir, run_as, settings, tcp)
         try:
             cluster.start()
             yield cluster
         finally:
             cluster.remove()
 
-    def url(self, dbname: str = "postgres", user: str = SUPERUSER) -> str:
+    def url(self, dbname: str = "postgres", user: str = SUPERUSER, tcp: bool = False) -> str:
+        """The URL over the Unix socket, or over TCP loopback (`tcp`: made with tcp=True)."""
+        if tcp:
+            if not self.tcp:
+                raise ValueError("this cluster listens on its Unix socket only (create(tcp=True))")
+            return f"postgresql://{user}@{LOOPBACK}:{self.port}/{dbname}"
         host = urllib.parse.quote(str(self.root), safe="")
-        return f"postgresql://{user}@/{dbname}?host={host}&port={PORT}"
+        return f"postgresql://{user}@/{dbname}?host={host}&port={self.port}"
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
@@ -119,6 +133,14 @@ class Cluster:
             raise subprocess.CalledProcessError(done.returncode, command,
                                                 done.stdout, done.stderr + log)
         return done
+
+
+def _free_port() -> int:
+    """A loopback port nobody listens on now (another could take it before the server
+    starts: then the start fails and says so)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
 
 
 def _user_exists(name: str) -> bool:
