@@ -4,7 +4,9 @@ Workers compute, per document, what the index needs (`work`: the catalog's label
 per tool its exact original bytes as a CCR record, its compressed definition and its
 search text: see toolspans). The parent, the only writer, commits the per-tool
 originals in the same transaction as the catalog's own (`records`), then writes the
-batch's catalogs to the index in one transaction (`add`), in input order; at the end
+batch's catalogs to the index in one transaction (`add`), in input order, on a thread of
+its own (SQLite releases the GIL: the index is written while the next batch is
+compressed); at the end
 (`finish`) it removes the catalogs this run's inputs no longer hold and records which
 source files are wholly indexed. A crash leaves the index as its last transaction did;
 the next run repairs it: a catalog is rewritten unless the index holds it, from the same
@@ -24,7 +26,9 @@ one run gets "@line" (or "@item") added.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,9 @@ WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, 
 # few tools): each distinct tool object's record is prepared once per process.
 _RECORDS: dict[bytes, ccr.Prepared] = {}
 _RECORDS_MAX = 8192
+# Batches handed to the index's writer thread and not yet written, at most (beyond this,
+# add waits: a writer slower than the workers must not hold the whole run in memory).
+_IN_FLIGHT = 2
 
 
 def clear_cache() -> None:
@@ -97,6 +104,10 @@ class IndexBuilder:
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
     written: bool = False  # some catalog was (re)written this run
+    # the index's one writer: a thread, so that SQLite's work (it releases the GIL) overlaps
+    # the next batches'; its transactions, in submission order, each after its originals
+    _writer: ThreadPoolExecutor | None = None
+    _pending: deque[Future[None]] = field(default_factory=deque)
 
     @classmethod
     def open(cls, path: Path, embedder: Embedder | None = None) -> IndexBuilder:
@@ -104,7 +115,13 @@ class IndexBuilder:
         return cls(index, index.sources(), index.files())
 
     def close(self) -> None:
-        self.index.close()
+        """Wait for the writer (its errors are finish's to raise), then close the index."""
+        try:
+            wait(self._pending)
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+            self.index.close()
 
     # reuse -------------------------------------------------------------------------
 
@@ -159,8 +176,20 @@ class IndexBuilder:
             replace.append((server, docs, digest, key, path if isinstance(path, str) else None))
             self.known[key] = (server, digest, path if isinstance(path, str) else None)
         if replace:
-            self.index.apply(replace)
+            self._write(replace)
             self.written = True
+
+    def _write(self, replace: list[Any]) -> None:
+        """One transaction for the writer thread; raises here the error of any done."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
+        self._pending.append(self._writer.submit(self.index.apply, replace))
+        while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
+            self._pending.popleft().result()
+
+    def _drain(self) -> None:
+        while self._pending:
+            self._pending.popleft().result()
 
     def _server_id(self, doc: Any, label: str | None) -> str:
         sink = doc.sink
@@ -177,6 +206,7 @@ class IndexBuilder:
     def finish(self, files: dict[str, str]) -> None:
         """The run is over: catalogs not seen go, and `files` (path -> sha256 of the file
         sources this run read or reused whole) are the wholly indexed ones."""
+        self._drain()
         gone = sorted(set(self.index.servers()) - self.seen)
         self.index.apply([], gone, files=files)
         if gone or self.written:

@@ -947,8 +947,11 @@ TOUCH_BYTES: Final = 8 << 20
 def _commit(store: Store, results: list[Result | None]) -> None:
     """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
-    # each tool's own original (compress --index), in the same transaction
-    records += [t for r in results if r is not None and r.tools for t in indexing.IndexBuilder.records(r.tools)]
+    # each tool's own original (compress --index), in the same transaction; once each (a
+    # registry repeats its tools: the store need not merge a record with itself)
+    tools = {t.key: t for r in results if r is not None and r.tools
+             for t in indexing.IndexBuilder.records(r.tools)}
+    records += tools.values()
     if records:
         ccr.commit(store, records)
 

@@ -3,9 +3,11 @@
 `tool_spans(raw)` gives the byte range of every tool object `catalog.locate_tools` finds,
 so that each tool's exact original bytes can be stored on their own (recover gives them
 back byte for byte). It follows the path the compressor takes to the tools (TOOLS_PATH,
-the plan's kinds) over the bytes with a small JSON scanner, and every slice is checked by
-parsing it and comparing it with the tool parsed from the whole document: a span that
-does not check out is never returned.
+the plan's kinds) over the bytes: by the C walker when it can (it reads the document as
+strictly as the compressor's C path, so its spans are the tools' values), else by a small
+JSON scanner here, every slice of which is checked by parsing it and comparing it with
+the tool parsed from the whole document: a span that does not check out is never
+returned.
 
 `index_entries(raw, out)` is what a pipeline worker computes per document for the
 index (pure: bytes in, bytes and strings out): the catalog's label, and per tool its
@@ -117,11 +119,14 @@ def tool_spans(raw: bytes, doc: Any | None = None) -> list[tuple[int, int]] | No
         return None
     path, kinds = plan
     spans = _fast_spans(raw, path, kinds)
-    if spans is None:
-        try:
-            spans = _spans(raw, path, kinds)
-        except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
-            return None
+    if spans is not None:
+        # the C walker read every byte strictly (no duplicate keys, valid UTF-8) along
+        # the plan: each span is the very value locate_tools found, no need to parse it
+        return spans if len(spans) == len(tools) else None
+    try:
+        spans = _spans(raw, path, kinds)
+    except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
+        return None
     if spans is None or len(spans) != len(tools):
         return None
     if not all(_same(raw[a:b], tool) for (a, b), tool in zip(spans, tools)):
