@@ -115,8 +115,12 @@ def tool_spans(raw: bytes, doc: Any | None = None) -> list[tuple[int, int]] | No
     except (Passthrough, RecursionError):
         return None
     plan = _plan(doc, shape, tools)
-    if plan is None:
-        return None
+    return None if plan is None else _planned_spans(raw, plan, tools)
+
+
+def _planned_spans(raw: bytes, plan: tuple[tuple[str, ...], bytes | int],
+                   tools: list[dict[str, Any]]) -> list[tuple[int, int]] | None:
+    """tool_spans of `raw`, given what locate_tools found in it and its plan."""
     path, kinds = plan
     spans = _fast_spans(raw, path, kinds)
     if spans is not None:
@@ -225,8 +229,9 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
         return None
     if not tools:
         return None
-    spans = tool_spans(raw, doc)
-    if spans is None:
+    plan = _plan(doc, shape, tools)
+    spans = None if plan is None else _planned_spans(raw, plan, tools)
+    if plan is None or spans is None:
         return None
     if out is raw or out == raw:
         try:
@@ -234,7 +239,9 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
         except Passthrough:
             return None  # a lone surrogate: no UTF-8 text to index
     else:
-        out_spans = tool_spans(out)
+        # the compressor keeps a catalog's shape: where the C walker finds the original's
+        # plan in the output, those are its tools (the output need not be parsed again)
+        out_spans = _fast_spans(out, *plan) or tool_spans(out)
         if out_spans is None or len(out_spans) != len(tools):
             return None
         definitions = [out[a:b] for a, b in out_spans]
