@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from . import _accel
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
@@ -109,8 +110,25 @@ def split_name(name: str) -> str:
     return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
 
 
+# the schema keys whose parameters are searched (not the output's), and the key sets the
+# C path is handed (so that it reads the very sets _schema_text does)
+_INPUT_SCHEMA_KEYS: Final = tuple(k for k in SCHEMA_KEYS if not k.startswith("output"))
+_FAST_KEYS: Final = (_INPUT_SCHEMA_KEYS, NAME_MAPS, SCHEMA_LIST, ONE_SCHEMA)
+
+
 def search_fields(tool: dict[str, Any]) -> dict[str, str]:
-    """The search text of one parsed tool object, by field."""
+    """The search text of one parsed tool object, by field (by the C walker when it can
+    build it exactly, else `_search_fields`, which defines it)."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is not None and type(tool) is dict:
+        fast = fastwalk.search_fields(tool, *_FAST_KEYS)
+        if fast is not None:
+            return {"name": fast[0], "description": fast[1], "params": fast[2]}
+    return _search_fields(tool)
+
+
+def _search_fields(tool: dict[str, Any]) -> dict[str, str]:
+    """The search text of one parsed tool object, by field: the definition."""
     description = tool.get("description")
     params: list[str] = []
     for key in SCHEMA_KEYS:
