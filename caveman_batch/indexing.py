@@ -1,16 +1,16 @@
 """`compress --index PATH`: the pipeline's side of the tool-search index.
 
-Workers compute, per document, what the index needs (`work`: the catalog's label, and
-per tool its exact original bytes as a CCR record, its compressed definition and its
-search text: see toolspans). The parent, the only writer, commits the per-tool
-originals in the same transaction as the catalog's own (`records`), then writes the
-batch's catalogs to the index in one transaction (`add`), in input order, on a thread of
-its own (SQLite releases the GIL: the index is written while the next batch is
-compressed); at the end
-(`finish`) it removes the catalogs this run's inputs no longer hold and records which
-source files are wholly indexed. A crash leaves the index as its last transaction did;
-the next run repairs it: a catalog is rewritten unless the index holds it, from the same
-source, with the same sha256.
+Workers compute, per document, what the index needs (`BatchWork`: the catalog's label,
+and per tool its exact original bytes as a CCR record, compressed on threads beside the
+worker's own loop, its compressed definition and its search text: see toolspans). The
+parent, the only writer, commits the per-tool originals in the same transaction as the
+catalog's own (`records`), then writes the batch's catalogs to the index in one
+transaction (`add`), in input order, on a thread of its own (SQLite releases the GIL:
+the index is written while the next batch is compressed); at the end (`finish`) it
+removes the catalogs this run's inputs no longer hold and records which source files
+are wholly indexed. A crash leaves the index as its last transaction did; the next run
+repairs it: a catalog is rewritten unless the index holds it, from the same source,
+with the same sha256.
 
 Reuse: an incremental run reuses a document (or a whole file source) only if the index
 is current for it too (`current`, `file_current`); otherwise the document is computed
@@ -39,7 +39,7 @@ from . import ccr
 from .embedding import Embedder
 from .toolsearch import ToolDoc, ToolIndex
 from . import toolspans
-from .toolspans import index_entries
+from .toolspans import ToolEntry, index_entries
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
 # (name, digest, record value, original length, definition, search fields).
@@ -61,27 +61,63 @@ def clear_cache() -> None:
     toolspans.clear_cache()
 
 
-def _record(original: bytes) -> ccr.Prepared:
-    record = _RECORDS.get(original)
-    if record is None:
-        if len(_RECORDS) >= _RECORDS_MAX:
+def _prepare_all(originals: list[bytes]) -> list[ccr.Prepared]:
+    return [ccr.prepare(original) for original in originals]
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+
+
+def _zstd_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max(2, os.cpu_count() or 1),
+                                                 thread_name_prefix="index-records"))
+    return _pool[1]
+
+
+class BatchWork:
+    """Pure: the index's part of one batch's work, document by document (`add`), then
+    all of it (`finish`). Each tool's record is compressed on a thread (zstd and sha256
+    release the GIL) while the batch's next documents are compressed."""
+
+    def __init__(self) -> None:
+        self._docs: list[tuple[str | None, list[ToolEntry]] | None] = []
+        self._pending: dict[bytes, tuple[Future[list[ccr.Prepared]], int]] = {}
+
+    def add(self, raw: bytes | None, out: bytes) -> None:
+        """One document (raw None: a broken one, not indexed), in batch order."""
+        found = None if raw is None else index_entries(raw, out)
+        self._docs.append(found)
+        if found is None:
+            return
+        new = list(dict.fromkeys(entry.original for entry in found[1]
+                                 if entry.original not in _RECORDS
+                                 and entry.original not in self._pending))
+        if new:
+            job = _zstd_pool().submit(_prepare_all, new)
+            self._pending.update((original, (job, at)) for at, original in enumerate(new))
+
+    def finish(self) -> list[WorkerTools]:
+        """What the index needs of each document added, in order."""
+        ready = {original: job.result()[at] for original, (job, at) in self._pending.items()}
+        done: list[WorkerTools] = []
+        for found in self._docs:
+            if found is None:
+                done.append(None)
+                continue
+            label, entries = found
+            tools = []
+            for entry in entries:
+                original = entry.original
+                record = ready[original] if original in ready else _RECORDS[original]
+                tools.append((entry.name, record.digest, record.value, record.original_length,
+                              entry.definition, entry.fields))
+            done.append((label, tools))
+        if len(_RECORDS) + len(ready) > _RECORDS_MAX:
             _RECORDS.clear()
-        record = _RECORDS[original] = ccr.prepare(original)
-    return record
-
-
-def work(raw: bytes, out: bytes) -> WorkerTools:
-    """Pure: the index's part of one document's work."""
-    found = index_entries(raw, out)
-    if found is None:
-        return None
-    label, entries = found
-    tools = []
-    for entry in entries:
-        record = _record(entry.original)
-        tools.append((entry.name, record.digest, record.value, record.original_length,
-                      entry.definition, entry.fields))
-    return label, tools
+        _RECORDS.update(ready)
+        return done
 
 
 def _stem(rel: str) -> str:
