@@ -53,6 +53,10 @@ _RECORDS_MAX = 8192
 # Batches handed to the index's writer thread and not yet written, at most (beyond this,
 # add waits: a writer slower than the workers must not hold the whole run in memory).
 _IN_FLIGHT = 2
+# Tool records handed to a thread at a time: each hand-over costs the worker's own thread
+# (one per document: 0.18 s of its CPU over the 10 MB registry's 1,036 catalogs, 0.16 s
+# this way, under load).
+_RECORDS_PER_JOB = 64
 
 
 def clear_cache() -> None:
@@ -84,6 +88,7 @@ class BatchWork:
     def __init__(self) -> None:
         self._docs: list[tuple[str | None, list[ToolEntry]] | None] = []
         self._pending: dict[bytes, tuple[Future[list[ccr.Prepared]], int]] = {}
+        self._new: dict[bytes, None] = {}  # originals not yet handed to a thread
 
     def add(self, raw: bytes | None, out: bytes) -> None:
         """One document (raw None: a broken one, not indexed), in batch order."""
@@ -91,15 +96,23 @@ class BatchWork:
         self._docs.append(found)
         if found is None:
             return
-        new = list(dict.fromkeys(entry.original for entry in found[1]
-                                 if entry.original not in _RECORDS
-                                 and entry.original not in self._pending))
-        if new:
-            job = _zstd_pool().submit(_prepare_all, new)
-            self._pending.update((original, (job, at)) for at, original in enumerate(new))
+        for entry in found[1]:
+            original = entry.original
+            if original not in _RECORDS and original not in self._pending:
+                self._new[original] = None
+        if len(self._new) >= _RECORDS_PER_JOB:
+            self._submit()
+
+    def _submit(self) -> None:
+        new = list(self._new)
+        self._new.clear()
+        job = _zstd_pool().submit(_prepare_all, new)
+        self._pending.update((original, (job, at)) for at, original in enumerate(new))
 
     def finish(self) -> list[WorkerTools]:
         """What the index needs of each document added, in order."""
+        if self._new:
+            self._submit()
         ready = {original: job.result()[at] for original, (job, at) in self._pending.items()}
         done: list[WorkerTools] = []
         for found in self._docs:
