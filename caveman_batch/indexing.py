@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +153,7 @@ class IndexBuilder:
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
     written: bool = False  # some catalog was (re)written this run
+    committed: set[str] = field(default_factory=set)  # digests of the tool records committed
     # the index's one writer: a thread, so that SQLite's work (it releases the GIL) overlaps
     # the next batches'; its transactions, in submission order, each after its originals
     _writer: ThreadPoolExecutor | None = None
@@ -199,12 +200,16 @@ class IndexBuilder:
 
     # writing -----------------------------------------------------------------------
 
-    @staticmethod
-    def records(tools: WorkerTools) -> list[ccr.Prepared]:
-        """The per-tool originals of one document, to commit with its own."""
-        if tools is None:
-            return []
-        return [ccr.Prepared(digest, value, length) for _, digest, value, length, _, _ in tools[1]]
+    def records(self, found: Iterable[WorkerTools]) -> list[ccr.Prepared]:
+        """The per-tool originals of a batch's documents, to commit with their own: each
+        once, and none this run has committed already (a registry repeats its tools; a
+        record committed is durable, and its last-seen is this run's already)."""
+        records: dict[str, ccr.Prepared] = {}
+        for tools in found:
+            for _, digest, value, length, _, _ in tools[1] if tools is not None else ():
+                if digest not in self.committed and digest not in records:
+                    records[digest] = ccr.Prepared(digest, value, length)
+        return list(records.values())
 
     def add(self, found: Sequence[tuple[Any, str | None, WorkerTools]]) -> None:
         """One batch's computed documents, (document, its sha256, worker tools), in input

@@ -320,7 +320,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, pool):
-                _commit(store, results)
+                _commit(store, results, index)
                 touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
                 if index is not None:
@@ -946,16 +946,16 @@ TOUCH_BATCH: Final = 4096
 TOUCH_BYTES: Final = 8 << 20
 
 
-def _commit(store: Store, results: list[Result | None]) -> None:
+def _commit(store: Store, results: list[Result | None],
+            index: indexing.IndexBuilder | None = None) -> None:
     """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
-    # each tool's own original (compress --index), in the same transaction; once each (a
-    # registry repeats its tools: the store need not merge a record with itself)
-    tools = {t.key: t for r in results if r is not None and r.tools
-             for t in indexing.IndexBuilder.records(r.tools)}
-    records += tools.values()
-    if records:
-        ccr.commit(store, records)
+    # each tool's own original (compress --index), in the same transaction
+    tools = [] if index is None else index.records(r.tools for r in results if r is not None)
+    if records or tools:
+        ccr.commit(store, records + tools)
+    if index is not None:
+        index.committed.update(t.digest for t in tools)
 
 
 def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None]) -> None:

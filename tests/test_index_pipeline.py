@@ -233,3 +233,20 @@ def test_an_index_write_that_fails_on_the_writer_thread_fails_the_run(tmp_path: 
     _run(fresh, src)
     assert _contents(tmp_path / "idx.db") == _contents(fresh / "idx.db")
     assert len(_contents(fresh / "idx.db")[0]) == 200
+
+
+def test_a_tool_repeated_across_batches_is_stored_once_and_named_everywhere(tmp_path: Path) -> None:
+    shared = _catalog("shared_tool")  # the same tool object in every catalog, 3 batches of them
+    lines = [json.dumps({"server": f"s{i:03}", "tools": [*json.loads(shared)["tools"],
+                                                          *json.loads(_catalog(f"own_{i}"))["tools"]]})
+             for i in range(150)]
+    src = tmp_path / "reg.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    _run(tmp_path, src)
+    _, docs = _contents(tmp_path / "idx.db")
+    assert len(docs) == 300 and len({d[2] for d in docs if d[1] == "shared_tool"}) == 1
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.missing(store, sorted({d[2][4:] for d in docs})) == []
+        assert len(list(store.keys())) == 150 + 150 + 1  # the catalogs, their own tools, the shared
+        shared_original = ccr.recover(store, docs[0][2] if docs[0][1] == "shared_tool" else docs[1][2])
+    assert json.loads(shared_original) == json.loads(shared)["tools"][0]
