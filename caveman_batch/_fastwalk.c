@@ -1517,6 +1517,295 @@ span_path_value(Walker *w, const Plan *plan, Py_ssize_t level, PyObject *spans)
 }
 
 
+/* -- search text: toolsearch.search_fields over a parsed tool ------------------ */
+
+/* toolsearch.search_fields defines the index's search text of a tool object;
+   search_fields() below builds the same three strings from the same Python
+   objects, for the names it can split exactly: printable ASCII (any other
+   character, e.g. Unicode white space that Python's \s would match, declines the
+   whole tool, and Python builds its text). Python hands in its own key sets
+   (catalog.NAME_MAPS, SCHEMA_LIST, ONE_SCHEMA) and the schema keys to read, so
+   the two cannot disagree on them. Only exact dicts, lists and str keys are
+   walked; anything else declines. */
+
+typedef struct {
+    PyObject *name_maps, *schema_list, *one_schema;
+    PyObject *out;              /* list of str, joined by " " at the end */
+    Buf word;                   /* split_name's output */
+} TextCtx;
+
+#define TX_LOWER(c) ((c) >= 'a' && (c) <= 'z')
+#define TX_UPPER(c) ((c) >= 'A' && (c) <= 'Z')
+#define TX_DIGIT(c) ((c) >= '0' && (c) <= '9')
+
+static int
+tx_separator(unsigned char c)
+{
+    return c == ' ' || c == '_' || c == '-' || c == '.' || c == ':' || c == '/';
+}
+
+/* split_name(name) as a new str, or NULL with FW_DECLINE in *rc (not printable
+   ASCII) or FW_ERROR. Words end at a run of separators and inside a run of
+   letters at a camel-case step: lower or digit then upper, or upper then an
+   upper that starts a capitalized word ("ABCDef" -> "ABC Def"). */
+static PyObject *
+tx_split_name(TextCtx *cx, PyObject *name, int *rc)
+{
+    if (!PyUnicode_IS_ASCII(name)) {
+        *rc = FW_DECLINE;
+        return NULL;
+    }
+    const unsigned char *s = PyUnicode_1BYTE_DATA(name);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(name);
+    cx->word.len = 0;
+    if (buf_reserve(&cx->word, n * 2 + 1) < 0) {
+        *rc = FW_ERROR;
+        return NULL;
+    }
+    int in_word = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c < 0x20 || c > 0x7E) {
+            *rc = FW_DECLINE;  /* control characters: some are \s to Python */
+            return NULL;
+        }
+        if (tx_separator(c)) {
+            in_word = 0;
+            continue;
+        }
+        if (in_word && i > 0) {
+            unsigned char p = s[i - 1];
+            int camel = ((TX_LOWER(p) || TX_DIGIT(p)) && TX_UPPER(c))
+                        || (TX_UPPER(p) && TX_UPPER(c) && i + 1 < n && TX_LOWER(s[i + 1]));
+            if (camel) {
+                in_word = 0;
+            }
+        }
+        if (!in_word && cx->word.len > 0) {
+            cx->word.data[cx->word.len++] = ' ';
+        }
+        cx->word.data[cx->word.len++] = (char)c;
+        in_word = 1;
+    }
+    PyObject *words = PyUnicode_FromStringAndSize(cx->word.data, cx->word.len);
+    if (words == NULL) {
+        *rc = FW_ERROR;
+    }
+    return words;
+}
+
+static int
+tx_append(TextCtx *cx, PyObject *text)
+{
+    return PyList_Append(cx->out, text) < 0 ? FW_ERROR : FW_OK;
+}
+
+static int
+tx_append_split(TextCtx *cx, PyObject *name)
+{
+    int rc = FW_OK;
+    PyObject *words = tx_split_name(cx, name, &rc);
+    if (words == NULL) {
+        return rc;
+    }
+    rc = tx_append(cx, words);
+    Py_DECREF(words);
+    return rc;
+}
+
+static int
+tx_has(PyObject *set, PyObject *key)
+{
+    int found = PySet_Contains(set, key);
+    return found < 0 ? FW_ERROR : found;
+}
+
+static int tx_schema(TextCtx *cx, PyObject *node, int depth);
+
+static int
+tx_enum(TextCtx *cx, PyObject *values)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (!(PyUnicode_Check(v) || PyLong_Check(v) || PyFloat_Check(v))) {
+            continue;
+        }
+        PyObject *text = PyObject_Str(v);  /* str(v), as Python: True -> "True" */
+        if (text == NULL) {
+            return FW_ERROR;
+        }
+        int rc = tx_append(cx, text);
+        Py_DECREF(text);
+        if (rc != FW_OK) {
+            return rc;
+        }
+    }
+    return FW_OK;
+}
+
+static int
+tx_name_map(TextCtx *cx, PyObject *map, int depth)
+{
+    PyObject *name, *sub;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(map, &at, &name, &sub)) {
+        if (!PyUnicode_CheckExact(name)) {
+            return FW_DECLINE;
+        }
+        int rc = tx_append_split(cx, name);
+        if (rc == FW_OK) {
+            rc = tx_schema(cx, sub, depth + 1);
+        }
+        if (rc != FW_OK) {
+            return rc;
+        }
+    }
+    return FW_OK;
+}
+
+static int
+tx_member(TextCtx *cx, PyObject *key, PyObject *value, int depth)
+{
+    if (PyUnicode_CompareWithASCIIString(key, "description") == 0 && PyUnicode_Check(value)) {
+        return tx_append(cx, value);
+    }
+    if (PyUnicode_CompareWithASCIIString(key, "enum") == 0 && PyList_Check(value)) {
+        return PyList_CheckExact(value) ? tx_enum(cx, value) : FW_DECLINE;
+    }
+    int found = tx_has(cx->name_maps, key);
+    if (found < 0) {
+        return found;
+    }
+    if (found && PyDict_Check(value)) {
+        return PyDict_CheckExact(value) ? tx_name_map(cx, value, depth) : FW_DECLINE;
+    }
+    found = tx_has(cx->schema_list, key);
+    if (found < 0) {
+        return found;
+    }
+    if (found && PyList_Check(value)) {
+        if (!PyList_CheckExact(value)) {
+            return FW_DECLINE;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+            int rc = tx_schema(cx, PyList_GET_ITEM(value, i), depth + 1);
+            if (rc != FW_OK) {
+                return rc;
+            }
+        }
+        return FW_OK;
+    }
+    found = tx_has(cx->one_schema, key);
+    if (found < 0) {
+        return found;
+    }
+    return found ? tx_schema(cx, value, depth + 1) : FW_OK;
+}
+
+/* _schema_text: parameter names (split), descriptions, enum values, in order. */
+static int
+tx_schema(TextCtx *cx, PyObject *node, int depth)
+{
+    if (!PyDict_Check(node) || depth > 64) {
+        return FW_OK;
+    }
+    if (!PyDict_CheckExact(node)) {
+        return FW_DECLINE;
+    }
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(node, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            return FW_DECLINE;
+        }
+        int rc = tx_member(cx, key, value, depth);
+        if (rc != FW_OK) {
+            return rc;
+        }
+    }
+    return FW_OK;
+}
+
+PyDoc_STRVAR(search_fields_doc,
+"search_fields(tool, schema_keys, name_maps, schema_list, one_schema, /)\n"
+"--\n"
+"\n"
+"(name, description, params): toolsearch.search_fields(tool)'s three strings, or\n"
+"None to run the Python path (a name not printable ASCII, a dict or list subclass,\n"
+"a key not a str). schema_keys: the keys of the tool whose schemas are read, in order.");
+
+static PyObject *
+fastwalk_search_fields(PyObject *module, PyObject *args)
+{
+    PyObject *tool, *schema_keys;
+    TextCtx cx;
+    memset(&cx, 0, sizeof(cx));
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:search_fields", &PyDict_Type, &tool,
+                          &PyTuple_Type, &schema_keys, &PyFrozenSet_Type, &cx.name_maps,
+                          &PyFrozenSet_Type, &cx.schema_list, &PyFrozenSet_Type,
+                          &cx.one_schema)) {
+        return NULL;
+    }
+    if (!PyDict_CheckExact(tool)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *name = NULL, *params = NULL, *result = NULL;
+    int rc = FW_OK;
+    PyObject *raw_name = PyDict_GetItemString(tool, "name");  /* borrowed */
+    if (raw_name == NULL) {
+        name = PyUnicode_FromStringAndSize("", 0);
+    }
+    else if (PyUnicode_CheckExact(raw_name)) {
+        name = tx_split_name(&cx, raw_name, &rc);
+    }
+    else {
+        rc = FW_DECLINE;  /* str(name) of another type: Python's business */
+    }
+    if (name == NULL && rc == FW_OK) {
+        rc = FW_ERROR;
+    }
+    cx.out = rc == FW_OK ? PyList_New(0) : NULL;
+    if (rc == FW_OK && cx.out == NULL) {
+        rc = FW_ERROR;
+    }
+    for (Py_ssize_t i = 0; rc == FW_OK && i < PyTuple_GET_SIZE(schema_keys); i++) {
+        PyObject *schema = PyDict_GetItemWithError(tool, PyTuple_GET_ITEM(schema_keys, i));
+        if (schema != NULL) {
+            rc = tx_schema(&cx, schema, 0);
+        }
+        else if (PyErr_Occurred()) {
+            rc = FW_ERROR;
+        }
+    }
+    if (rc == FW_OK) {
+        PyObject *space = PyUnicode_FromStringAndSize(" ", 1);
+        params = space == NULL ? NULL : PyUnicode_Join(space, cx.out);
+        Py_XDECREF(space);
+        rc = params == NULL ? FW_ERROR : FW_OK;
+    }
+    if (rc == FW_OK) {
+        PyObject *description = PyDict_GetItemString(tool, "description");
+        if (description == NULL || !PyUnicode_Check(description)) {
+            description = PyUnicode_FromStringAndSize("", 0);
+        }
+        else {
+            Py_INCREF(description);
+        }
+        result = description == NULL ? NULL : PyTuple_Pack(3, name, description, params);
+        Py_XDECREF(description);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(params);
+    Py_XDECREF(cx.out);
+    PyMem_Free(cx.word.data);
+    if (rc == FW_DECLINE) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
+
 /* -- the module -------------------------------------------------------------- */
 
 /* Fill `plan` from the Python arguments; FW_DECLINE for a plan we cannot follow.
@@ -1762,6 +2051,7 @@ static PyMethodDef fastwalk_methods[] = {
     {"rewrite", fastwalk_rewrite, METH_VARARGS, rewrite_doc},
     {"skim", fastwalk_skim, METH_VARARGS, skim_doc},
     {"spans", fastwalk_spans, METH_VARARGS, spans_doc},
+    {"search_fields", fastwalk_search_fields, METH_VARARGS, search_fields_doc},
     {NULL, NULL, 0, NULL}
 };
 

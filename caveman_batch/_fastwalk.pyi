@@ -28,3 +28,10 @@ def spans(raw: bytes, path: tuple[str, ...], kinds: bytes | int, /) -> list[tupl
     """(start, end) of each tool object the plan (as for rewrite) names, in document order:
     the element, or its "function" member's value. None for any input rewrite() would
     refuse, or a plan the document does not follow."""
+
+def search_fields(tool: dict[str, object], schema_keys: tuple[str, ...], name_maps: frozenset[str],
+                  schema_list: frozenset[str], one_schema: frozenset[str], /
+                  ) -> tuple[str, str, str] | None:
+    """(name, description, params): toolsearch._search_fields(tool)'s strings, or None to
+    run the Python path (a name not printable ASCII, a dict or list subclass, a key not
+    a str). schema_keys: the tool's keys whose schemas are read, in order."""

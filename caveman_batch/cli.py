@@ -426,17 +426,18 @@ def proxy_command(
     deferred: Annotated[bool, typer.Option("--deferred", help="List search_tools and call_tool instead of every tool; found tools join the list.")] = False,
     always: Annotated[list[str] | None, typer.Option("--always", metavar="NAME", help="With --deferred: a tool always listed (repeatable; NAME__tool with --servers).")] = None,
     servers: Annotated[Path | None, typer.Option("--servers", metavar="FILE", help='With --deferred: the servers of a {"mcpServers": {...}} file, behind one proxy.')] = None,
+    embed: EmbedOpt = None,
 ) -> None:
     """Run an MCP stdio server behind a proxy that compresses its list responses.
 
     Usage: caveman-batch proxy [--store URL] [--debug] -- UPSTREAM_COMMAND [ARGS...]
-    or:    caveman-batch proxy --deferred [--always NAME ...] (-- UPSTREAM... | --servers FILE)
+    or:    caveman-batch proxy --deferred [--always NAME ...] [--no-embed] (-- UPSTREAM... | --servers FILE)
     """
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
     store_url = minting_store_url(store)
     if not deferred:
-        if always or servers is not None:
-            raise UsageError("--always and --servers go with --deferred")
+        if always or servers is not None or embed is not None:
+            raise UsageError("--always, --servers and --embed/--no-embed go with --deferred")
         from . import proxy
 
         proxy.run(ctx.args, store_url, debug=debug)
@@ -451,7 +452,7 @@ def proxy_command(
     specs = read_servers(servers) if servers is not None else [
         ServerSpec("upstream", tuple(ctx.args))]
     settings = deferred_proxy.Settings(always=tuple(always or ()), single=servers is None,
-                                       debug=debug)
+                                       debug=debug, embed=embed)
     raise typer.Exit(deferred_proxy.run(specs, store_url, settings))
 
 

@@ -5,7 +5,8 @@ under their own names) or many (`--servers FILE`, tools as `NAME__tool`). It is 
 client of each upstream: it forwards the client's `initialize` params to each, sends
 their `initialized` itself, fetches their `tools/list` (every page), commits each tool
 object's exact bytes to the CCR store, compresses it and indexes it (an in-memory
-`ToolIndex`). The client's own `tools/list` gets `search_tools`, `call_tool`, the
+`ToolIndex`: hybrid, BM25 and dense vectors, when the embed extra is installed, as
+`search` ranks; `Settings.embed` as `--embed/--no-embed`). The client's own `tools/list` gets `search_tools`, `call_tool`, the
 `--always` tools and whatever searches have found since (each search that finds a new
 tool sends `notifications/tools/list_changed`). A `tools/call` of any upstream tool goes
 to its upstream unchanged but for its id (and, with several, the name's prefix), listed
@@ -38,6 +39,7 @@ from typing import Any, Final, TextIO
 
 from . import __version__, ccr, listing, rpc
 from .catalog import Options, compress, parse, serialize
+from .embedding import Embedder, choose_embedder
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
 from .store import Store, open_store
 from .toolsearch import ToolDoc, ToolIndex
@@ -204,13 +206,15 @@ class Settings:
     single: bool = True
     debug: bool = False
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    embed: bool | None = None  # search's dense vectors: True required, False none, None if installed
 
 
 class DeferredProxy:
     """The dispatcher: every event from the client and the upstreams, in arrival order."""
 
     def __init__(self, servers: Sequence[Server], store: Store | None, settings: Settings,
-                 events: Events, out_fd: int, err: TextIO) -> None:
+                 events: Events, out_fd: int, err: TextIO,
+                 embedder: Embedder | None = None) -> None:
         self.servers = {s.name: s for s in servers}
         self.store = store
         self.settings = settings
@@ -218,7 +222,7 @@ class DeferredProxy:
         self.out_fd = out_fd
         self.err = err
         self.options = Options(count_tokens=False)
-        self.index = ToolIndex.open(":memory:")
+        self.index = ToolIndex.open(":memory:", embedder=embedder)  # hybrid, as `search`
         self.search_definition = search_tool_definition([s.name for s in servers])
         self.init_request: rpc.Message | None = None
         self.init_answered = False
@@ -831,13 +835,14 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     if settings.single and len(specs) != 1:
         raise UsageError("a single-upstream proxy takes exactly one upstream")
     err = err or sys.stderr
+    embedder = choose_embedder(settings.embed)  # before any upstream starts: --embed without it
     events: Events = queue.SimpleQueue()
     store = _open(store_url, err)
     servers: list[Server] = []
     previous: dict[int, Any] = {}
     try:
         servers = _start(specs, settings, events, err)
-        proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err)
+        proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err, embedder)
         previous = _forward_signals(proxy)
         start_thread(pump_lines, stdin_fd, None, events, name="proxy-client")
         proxy.loop()

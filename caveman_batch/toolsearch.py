@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from . import _accel
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
 from .errors import SearchIndexError, SearchIndexNotFoundError
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
@@ -109,8 +110,25 @@ def split_name(name: str) -> str:
     return " ".join(w for part in _SEPARATORS.split(name) for w in _CAMEL.split(part) if w)
 
 
+# the schema keys whose parameters are searched (not the output's), and the key sets the
+# C path is handed (so that it reads the very sets _schema_text does)
+_INPUT_SCHEMA_KEYS: Final = tuple(k for k in SCHEMA_KEYS if not k.startswith("output"))
+_FAST_KEYS: Final = (_INPUT_SCHEMA_KEYS, NAME_MAPS, SCHEMA_LIST, ONE_SCHEMA)
+
+
 def search_fields(tool: dict[str, Any]) -> dict[str, str]:
-    """The search text of one parsed tool object, by field."""
+    """The search text of one parsed tool object, by field (by the C walker when it can
+    build it exactly, else `_search_fields`, which defines it)."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is not None and type(tool) is dict:
+        fast = fastwalk.search_fields(tool, *_FAST_KEYS)
+        if fast is not None:
+            return {"name": fast[0], "description": fast[1], "params": fast[2]}
+    return _search_fields(tool)
+
+
+def _search_fields(tool: dict[str, Any]) -> dict[str, str]:
+    """The search text of one parsed tool object, by field: the definition."""
     description = tool.get("description")
     params: list[str] = []
     for key in SCHEMA_KEYS:
@@ -294,18 +312,18 @@ class ToolIndex:
               remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
         """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
         source, path), servers removed, and (if given) the whole `files` table."""
+        replace = list({r[0]: r for r in replace}.values())  # a server given twice: the last
         try:
             with self._transaction() as db:
                 reuse: dict[bytes, bytes] = {}  # vectors of texts deleted here, by digest
-                for server in remove:
+                indexed = self._indexed(db, [*remove, *(r[0] for r in replace)])
+                for server in indexed:
                     self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
-                for server, docs, sha256, source, path in replace:
-                    self._keep_vectors(db, server, reuse)
-                    self._delete(db, server)
-                    self._insert(db, server, docs)
-                    db.execute("INSERT INTO servers VALUES (?, ?, ?, ?)",
-                               (server, sha256, source, path))
+                self._insert(db, [(server, docs) for server, docs, *_ in replace])
+                db.executemany("INSERT INTO servers VALUES (?, ?, ?, ?)",
+                               [(server, sha256, source, path)
+                                for server, _, sha256, source, path in replace])
                 if self._vectors is not None:
                     self._vectors.fill(db, reuse)  # the texts new to the index, in one go
                 if files is not None:
@@ -314,6 +332,18 @@ class ToolIndex:
             self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
+    @staticmethod
+    def _indexed(db: sqlite3.Connection, servers: Sequence[str]) -> list[str]:
+        """Those of `servers` the index holds, in the order given (one query per 500: a
+        fresh build's batches need no delete at all)."""
+        held: set[str] = set()
+        for at in range(0, len(servers), 500):
+            chunk = servers[at:at + 500]
+            held.update(row[0] for row in db.execute(
+                f"SELECT server FROM servers WHERE server IN ({','.join('?' * len(chunk))})",
+                chunk))
+        return list(dict.fromkeys(s for s in servers if s in held))
 
     @staticmethod
     def _delete(db: sqlite3.Connection, server: str) -> None:
@@ -331,11 +361,18 @@ class ToolIndex:
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
     @staticmethod
-    def _insert(db: sqlite3.Connection, server: str, docs: Sequence[ToolDoc]) -> None:
-        """The tools, their texts added once each (or counted once more), in bulk."""
-        if any(doc.server != server for doc in docs):
-            raise ValueError(f"a doc of another server given as one of {server!r}")
-        values = [tuple(doc.fields.get(f, "") for f in FIELDS) for doc in docs]
+    def _insert(db: sqlite3.Connection, servers: Sequence[tuple[str, Sequence[ToolDoc]]]) -> None:
+        """The tools of these servers (none of them indexed now), their texts added once
+        each (or counted once more), in bulk: one statement of each kind per call."""
+        tools, values = [], []
+        for server, docs in servers:
+            if any(doc.server != server for doc in docs):
+                raise ValueError(f"a doc of another server given as one of {server!r}")
+            for position, doc in enumerate(docs):
+                tools.append((server, position, doc))
+                values.append(tuple(doc.fields.get(f, "") for f in FIELDS))
+        if not tools:
+            return
         digests = [hashlib.sha256("\0".join(v).encode("utf-8", "surrogatepass")).digest()
                    for v in values]
         ids = _text_ids(db, set(digests))
@@ -356,7 +393,7 @@ class ToolIndex:
         db.executemany("INSERT INTO tools (server, position, name, handle, definition, text_id) "
                        "VALUES (?, ?, ?, ?, ?, ?)",
                        [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
-                        for position, (doc, digest) in enumerate(zip(docs, digests))])
+                        for (server, position, doc), digest in zip(tools, digests)])
 
     def _keep_vectors(self, db: sqlite3.Connection, server: str,
                       reuse: dict[bytes, bytes]) -> None:

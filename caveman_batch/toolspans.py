@@ -3,9 +3,11 @@
 `tool_spans(raw)` gives the byte range of every tool object `catalog.locate_tools` finds,
 so that each tool's exact original bytes can be stored on their own (recover gives them
 back byte for byte). It follows the path the compressor takes to the tools (TOOLS_PATH,
-the plan's kinds) over the bytes with a small JSON scanner, and every slice is checked by
-parsing it and comparing it with the tool parsed from the whole document: a span that
-does not check out is never returned.
+the plan's kinds) over the bytes: by the C walker when it can (it reads the document as
+strictly as the compressor's C path, so its spans are the tools' values), else by a small
+JSON scanner here, every slice of which is checked by parsing it and comparing it with
+the tool parsed from the whole document: a span that does not check out is never
+returned.
 
 `index_entries(raw, out)` is what a pipeline worker computes per document for the
 index (pure: bytes in, bytes and strings out): the catalog's label, and per tool its
@@ -113,15 +115,22 @@ def tool_spans(raw: bytes, doc: Any | None = None) -> list[tuple[int, int]] | No
     except (Passthrough, RecursionError):
         return None
     plan = _plan(doc, shape, tools)
-    if plan is None:
-        return None
+    return None if plan is None else _planned_spans(raw, plan, tools)
+
+
+def _planned_spans(raw: bytes, plan: tuple[tuple[str, ...], bytes | int],
+                   tools: list[dict[str, Any]]) -> list[tuple[int, int]] | None:
+    """tool_spans of `raw`, given what locate_tools found in it and its plan."""
     path, kinds = plan
     spans = _fast_spans(raw, path, kinds)
-    if spans is None:
-        try:
-            spans = _spans(raw, path, kinds)
-        except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
-            return None
+    if spans is not None:
+        # the C walker read every byte strictly (no duplicate keys, valid UTF-8) along
+        # the plan: each span is the very value locate_tools found, no need to parse it
+        return spans if len(spans) == len(tools) else None
+    try:
+        spans = _spans(raw, path, kinds)
+    except (ValueError, IndexError, AttributeError, orjson.JSONDecodeError):
+        return None
     if spans is None or len(spans) != len(tools):
         return None
     if not all(_same(raw[a:b], tool) for (a, b), tool in zip(spans, tools)):
@@ -220,8 +229,9 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
         return None
     if not tools:
         return None
-    spans = tool_spans(raw, doc)
-    if spans is None:
+    plan = _plan(doc, shape, tools)
+    spans = None if plan is None else _planned_spans(raw, plan, tools)
+    if plan is None or spans is None:
         return None
     if out is raw or out == raw:
         try:
@@ -229,7 +239,9 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
         except Passthrough:
             return None  # a lone surrogate: no UTF-8 text to index
     else:
-        out_spans = tool_spans(out)
+        # the compressor keeps a catalog's shape: where the C walker finds the original's
+        # plan in the output, those are its tools (the output need not be parsed again)
+        out_spans = _fast_spans(out, *plan) or tool_spans(out)
         if out_spans is None or len(out_spans) != len(tools):
             return None
         definitions = [out[a:b] for a, b in out_spans]

@@ -226,6 +226,8 @@ def test_bad_servers_file(tmp_path: Path, doc: Any, key: str | None, words: str)
 def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["proxy", "--always", "x", "--", "true"]) == 1
     assert "go with --deferred" in capsys.readouterr().err
+    assert main(["proxy", "--no-embed", "--", "true"]) == 1
+    assert "--embed/--no-embed go with --deferred" in capsys.readouterr().err
     assert main(["proxy", "--deferred"]) == 1
     assert "needs -- UPSTREAM_COMMAND" in capsys.readouterr().err
     servers = write(tmp_path, {"mcpServers": {"a": {"command": "true"}}})
@@ -337,7 +339,10 @@ def test_cancel_bad_lines_and_in_flight_failure(tmp_path: Path, scripted: list[s
 
 
 def test_always_tools_and_search_limits(scripted: list[str]) -> None:
-    wire = Wire(["--store", "memory://", "--always", "echo", "--always", "nope", "--", *scripted])
+    # BM25 alone: a query none of whose words any tool has finds nothing (hybrid, the
+    # dense half always has a nearest tool: test_deferred_e2e)
+    wire = Wire(["--store", "memory://", "--always", "echo", "--always", "nope", "--no-embed",
+                 "--", *scripted])
     wire.start()
     names = [t["name"] for t in wire.call(1, "tools/list")["result"]["tools"]]
     assert names == ["search_tools", "call_tool", "echo"]

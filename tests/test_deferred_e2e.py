@@ -23,6 +23,7 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
+from caveman_batch.embedding import EMBED_EXTRA_HINT, extra_installed  # noqa: E402
 from caveman_batch.listing import META_KEY  # noqa: E402
 from caveman_batch.profile import profile_doc  # noqa: E402
 from test_deferred import SCRIPTED  # noqa: E402
@@ -240,3 +241,20 @@ def test_upstream_requests_reach_the_client(tmp_path: Path, scripted: list[str])
     got = session_run(deferred(f"lmdb://{tmp_path / 'ccr'}", "--", *scripted), body,
                       sampling_callback=sampling)
     assert got["content"][0]["text"] == "sampled: WHY?"
+
+
+@pytest.mark.skipif(not extra_installed(), reason=f"embed extra not installed: {EMBED_EXTRA_HINT}")
+def test_search_is_hybrid_when_the_extra_is_installed(tmp_path: Path) -> None:
+    """No word of the query is in any tool's text: BM25 finds nothing, the dense half does
+    (as `search` ranks); --no-embed is BM25 alone, --embed the default made explicit."""
+    store = f"lmdb://{tmp_path / 'ccr'}"
+    query = "wall clock"
+
+    async def body(client: Client) -> list[str]:
+        return [hit["name"] for hit in (await client.search(query))[0]]
+
+    hybrid = session_run(deferred(store, "--", *TIME), body)
+    embed = session_run(deferred(store, "--embed", "--", *TIME), body)
+    bm25 = session_run(deferred(store, "--no-embed", "--", *TIME), body)
+    assert bm25 == []
+    assert hybrid == embed and set(hybrid) == {"get_current_time", "convert_time"}

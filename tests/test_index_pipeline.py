@@ -196,3 +196,57 @@ def test_sigkill_mid_build_leaves_the_index_usable_and_a_rerun_repairs(tmp_path:
     fresh.mkdir()
     _run(fresh, src, store=f"lmdb://{fresh}/ccr")
     assert _contents(tmp_path / "idx.db") == _contents(fresh / "idx.db")
+
+
+def test_an_index_write_that_fails_on_the_writer_thread_fails_the_run(tmp_path: Path) -> None:
+    """The index is written on a thread of its own: a transaction it cannot make (another
+    writer holds the file) still fails the run with SearchIndexError, leaves the index as
+    its last transaction did, and a rerun completes it."""
+    import sqlite3
+
+    from caveman_batch.errors import SearchIndexError
+
+    src = tmp_path / "reg.jsonl"
+    src.write_bytes(b"".join(json.dumps(json.loads(_catalog(f"tool_{i}", server=f"s{i:03}"))).encode()
+                             + b"\n" for i in range(200)))  # 4 batches of 64 documents at most
+    other: list[sqlite3.Connection] = []
+
+    def lock_after_the_first_batch(_: Any) -> None:
+        if not other:  # (the writer's first transaction may be done by now, or not begun)
+            db = sqlite3.connect(tmp_path / "idx.db", isolation_level=None, timeout=60)
+            db.execute("BEGIN EXCLUSIVE")
+            other.append(db)
+
+    config = Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
+                    index=tmp_path / "idx.db", embed=False)
+    with pytest.raises(SearchIndexError, match="locked"):
+        run(config, lock_after_the_first_batch)
+    other[0].execute("ROLLBACK")
+    other[0].close()
+    servers, docs = _contents(tmp_path / "idx.db")
+    assert len(servers) < 200 and {d[0] for d in docs} == set(servers)  # whole batches
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.missing(store, sorted({d[2][4:] for d in docs})) == []
+    run(config)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _run(fresh, src)
+    assert _contents(tmp_path / "idx.db") == _contents(fresh / "idx.db")
+    assert len(_contents(fresh / "idx.db")[0]) == 200
+
+
+def test_a_tool_repeated_across_batches_is_stored_once_and_named_everywhere(tmp_path: Path) -> None:
+    shared = _catalog("shared_tool")  # the same tool object in every catalog, 3 batches of them
+    lines = [json.dumps({"server": f"s{i:03}", "tools": [*json.loads(shared)["tools"],
+                                                          *json.loads(_catalog(f"own_{i}"))["tools"]]})
+             for i in range(150)]
+    src = tmp_path / "reg.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    _run(tmp_path, src)
+    _, docs = _contents(tmp_path / "idx.db")
+    assert len(docs) == 300 and len({d[2] for d in docs if d[1] == "shared_tool"}) == 1
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.missing(store, sorted({d[2][4:] for d in docs})) == []
+        assert len(list(store.keys())) == 150 + 150 + 1  # the catalogs, their own tools, the shared
+        shared_original = ccr.recover(store, docs[0][2] if docs[0][1] == "shared_tool" else docs[1][2])
+    assert json.loads(shared_original) == json.loads(shared)["tools"][0]

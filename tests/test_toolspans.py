@@ -108,6 +108,11 @@ def test_random_catalogs(raw: bytes) -> None:
         assert index_entries(raw, raw) is None
         return
     _check(raw)
+    out, result = compress(raw)
+    entries = index_entries(raw, out)
+    if entries is not None and out != raw:  # definitions: the tools where the output has them
+        _, tools = locate_tools(parse(out))
+        assert [e.definition.encode() for e in entries[1]] == [serialize(t) for t in tools]
 
 
 def test_a_passthrough_with_a_lone_surrogate_is_not_indexed() -> None:

@@ -138,7 +138,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, executor):
-                _commit(store, results)
+                _commit(store, results, index)
                 touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
                 if index is not None:

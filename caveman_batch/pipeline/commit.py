@@ -14,13 +14,16 @@ TOUCH_BATCH: Final = 4096
 TOUCH_BYTES: Final = 8 << 20
 
 
-def _commit(store: Store, results: list[Result | None]) -> None:
+def _commit(store: Store, results: list[Result | None],
+            index: indexing.IndexBuilder | None = None) -> None:
     """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
     # each tool's own original (compress --index), in the same transaction
-    records += [t for r in results if r is not None and r.tools for t in indexing.IndexBuilder.records(r.tools)]
-    if records:
-        ccr.commit(store, records)
+    tools = [] if index is None else index.records(r.tools for r in results if r is not None)
+    if records or tools:
+        ccr.commit(store, records + tools)
+    if index is not None:
+        index.committed.update(t.digest for t in tools)
 
 
 def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None]) -> None:

@@ -45,17 +45,19 @@ _RESULT_FIELDS: Final = ("status", "broken", "reason", "shape", "tools", "bytes_
 def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple[Any, ...]]:
     """Compress, hash and zstd each document: (output, result fields + the output's sha256,
     then the original's digest, record value and length; with `index`, what the index
-    needs of its tools, see indexing.work)."""
+    needs of its tools, see indexing.BatchWork)."""
     out = []
+    tools = indexing.BatchWork() if index else None
     for raw in raws:
         data, result = compress(raw, options)
         fields = (*(getattr(result, name) for name in _RESULT_FIELDS),
                   hashlib.sha256(data).hexdigest())  # here, not in the busy parent
         record = ccr.prepare(raw, result.content_type)
-        done = (data, fields, record.digest, record.value, record.original_length)
-        if index:
-            done += (indexing.work(raw, data) if not result.broken else None,)
-        out.append(done)
+        out.append((data, fields, record.digest, record.value, record.original_length))
+        if tools is not None:
+            tools.add(raw if not result.broken else None, data)
+    if tools is not None:
+        out = [(*done, found) for done, found in zip(out, tools.finish())]
     return out
 
 
