@@ -25,7 +25,9 @@ from .payload.cli import payload_app
 from .fsio import write_target
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
-from .store import Store, canonical_url, open_store, split_store_url
+from .store import Store, canonical_url, open_store
+# default_store_url and ALLOW_MEMORY_ENV are cli's public names too (tests and callers use them)
+from .storeurl import ALLOW_MEMORY_ENV, default_store_url, minting_store_url, store_url  # noqa: F401
 
 app = typer.Typer(
     name="caveman-batch",
@@ -47,39 +49,6 @@ EmbedOpt = Annotated[bool | None, typer.Option(
     "--embed/--no-embed",
     help="Hybrid tool search (BM25 + dense vectors, the embed extra): --embed requires it, "
          "--no-embed is BM25 alone. Default: hybrid if the extra is installed.")]
-
-
-def default_store_url() -> str:
-    """$CAVEMAN_CCR_STORE, else lmdb://$CAVEMAN_HOME/ccr.lmdb (CAVEMAN_HOME: ~/.caveman)."""
-    url = os.environ.get("CAVEMAN_CCR_STORE", "").strip()
-    if url:
-        return url
-    home = os.environ.get("CAVEMAN_HOME", "").strip() or "~/.caveman"
-    return f"lmdb://{Path(os.path.expanduser(home)).absolute() / 'ccr.lmdb'}"
-
-
-def store_url(url: str | None) -> str:
-    """--store as given (an empty one is refused as such, never the default), else the
-    default; checked before anything is opened or read."""
-    chosen = default_store_url() if url is None else url
-    split_store_url(chosen)
-    return chosen
-
-
-#: memory:// for a command that hands out handles: only when asked for, as tests do
-ALLOW_MEMORY_ENV = "CAVEMAN_ALLOW_MEMORY_STORE"
-
-
-def minting_store_url(url: str | None) -> str:
-    """The store URL for a command that hands out handles (compress, shrink, payload
-    compress, proxy): not memory://, whose records end with this process, so that every
-    handle named could never be recovered; unless $CAVEMAN_ALLOW_MEMORY_STORE is 1."""
-    chosen = store_url(url)
-    if split_store_url(chosen)[0] == "memory" and os.environ.get(ALLOW_MEMORY_ENV, "").strip() != "1":
-        raise UsageError(f"--store {chosen}: a memory:// store ends with this process, so no "
-                         f"handle this command names could ever be recovered; use lmdb:// or "
-                         f"sqlite:// ({ALLOW_MEMORY_ENV}=1 allows it, for tests)")
-    return chosen
 
 
 def _open(url: str | None, *, readonly: bool = True) -> Store:
@@ -217,6 +186,7 @@ def compress(
     store: StoreOpt = None,
     manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
+    executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers). Dask needs the dask extra.")] = "local",
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
@@ -233,7 +203,7 @@ def compress(
     config = pipeline.Config(
         sources=sources, out=_output_path(out), store_url=minting_store_url(store),  # type: ignore[arg-type]
         manifest=_output_path(manifest, "--manifest"),
-        workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
+        workers=workers or (os.cpu_count() or 1), executor=executor, max_bytes=max_bytes,
         incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index,
         follow_symlinks=follow_symlinks, keep_removed=keep_removed,
         changes=_output_path(changes, "--changes"), embed=embed,

@@ -114,6 +114,13 @@ class OutputError(CavemanError, OSError):
     exit_code = 2
 
 
+class ExecutorError(CavemanError, RuntimeError):
+    """The executor could not run the work (a Dask scheduler unreachable, a batch whose
+    workers kept dying); nothing naming an uncommitted original was published."""
+
+    exit_code = 2
+
+
 class UpstreamExited(CavemanError):
     """The server behind `proxy` exited non-zero; the proxy exits with the same status."""
 

@@ -18,6 +18,7 @@ import pytest
 
 from bench_data.generate import generate_registry
 from caveman_batch import ccr, fsio, pipeline
+from caveman_batch.pipeline import incremental
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
 from caveman_batch.errors import OutputError
@@ -484,8 +485,8 @@ def test_stale_stream_fingerprint_is_ignored(tmp_path: Path, monkeypatch: pytest
     assert oversize  # copied through: reused only with the whole stream, never one by one
     manifest.write_bytes(manifest.read_bytes() + b"\n")  # no longer the manifest it describes
     streamed: list[int] = []
-    real = pipeline._stream_spans
-    monkeypatch.setattr(pipeline, "_stream_spans", lambda *a: streamed.append(1) or real(*a))
+    real = incremental._stream_spans
+    monkeypatch.setattr(incremental, "_stream_spans", lambda *a: streamed.append(1) or real(*a))
     _, again = _run(tmp_path, src, incremental=True)
     assert streamed == []  # not even read for spans (nor the store asked): its size tells
     assert again.reused == first.documents - oversize  # reused document by document instead
@@ -593,13 +594,13 @@ def trust(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 def _count_hashing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths a run hashes to tell a fingerprinted source (or its output) unchanged."""
     hashed: list[str] = []
-    real = pipeline._file_sha256
+    real = incremental._file_sha256
 
     def counting(path: str, size: int | None = None) -> Any:
         hashed.append(path)
         return real(path, size)
 
-    monkeypatch.setattr(pipeline, "_file_sha256", counting)
+    monkeypatch.setattr(incremental, "_file_sha256", counting)
     return hashed
 
 
@@ -970,8 +971,8 @@ def test_reused_rows_copied_and_their_originals_seen(tmp_path: Path, monkeypatch
     few thousand at a time; `small` makes every chunk and batch tiny, so that rows straddle
     chunk ends."""
     if small:
-        monkeypatch.setattr(pipeline, "_ROWS_CHUNK", 97)
-        monkeypatch.setattr(pipeline, "_PRESENCE_BATCH", 2)
+        monkeypatch.setattr(incremental, "_ROWS_CHUNK", 97)
+        monkeypatch.setattr(incremental, "_PRESENCE_BATCH", 2)
     reg = _dir_registry(tmp_path)
     src = _jsonl_registry(tmp_path)
     out, first = _run(tmp_path, reg, src, incremental=True)

@@ -10,6 +10,7 @@ import typer
 
 from ..sources import DEFAULT_MAX_BYTES, read_source
 from ..store import open_store
+from ..storeurl import minting_store_url, store_url
 
 if TYPE_CHECKING:
     from .model import PayloadResult
@@ -23,18 +24,6 @@ payload_app = typer.Typer(
 
 StoreOpt = Annotated[str | None, typer.Option("--store", metavar="URL",
                                               help="Store URL (default as for `recover`).")]
-
-
-def _store_url(url: str | None) -> str:
-    from ..cli import store_url  # the CLI layer owns the environment
-
-    return store_url(url)
-
-
-def _minting_store_url(url: str | None) -> str:
-    from ..cli import minting_store_url
-
-    return minting_store_url(url)
 
 
 @payload_app.command()
@@ -55,7 +44,7 @@ def compress(
     from .model import Budget, Hint
 
     budget = Budget(max_chars, max_lines, max_line_chars)
-    url = _minting_store_url(store)
+    url = minting_store_url(store)
     label, raw = read_source(source, max_bytes)
     with open_store(url) as s:
         result = reduce(raw, Hint(tool, command, path), budget, s)
@@ -97,7 +86,7 @@ def retrieve(
     ccr.parse_handle(handle)  # a malformed handle never reaches the store
     if lines is not None:
         parse_lines(lines)
-    with open_store(_store_url(store), readonly=True) as s:
+    with open_store(store_url(store), readonly=True) as s:
         data = retrieve_original(s, handle, lines)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()

@@ -1,0 +1,192 @@
+"""The executor seam: where a batch's documents are compressed (`compress --executor`).
+
+    local, 1 worker      Inline       in the parent
+    local, N workers     ProcessPool  N forked processes that die with the parent
+    dask                 Dask         a LocalCluster of N one-thread worker processes
+    dask://HOST:PORT     Dask         the workers of an existing scheduler
+    tcp://HOST:PORT
+
+Each runs worker.work on (options, raws, index) and hands back a concurrent.futures Future
+of its result (Inline: the result itself), which `result` waits for. The tasks are pure,
+bytes in and bytes out, so a task Dask retries after losing its worker is safe; the
+parent stays the only writer of the store and OUT, whatever the executor. Each starts
+on its first batch: a rerun that reuses everything starts no process and no cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from .. import __version__, tokens
+from ..catalog import Options
+from ..errors import BackendUnavailableError, ExecutorError, UsageError
+from .worker import _worker_init, versioned_work, work
+
+if TYPE_CHECKING:
+    import distributed
+
+LOCAL: Final = "local"
+DASK_INSTALL: Final = "pip install 'caveman-batch[dask]'"
+_SCHEDULER: Final = re.compile(r"(dask|tcp)://([^/\s?#]+)")
+_DASK_PORT: Final = 8786
+# The scheduler's HTTP server (health, metrics) starts even without the dashboard, on
+# 8787 by default: on a port of its own, so that two runs (or a run and a cluster) do
+# not contend for it.
+_NO_DASHBOARD: Final = {"dashboard": False, "dashboard_address": ":0"}
+
+
+class Executor(Protocol):
+    @property
+    def limit(self) -> int:
+        """Batches in flight at most: a few per worker, so memory does not grow with the input."""
+        ...
+
+    def submit(self, options: Options, raws: list[bytes],
+               index: bool) -> Future[list[tuple[Any, ...]]] | list[tuple[Any, ...]]: ...
+
+    def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]: ...
+
+    def shutdown(self) -> None: ...
+
+
+def scheduler_address(spec: str) -> str | None:
+    """The Dask scheduler an --executor value names: None for `local`, "" for `dask` (a
+    LocalCluster of our own), else tcp://HOST:PORT; a UsageError for anything else, and a
+    BackendUnavailableError if it needs Dask and the dask extra is not installed."""
+    if spec == LOCAL:
+        return None
+    if spec == "dask":
+        address = ""
+    elif m := _SCHEDULER.fullmatch(spec):
+        host = m.group(2)
+        address = f"tcp://{host}" if re.search(r":\d+$", host) else f"tcp://{host}:{_DASK_PORT}"
+    else:
+        raise UsageError(f"--executor {spec!r}: use local, dask (a LocalCluster of --workers "
+                         "processes), or dask://HOST:PORT or tcp://HOST:PORT (an existing scheduler)")
+    _import_distributed(spec)
+    return address
+
+
+def open_executor(spec: str, workers: int) -> Executor:
+    """The executor an --executor value names (checked by scheduler_address)."""
+    address = scheduler_address(spec)
+    if address is None:
+        return Inline() if workers == 1 else ProcessPool(workers)
+    return Dask(address, workers)
+
+
+def _import_distributed(spec: str) -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise BackendUnavailableError(f"--executor {spec} needs Dask's distributed, which is not "
+                                      f"installed ({exc}); install it with: {DASK_INSTALL}") from exc
+    return distributed
+
+
+class Inline:
+    """One worker: the parent compresses each batch as it comes."""
+
+    limit: Final = 2
+
+    def submit(self, options: Options, raws: list[bytes], index: bool) -> list[tuple[Any, ...]]:
+        return work(options, raws, index)
+
+    def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+        return pending.result()
+
+    def shutdown(self) -> None:
+        pass
+
+
+class ProcessPool:
+    """The worker processes, started when a batch first has something to compress."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.limit = max(2, 2 * workers)
+        self.pool: Any = None  # a ProcessPoolExecutor once started
+
+    def submit(self, options: Options, raws: list[bytes], index: bool) -> Future[Any]:
+        if self.pool is None:
+            from concurrent.futures import (
+                ProcessPoolExecutor,  # (multiprocessing: ~30 ms to import)
+            )
+
+            if options.count_tokens:
+                tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
+            self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
+                                            initargs=(os.getpid(),))
+        return self.pool.submit(work, options, raws, index)
+
+    def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+        return pending.result()
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+class Dask:
+    """A Dask cluster's workers: a LocalCluster of `workers` one-thread processes of our
+    own (address ""), or those of the scheduler at `address`. Tasks are submitted impure
+    (each its own key: no hashing of the raws to name them) through the client's
+    concurrent.futures executor; a worker lost mid-task has its tasks run again elsewhere
+    by the scheduler. The LocalCluster's worker processes exit when the parent does,
+    however it ends (distributed's nanny watches the parent's end of a pipe)."""
+
+    def __init__(self, address: str, workers: int) -> None:
+        self.address, self.workers = address, workers
+        self.limit = max(2, 2 * workers)
+        self.cluster: distributed.LocalCluster | None = None
+        self.client: distributed.Client | None = None
+        self.executor: Any = None  # the client's ClientExecutor once started
+
+    def __str__(self) -> str:
+        return f"the Dask scheduler at {self.address}" if self.address else "the Dask LocalCluster"
+
+    def submit(self, options: Options, raws: list[bytes], index: bool) -> Future[Any]:
+        if self.executor is None:
+            self._start()
+        return self.executor.submit(versioned_work, __version__, options, raws, index)
+
+    def _start(self) -> None:
+        distributed = _import_distributed("dask")
+        try:
+            if self.address:
+                self.client = distributed.Client(self.address, set_as_default=False)
+                threads = sum(self.client.nthreads().values())
+            else:
+                self.cluster = distributed.LocalCluster(
+                    n_workers=self.workers, threads_per_worker=1, processes=True,
+                    dashboard_address=None, scheduler_kwargs=_NO_DASHBOARD)
+                self.client = distributed.Client(self.cluster, set_as_default=False)
+                threads = self.workers
+        except (OSError, TimeoutError) as exc:
+            raise ExecutorError(f"{self}: cannot start: {exc}") from exc
+        # a scheduler with no worker yet still gets two batches, run when one joins
+        self.limit = max(2, 2 * threads)
+        self.executor = self.client.get_executor(pure=False)
+
+    def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+        from concurrent.futures import CancelledError
+
+        import distributed
+        from distributed.comm import CommClosedError
+
+        try:
+            return pending.result()
+        except (distributed.KilledWorker, CommClosedError, CancelledError, OSError,
+                TimeoutError) as exc:
+            raise ExecutorError(f"{self}: a batch failed: {type(exc).__name__}: {exc}") from exc
+
+    def shutdown(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=False)  # cancels what is still pending
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()

@@ -1,0 +1,439 @@
+"""The incremental bookkeeping: what the last run left (its manifest, the fingerprint of
+each file source and its output, the stat cache) and what of it this run may reuse: a
+source whole (ReusedStream) or a document by its sha256 (_reuse)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from .. import ccr, fsio, indexing
+from ..errors import IntegrityError
+from ..inputs import Document
+from ..store import Store
+from .model import _MAX_ERRORS, Config, Result, _Tally
+
+ONE_READ: Final = 1 << 20  # files smaller than this are hashed from one read
+
+
+@dataclass
+class ReusedStream:
+    """A file source (a catalog, a JSONL or a registry array) unchanged since the last run,
+    whose output is still in place and intact: its manifest rows are carried over as they
+    were (copied from the previous manifest, never held whole), no document is parsed or
+    compressed again (nor its rows: their totals are in its fingerprint record)."""
+
+    rel: str
+    record: dict[str, Any]
+    span: _Span  # its rows in the previous manifest
+    stats: list[list[int] | None] | None = None  # [source, output] identity, for the stat cache
+
+    @property
+    def documents(self) -> int:
+        return self.span.rows
+
+
+@dataclass(slots=True)
+class _Span:
+    """Where a fingerprinted source's rows lie in the previous manifest (bytes start..end,
+    newlines included), and whether each names that source, this run key, and an original
+    the store holds (or none)."""
+
+    start: int = -1
+    end: int = 0
+    rows: int = 0
+    good: bool = True
+
+
+@dataclass
+class _Previous:
+    """What the last run left: its manifest (open), each fingerprinted source's span of rows,
+    the stat cache, and (indexed when a document first needs one) where each reusable row
+    is, by sha256."""
+
+    manifest: Path | None = None
+    run_key: str = ""
+    row_tail: bytes = b""  # how each of this run key's manifest rows ends
+    manifest_fd: int | None = None  # the previous manifest, open: rows are copied from it
+    streams: dict[str, tuple[dict[str, Any], _Span]] = field(default_factory=dict)  # by rel
+    stats: dict[str, Any] = field(default_factory=dict)  # rel -> [source, output] identity
+    fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
+    _index: dict[bytes, int] | None = None  # sha256 -> where its row is (offset << 24 | length)
+    index: indexing.IndexBuilder | None = None  # the tool-search index (compress --index)
+
+    def row(self, digest: str) -> dict[str, Any] | None:
+        """The previous manifest's row of the document with this sha256 (this run key, an
+        output, its own handle), or None. The manifest is indexed on first use (a rerun
+        that reuses every source whole never does): a row's position by its sha256 (about
+        120 bytes a row, a tenth of the row parsed), the row read and parsed when asked for."""
+        if self._index is None:
+            self._index = self._index_rows()
+        at = self._index.get(bytes.fromhex(digest))
+        if at is None or self.manifest_fd is None:
+            return None
+        try:
+            row = orjson.loads(os.pread(self.manifest_fd, at & 0xFFFFFF, at >> 24))
+        except (OSError, orjson.JSONDecodeError):
+            return None  # a manifest we cannot read is only a lost shortcut
+        if (isinstance(row, dict) and row.get("sha256") == digest
+                and row.get("handle") == ccr.make_handle(digest)
+                and row.get("output") and row.get("run_key") == self.run_key):
+            return row
+        return None
+
+    def _index_rows(self) -> dict[bytes, int]:
+        index: dict[bytes, int] = {}
+        if self.manifest_fd is None:
+            return index
+        offset = 0
+        with open(self.manifest_fd, "rb", closefd=False) as fh:
+            fh.seek(0)
+            for line in fh:
+                name = _names(line)  # a reusable row's handle names its own sha256 (see row)
+                if type(name) is str and line.endswith(self.row_tail + b"\n") and len(line) < 1 << 24:
+                    index[bytes.fromhex(name)] = offset << 24 | len(line)
+                offset += len(line)
+        return index
+
+    def rows_of(self, span: _Span) -> Iterator[bytes]:
+        """A span's rows as they are in the previous manifest, in chunks that end with a row
+        (the manifest is this program's; edited in place during a run it is not checked again)."""
+        if not span.rows:
+            return
+        assert self.manifest_fd is not None
+        at, rest = span.start, b""
+        while at < span.end:
+            chunk = os.pread(self.manifest_fd, min(_ROWS_CHUNK, span.end - at), at)
+            if not chunk:
+                raise OSError(f"{self.manifest}: shorter than when it was read")
+            at += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1 if at < span.end else len(data)
+            block, rest = data[:cut], data[cut:]
+            if block:
+                yield block
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        if self.manifest_fd is not None:
+            os.close(self.manifest_fd)
+            self.manifest_fd = None
+
+
+_ROWS_CHUNK: Final = 1 << 20
+_PRESENCE_BATCH: Final = 4096
+
+
+def _load_previous(config: Config, store: Store,
+                   entries: list[tuple[str | None, str, str]]) -> _Previous:
+    """What a rerun may reuse: where the previous manifest holds the rows of each source its
+    fingerprint names (to be copied over whole), if the manifest is the one the fingerprint
+    was written with. The manifest is streamed, never held: each such row is checked as
+    bytes (written by this program, key order fixed): it names its source, this run key, and
+    an original, whose presence in the store is asked a few thousand at a time; or none.
+    Other rows are indexed by sha256 when a document first needs one, and read then
+    (_Previous.row). Only sources among this run's `entries` are looked at: the originals of
+    one no longer there are not seen again (so that `prune` reclaims them in time)."""
+    found = _Previous(config.manifest_path, config.run_key,
+                      b',"run_key":' + orjson.dumps(config.run_key) + b"}")
+    manifest_sha256, manifest_size, records, fingerprint_sha256 = _read_fingerprint(config)
+    here = {(source, rel) for source, rel, _ in entries}
+    records = {rel: r for rel, r in records.items() if (r.get("source"), rel) in here}
+    ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
+    spans = {rel: _Span() for rel in records}
+    heads = {rel: b'{"source":{"path":' + orjson.dumps(r["source"]) if type(r.get("source")) is str else b""
+             for rel, r in records.items()}
+    try:
+        fd = os.open(config.manifest_path, os.O_RDONLY)
+    except OSError:
+        return found  # no manifest (or none readable): nothing to reuse
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return found
+        found.manifest_fd = fd
+        if records and st.st_size == manifest_size:
+            presence = _Presence(store, verify=config.checksum)
+            _stream_spans(fd, ranges, spans, heads, found.row_tail, presence, manifest_sha256)
+            presence.flush()
+            found.streams = {rel: (record, spans[rel]) for rel, record in records.items()}
+            if not config.checksum:
+                found.stats = _read_stats(config, fingerprint_sha256)
+    except BaseException:
+        found.close()
+        raise
+    return found
+
+
+class _Presence:
+    """Originals named by rows to carry over, asked of the store a few thousand at a time:
+    a span naming one the store lacks is not good (pruned, or another store: its documents
+    go through again); those it holds get their last-seen refreshed in the transaction that
+    checks them (ccr.touch_held), so that a `prune` running meanwhile keeps them. With
+    `verify` (--checksum) a span naming one that does not read back verified is not good
+    either (its documents' originals are committed again, which heals the record)."""
+
+    def __init__(self, store: Store, verify: bool = False) -> None:
+        self.store, self.verify = store, verify
+        self.asked: list[tuple[str, _Span]] = []
+
+    def add(self, digest: str, span: _Span) -> None:
+        self.asked.append((digest, span))
+        if len(self.asked) >= _PRESENCE_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        named = [d for d, _ in self.asked]
+        absent = set(ccr.touch_held(self.store, named))
+        if self.verify:
+            absent |= _unverified(self.store, [d for d in named if d not in absent])
+        for d, span in self.asked:
+            if d in absent:
+                span.good = False
+        self.asked = []
+
+
+def _stream_spans(fd: int, ranges: list[tuple[int, int, str]], spans: dict[str, _Span],
+                  heads: dict[str, bytes], tail: bytes, presence: _Presence,
+                  manifest_sha256: str | None) -> None:
+    """One pass over the previous manifest: each fingerprinted source's span of rows, and
+    whether they are good; every span bad if the manifest is not the one expected."""
+    digest = hashlib.sha256()
+    at = offset = 0  # at: index into ranges, the next stream whose rows may come
+    with open(fd, "rb", closefd=False) as fh:
+        for index, line in enumerate(fh):
+            digest.update(line)
+            while at < len(ranges) and index >= ranges[at][1]:
+                at += 1
+            if at < len(ranges) and ranges[at][0] <= index:
+                rel = ranges[at][2]
+                span = spans[rel]
+                if span.start < 0:
+                    span.start = offset
+                span.end, span.rows = offset + len(line), span.rows + 1
+                if span.good:
+                    name = _names(line)
+                    if (name is False or not line.endswith(b"\n") or not heads[rel]
+                            or not line.startswith(heads[rel]) or not line.endswith(tail, 0, -1)):
+                        span.good = False
+                    elif name is not None:
+                        presence.add(name, span)
+            offset += len(line)
+    if digest.hexdigest() != manifest_sha256:
+        for span in spans.values():
+            span.good = False
+
+
+# A manifest row's handle, as _row writes it: "ccr_" and the sha256 of its original, or null.
+# (`"handle":` cannot occur inside a JSON string, where quotes are escaped.)
+_HANDLE: Final = re.compile(rb'"handle":(?:null|"ccr_([0-9a-f]{64})"),')
+
+
+def _names(line: bytes) -> str | None | bool:
+    """The original a manifest row names (None: none), or False if it does not say."""
+    m = _HANDLE.search(line)
+    if m is None:
+        return False
+    return None if m.group(1) is None else m.group(1).decode("ascii")
+
+
+def _read_fingerprint(config: Config) -> tuple[str | None, int | None, dict[str, dict[str, Any]], str]:
+    """(sha256 and size of the manifest it belongs to, stream records, its own sha256) of
+    this run key, or (None, None, {}, "")."""
+    try:
+        data = config.streams_path.read_bytes()
+        streams = orjson.loads(data)
+    except (OSError, orjson.JSONDecodeError):
+        return None, None, {}, ""
+    if not (isinstance(streams, dict) and streams.get("run_key") == config.run_key
+            and streams.get("max_bytes") == config.max_bytes
+            and isinstance(streams.get("streams"), dict)):
+        return None, None, {}, ""
+    records = {rel: r for rel, r in streams["streams"].items()
+               if isinstance(r, dict) and type(r.get("first_row")) is int and type(r.get("rows")) is int
+               and r["first_row"] >= 0 and r["rows"] >= 0}
+    return (streams.get("manifest_sha256"), streams.get("manifest_bytes"), records,
+            hashlib.sha256(data).hexdigest())
+
+
+def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:
+    """The stat cache written with this fingerprint, or {} (none, stale or unreadable)."""
+    try:
+        cache = orjson.loads(config.stats_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    boot = fsio.boot_id()
+    if not (isinstance(cache, dict) and cache.get("fingerprint_sha256") == fingerprint_sha256
+            and boot is not None and cache.get("boot_id") == boot
+            and isinstance(cache.get("stats"), dict)):
+        return {}
+    return cache["stats"]
+
+
+def _candidate(entry: tuple[str | None, str, str], config: Config,
+               previous: _Previous) -> ReusedStream | None:
+    """A source the fingerprint names, whose rows are this run's and whose originals the
+    store holds (both checked as _load_previous read them): reusable whole if its bytes
+    and its output's are still the same."""
+    source, rel, _ = entry
+    if source is None or rel not in previous.streams:
+        return None
+    record, span = previous.streams.pop(rel)  # once
+    totals, errors = record.get("totals"), record.get("errors")
+    if not (span.good and record.get("source") == source and span.rows == record["rows"]
+            and type(totals) is dict and totals.keys() == _Tally.KEYS
+            and set(map(type, totals.values())) == {int}
+            and totals["documents"] == span.rows and type(errors) is list
+            and (not errors or _valid_errors(errors, source))
+            and type(record.get("source_size")) is int
+            # (only ever compared with digests computed here)
+            and type(record.get("source_sha256")) is str and type(record.get("output_sha256")) is str):
+        return None
+    # carried into this run's fingerprint as rebuilt here: nothing else of the old record
+    if previous.index is not None and not previous.index.file_current(source,
+                                                                       record["source_sha256"]):
+        return None  # the index lacks some of its catalogs: read again
+    record = {"source": source, "source_size": record["source_size"],
+              "source_sha256": record["source_sha256"], "output_sha256": record["output_sha256"],
+              "first_row": record["first_row"], "rows": record["rows"],
+              "totals": totals, "errors": errors}
+    return ReusedStream(rel, record, span)
+
+
+def _valid_errors(errors: Any, source: str) -> bool:
+    """A fingerprint record's error rows as _Tally keeps them: at most _MAX_ERRORS, each
+    naming this source (and a line or item) and a reason."""
+    return len(errors) <= _MAX_ERRORS and all(
+        type(e) is dict and e.keys() == {"source", "reason"} and type(e["reason"]) is str
+        and type(e["source"]) is dict and e["source"].get("path") == source
+        and all(type(e["source"][k]) is int for k in e["source"].keys() - {"path"})
+        and e["source"].keys() <= {"path", "line", "item"}
+        for e in errors)
+
+
+def _unchanged(reused: ReusedStream, previous: _Previous, config: Config) -> bool:
+    """Whether the stat cache tells the source and its output are the very files, unchanged,
+    that an earlier run hashed (see fsio.identity); if so they are not read again."""
+    known = previous.stats.get(reused.rel)
+    if known is None:
+        return False
+    try:
+        if (fsio.identity(os.stat(reused.record["source"])) != known[0]
+                or fsio.identity(os.stat(f"{config.out}/{reused.rel}")) != known[1]):
+            return False
+    except (OSError, TypeError, ValueError, IndexError, KeyError):
+        return False
+    reused.stats = known
+    return True
+
+
+def _intact(reused: ReusedStream, files: list[tuple[str, int | None]],
+            jobs: list[Future[Any]] | None) -> bool:
+    """Whether the source and its output hash as the fingerprint says; if so, what the
+    stat cache is to keep of them."""
+    got = [job.result() for job in jobs] if jobs is not None else [_file_sha256(*f) for f in files]
+    if None in got or [g[0] for g in got] != _intact_hashes(reused):
+        return False
+    (_, source), (_, output) = got
+    reused.stats = [fsio.settled_identity(source), fsio.identity(output)]
+    return True
+
+
+def _intact_files(reused: ReusedStream, config: Config) -> list[tuple[str, int | None]]:
+    """What to hash to know a reused source is intact: the source's bytes (not its times: a
+    file edited with its mtime set back is still seen) and its output's, as (path, size)."""
+    record = reused.record
+    return [(record["source"], record["source_size"]), (f"{config.out}/{reused.rel}", None)]
+
+
+def _intact_hashes(reused: ReusedStream) -> list[str]:
+    """The sha256s the fingerprint holds for _intact_files (type-checked by _candidate)."""
+    return [reused.record["source_sha256"], reused.record["output_sha256"]]
+
+
+def _file_sha256(path: str, size: int | None = None) -> tuple[str, os.stat_result] | None:
+    """sha256 of a regular file and its fstat (taken before reading), or None (unreadable,
+    not a regular file, not `size` bytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block (nor be read)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
+            return None
+        if st.st_size < ONE_READ:  # most catalogs: one read (a file grown since: another digest)
+            return hashlib.sha256(os.read(fd, st.st_size + 1)).hexdigest(), st
+        with open(fd, "rb", closefd=False) as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest(), st
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
+    assert doc.raw is not None
+    digest = hashlib.sha256(doc.raw).hexdigest()
+    row = previous.row(digest)
+    if row is None:
+        return None
+    got = _read_output(config.out, row["output"], row["out_sha256"], previous.fds)
+    if got is None:
+        return None
+    data, identity = got
+    fresh = dict(row, source=doc.source, output=None)
+    # the bytes may be another source's output (the same document elsewhere): only this
+    # document's own file may be left in place
+    in_place = identity if row["output"] == {"path": doc.sink.rel} else None
+    return Result(data, fresh, touch=digest, in_place=in_place)
+
+
+def _read_output(out: Path, where: Any, digest: Any,
+                 fds: dict[str, int]) -> tuple[bytes, list[int] | None] | None:
+    """The previous run's output bytes if still in place and intact, and for an output
+    file of its own its identity (fstat of what was read)."""
+    try:
+        if "offset" in where:  # a JSONL/array output: one open file for all its documents
+            fd = fds.get(where["path"])
+            if fd is None:
+                fd = fds[where["path"]] = os.open(out / where["path"], os.O_RDONLY)
+            data, identity = os.pread(fd, where["length"], where["offset"]), None
+        else:
+            fd = os.open(out / where["path"], os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                data, identity = os.read(fd, st.st_size + 1), fsio.identity(st)
+            finally:
+                os.close(fd)
+    except (OSError, KeyError, TypeError, ValueError):
+        return None  # gone, or a row that does not say where (a lost shortcut)
+    return (data, identity) if hashlib.sha256(data).hexdigest() == digest else None
+
+
+def _unverified(store: Store, digests: Iterable[str]) -> set[str]:
+    """Of these originals, those that do not read back verified (gone, tampered, truncated:
+    the store's own verified read, decompressed and hashed)."""
+    bad = set()
+    for digest in digests:
+        value = store.get(digest.encode("ascii"))
+        try:
+            if value is None:
+                raise KeyError(digest)
+            ccr.open_record(digest, value)
+        except (KeyError, IntegrityError):
+            bad.add(digest)
+    return bad
+

@@ -1,0 +1,322 @@
+"""Publish: the only writer of OUT. Outputs by rename, the manifest last, then the
+fingerprint and the stat cache for the next run."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from .. import converge, fsio
+from ..errors import OutputError
+from ..inputs import Document, Sink, SinkEnd
+from .incremental import ReusedStream, _Previous, _Span
+from .model import TMP_DIR, Config, Result, Summary, _Tally
+
+class _Publisher:
+    """The only writer of OUT: files by rename, streams renamed when complete."""
+
+    def __init__(self, out: Path, tmp: Path, config: Config) -> None:
+        self.out, self.tmp, self.config = out, tmp, config
+        self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
+        self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
+        self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
+        self.manifest_sha256 = hashlib.sha256()
+        self.manifest_bytes = 0
+        self.rows = 0
+        self.written: set[str] = set()
+        self.folders: set[Path] = set()  # made (or found) under OUT
+        # JSONL outputs: sha256 of what was written, first manifest row; then their records
+        self.hashes: dict[int, tuple[Any, int]] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
+        self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
+        self.converge = converge.Converger(
+            out, tmp, config.manifest_path, config.streams_path,
+            [config.stats_path, *([config.changes] if config.changes else [])],
+            config.keep_removed, want_lines=config.changes is not None)
+
+    def __enter__(self) -> _Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fh, _ in self.streams.values():
+            fh.close()
+        self.manifest.close()
+        self.converge.close()
+        self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
+
+    def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
+                previous: _Previous) -> None:
+        # Rows of reused sources that lie one after another in the previous manifest are
+        # copied in one go (a tree's unchanged files usually do).
+        copying = _Span(rows=0)
+
+        def copy() -> None:
+            start = self.manifest_bytes
+            for block in previous.rows_of(copying):
+                self._block(block)
+            if copying.rows:
+                self.converge.carry(copying.start, copying.end, start, self.manifest_bytes,
+                                    copying.rows)
+            copying.rows = 0
+
+        for item, result in zip(batch, results):
+            with _as_output_error(self.out):
+                if isinstance(item, ReusedStream):
+                    self.records[item.rel] = dict(item.record, first_row=self.rows)
+                    if item.stats is not None:
+                        self.stats[item.rel] = item.stats
+                    span = item.span
+                    if span.rows and copying.rows and span.start == copying.end:
+                        copying.end, copying.rows = span.end, copying.rows + span.rows
+                    elif span.rows:
+                        copy()
+                        copying.start, copying.end, copying.rows = span.start, span.end, span.rows
+                    self.rows += span.rows
+                    summary.add_reused(item.record["totals"], item.record["errors"])
+                    continue
+                copy()
+                if isinstance(item, SinkEnd):
+                    self._close(item.sink)
+                    continue
+                assert result is not None
+                if item.sink.fingerprint:
+                    self.tallies.setdefault(id(item.sink), _Tally()).add(result.row)
+                result.row["output"] = self._write(item, result)
+                self._row(orjson.dumps(result.row))
+            summary.add(result.row, result.touch is not None)
+        with _as_output_error(self.out):
+            copy()
+
+    def _row(self, line: bytes) -> None:
+        line += b"\n"
+        self.manifest.write(line)
+        self.manifest_sha256.update(line)
+        self.manifest_bytes += len(line)
+        self.rows += 1
+
+    def _block(self, block: bytes) -> None:
+        self.manifest.write(block)
+        self.manifest_sha256.update(block)
+        self.manifest_bytes += len(block)
+
+    def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
+        sink = doc.sink
+        if result.data is None and doc.spill is None:
+            return None  # unreadable: nothing to copy
+        if sink.kind == "file":
+            return self._write_file(doc, result)
+        fh, _ = self._stream(sink)
+        hashed = self.hashes.get(id(sink))
+        if sink.count and sink.kind == "array":
+            fh.write(b",")
+            if hashed:
+                hashed[0].update(b",")
+        start = fh.tell()
+        copied = self._emit(fh, doc, result, hashed[0] if hashed else None)
+        if copied is not None:
+            result.row["out_sha256"] = copied
+        length = fh.tell() - start
+        if sink.kind == "jsonl":
+            fh.write(b"\n")
+            if hashed:
+                hashed[0].update(b"\n")
+        sink.count += 1
+        return {"path": sink.rel, "offset": start, "length": length}
+
+    def _write_file(self, doc: Document, result: Result) -> dict[str, Any]:
+        target = self.out / doc.sink.rel
+        if result.in_place is not None and _identity_or_none(target) == result.in_place:
+            # its own output, hashed intact when read and unchanged since: nothing to write
+            self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
+            self._stat(doc.sink, target, result.in_place)
+            return {"path": doc.sink.rel}
+        temp = self.tmp / f"file-{len(self.written)}"
+        with open(temp, "wb") as fh:
+            copied = self._emit(fh, doc, result)
+            size = fh.tell()
+        self._folder(target.parent)
+        self.converge.note_output(doc.sink.rel)
+        os.replace(temp, target)
+        self.written.add(doc.sink.rel)
+        self._stat(doc.sink, target)
+        if copied is None:
+            self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
+        else:  # copied through as is: the source's bytes are the output's
+            result.row["out_sha256"] = copied
+            self._file_record(doc, copied, copied, size)
+        return {"path": doc.sink.rel}
+
+    def _file_record(self, doc: Document, source_sha256: str | None, output_sha256: str | None,
+                     size: int | None = None) -> None:
+        """A catalog file is its one document: the file's sha256 is the document's."""
+        if doc.sink.fingerprint and source_sha256 and output_sha256:
+            self._record(doc.sink, len(doc.raw or b"") if size is None else size, source_sha256,
+                         output_sha256, self.rows, 1)
+        self.tallies.pop(id(doc.sink), None)
+
+    def _record(self, sink: Sink, size: int, source_sha256: str, output_sha256: str,
+                first_row: int, rows: int) -> None:
+        """A file source's fingerprint, for the next run (see _candidate, _intact_files)."""
+        tally = self.tallies.pop(id(sink), None) or _Tally()
+        if tally.totals["documents"] != rows:
+            return  # cannot be: its rows are its documents'
+        self.records[sink.rel] = {"source": sink.source, "source_size": size,
+                                  "source_sha256": source_sha256, "output_sha256": output_sha256,
+                                  "first_row": first_row, "rows": rows,
+                                  "totals": tally.totals, "errors": tally.errors}
+
+    def _folder(self, folder: Path) -> None:
+        """mkdir -p, once per folder (a tree of thousands of files has a few hundred)."""
+        if folder not in self.folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.folders.add(folder)
+
+    def _stat(self, sink: Sink, target: Path, identity: list[int] | None = None) -> None:
+        """The stat cache's entry for a source whose identity settled when it was opened, and
+        its output (`identity`, when already known)."""
+        if sink.fingerprint and sink.source_stat is not None:
+            self.stats[sink.rel] = [sink.source_stat, identity or fsio.identity(os.stat(target))]
+
+    @staticmethod
+    def _emit(fh: BinaryIO, doc: Document, result: Result, digest: Any = None) -> str | None:
+        """Write a document's output (also into `digest`); if it is copied through from its
+        spill, the sha256 of what was copied (its row's out_sha256: what tells a later run
+        whether it changed)."""
+        if result.data is not None:
+            fh.write(result.data)
+            if digest is not None:
+                digest.update(result.data)
+            return None
+        assert doc.spill is not None
+        copied = hashlib.sha256()
+        with open(doc.spill, "rb") as src:
+            while chunk := src.read(1 << 20):
+                fh.write(chunk)
+                copied.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
+        if doc.spill_owned:
+            doc.spill.unlink(missing_ok=True)
+        return copied.hexdigest()
+
+    def _stream(self, sink: Sink) -> tuple[BinaryIO, Path]:
+        key = id(sink)
+        if key not in self.streams:
+            temp = self.tmp / f"stream-{len(self.written)}-{len(self.streams)}"
+            fh = open(temp, "wb")
+            fh.write(sink.prefix)
+            self.streams[key] = (fh, temp)
+            if sink.fingerprint:
+                self.hashes[key] = (hashlib.sha256(sink.prefix), self.rows)
+        return self.streams[key]
+
+    def _close(self, sink: Sink) -> None:
+        if sink.kind == "file":
+            return
+        fh, temp = self._stream(sink)
+        fh.write(sink.suffix)
+        fh.close()
+        del self.streams[id(sink)]
+        target = self.out / sink.rel
+        self._folder(target.parent)
+        self.converge.note_output(sink.rel)
+        os.replace(temp, target)
+        self.written.add(sink.rel)
+        self._stat(sink, target)
+        hashed = self.hashes.pop(id(sink), None)
+        if hashed is not None:
+            hashed[0].update(sink.suffix)
+        if hashed is not None and sink.source_sha256 is not None:
+            self._record(sink, sink.source_size, sink.source_sha256, hashed[0].hexdigest(),
+                         hashed[1], self.rows - hashed[1])
+
+    def finish(self, summary: Summary) -> None:
+        with _as_output_error(self.out):
+            self.manifest.flush()
+            os.fsync(self.manifest.fileno())
+            self.manifest.close()
+            # stale outputs go before the manifest that no longer names them is published
+            changes = self.converge.settle(self.manifest_tmp, self.written | self.records.keys(),
+                                           summary.documents)
+            os.replace(self.manifest_tmp, self.config.manifest_path)
+            fsio.fsync_dir(self.config.manifest_path.parent)  # the rename too
+            self.converge.published(changes, self.config.changes)
+        summary.changes = changes
+        # After the manifest, and tied to it by its sha256 (a stale one is ignored), the
+        # fingerprint, then the stat cache tied to the fingerprint. Only shortcuts for the
+        # next run: failing to write them does not fail this one, and they are not fsync'd
+        # (what they say is checked again before use; one lost costs the shortcut).
+        paths = (self.config.streams_path, self.config.stats_path)
+        try:
+            if not self.records:
+                for path in paths:
+                    path.unlink(missing_ok=True)
+                return
+            fingerprint = orjson.dumps({
+                "run_key": self.config.run_key, "max_bytes": self.config.max_bytes,
+                "manifest_sha256": self.manifest_sha256.hexdigest(),
+                "manifest_bytes": self.manifest_bytes, "streams": self.records,
+            })
+            fsio.atomic_write(paths[0], fingerprint, durable=False)
+            # Outputs are not fsync'd: their identities hold only within this boot (after a
+            # power loss an output may be whole in name and size, not in bytes). An output
+            # changed later in the tick of its ctime would keep its identity: kept only those
+            # whose ctime is older than the file system's clock now.
+            boot = fsio.boot_id()
+            if boot is None:
+                paths[1].unlink(missing_ok=True)
+                return
+            now = fsio.fs_now_ns(self.tmp)
+            stats = {rel: s for rel, s in self.stats.items()
+                     if rel in self.records and s[0] is not None and s[1][4] < now}
+            fsio.atomic_write(paths[1], orjson.dumps({
+                "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "boot_id": boot,
+                "stats": stats,
+            }), durable=False)
+        except OSError:
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+
+
+def _identity_or_none(path: Path) -> list[int] | None:
+    try:
+        return fsio.identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:
+    """Where the manifest is written before its rename: on the target's file system."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.resolve().parent.is_relative_to(out.resolve()):
+        return tmp / "manifest.jsonl"  # cleared with the rest of a killed run's debris
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    return target.parent / f".{target.name}.{os.getpid()}.tmp"
+
+
+@contextlib.contextmanager
+def _as_output_error(out: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, OutputError):
+            raise
+        raise OutputError(f"{_user_path(exc, out)}: cannot write output: {exc.strerror or exc}") from exc
+
+
+def _user_path(exc: OSError, out: Path) -> object:
+    """What an error names: the output it was about (a rename's target), never a temp file of
+    ours (the user never asked for it), else OUT."""
+    for name in (exc.filename2, exc.filename):
+        if name is not None and TMP_DIR not in Path(os.fsdecode(name)).parts:
+            return name
+    return out

@@ -1,0 +1,84 @@
+"""Sources: the documents of every source, an unchanged file source as one ReusedStream,
+grouped into batches."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final
+
+from ..inputs import Document, Item, iter_entry
+from . import incremental
+from .incremental import ReusedStream, _candidate, _intact, _intact_files, _Previous, _unchanged
+from .model import Config
+
+BATCH_DOCS: Final = 64
+BATCH_BYTES: Final = 4 << 20
+
+
+def _batches(items: Iterator[Item]) -> Iterator[list[Item]]:
+    batch: list[Item] = []
+    docs = size = 0
+    for item in items:
+        batch.append(item)
+        if isinstance(item, Document):
+            docs += 1
+            size += item.size
+        elif isinstance(item, ReusedStream):
+            docs += item.documents  # nothing to compute, but progress goes on
+        if docs >= BATCH_DOCS or size >= BATCH_BYTES:
+            yield batch
+            batch, docs, size = [], 0, 0
+    if batch:
+        yield batch
+
+
+# The fingerprint check of a large source (hashing it and its output) runs on two
+# threads, up to _CHECK_AHEAD sources ahead of the one being yielded; a small source is
+# checked inline when its turn comes (measured: handing small files to threads, even in
+# groups, made a 3,449-file rerun slower, the threads and the reader contending for the GIL).
+_CHECK_AHEAD: Final = 4
+_CHECK_LARGE: Final = 1 << 20
+
+
+def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
+    """The documents of every source; an unchanged file source as one ReusedStream.
+
+    Whether a fingerprinted source is unchanged: the stat cache says so (_unchanged), or
+    else hashing it and its output does (_intact; not their times, so a file edited with
+    its mtime set back is still seen).
+    """
+    if not previous.streams:
+        for entry in found.entries:
+            yield from iter_entry(entry, config.max_bytes, tmp)
+        return
+    Pending = tuple[Any, ReusedStream | None, list[tuple[str, int | None]],
+                    list[Future[tuple[str, os.stat_result] | None]] | None]
+    pending: deque[Pending] = deque()
+    entries = iter(found.entries)
+    with ThreadPoolExecutor(2, thread_name_prefix="caveman-check") as pool:
+        def ahead() -> None:
+            while len(pending) < _CHECK_AHEAD:
+                entry = next(entries, None)
+                if entry is None:
+                    return
+                reused = _candidate(entry, config, previous)
+                if reused is not None and _unchanged(reused, previous, config):
+                    pending.append((entry, reused, [], None))  # known: nothing to hash
+                    continue
+                files = [] if reused is None else _intact_files(reused, config)
+                jobs = ([pool.submit(incremental._file_sha256, *f) for f in files]
+                        if files and (files[0][1] or 0) >= _CHECK_LARGE else None)
+                pending.append((entry, reused, files, jobs))
+
+        ahead()
+        while pending:
+            entry, reused, files, jobs = pending.popleft()
+            ahead()
+            if reused is not None and (not files or _intact(reused, files, jobs)):
+                yield reused
+                continue
+            yield from iter_entry(entry, config.max_bytes, tmp)
