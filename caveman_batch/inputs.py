@@ -259,9 +259,11 @@ def _open_then(path: str, rel: str, body: object, small: object = None) -> Itera
 
 
 def _read_upto(fd: int, size: int) -> bytes:
-    """Up to `size` bytes from fd, fewer only at its end (as a buffered read(size))."""
+    """Up to `size` bytes from fd, fewer only at its end (as a buffered read(size)): `size`
+    is its fstat size + 1, and one read of a regular file that gives its whole size has
+    met its end (a file system that reads short is read on)."""
     data = os.read(fd, size)
-    if len(data) == size or not data:
+    if len(data) >= size - 1 or not data:
         return data
     parts = [data]
     got = len(data)
