@@ -1054,3 +1054,19 @@ def test_a_batch_of_small_catalog_files_goes_on_to_a_mebibyte_a_stream_s_closes_
     assert _batch_sizes(lines) == [64, 64, 22]
     mixed = files(10, 10) + lines[:60] + files(10, 10)  # a stream's document in it: 64
     assert _batch_sizes(mixed) == [64, 16]
+
+
+def test_spooled_work_writes_each_output_to_its_temp_file_or_hands_it_back(tmp_path: Path) -> None:
+    """A local pool's worker writes a catalog file's output to the temp file it is given (the
+    parent renames it); one it is given none for, or cannot write, comes back as bytes."""
+    from caveman_batch.pipeline import worker
+
+    raws = [json.dumps({"tools": [{"name": f"t{i}", "description": "Reads things. " * 30,
+                                   "inputSchema": {"type": "object"}}]}).encode() for i in range(3)]
+    temps = [str(tmp_path / "a"), None, str(tmp_path / "no-such-folder" / "c")]
+    done = worker.spooled_work(Options(), raws, False, temps)
+    plain = worker.work(Options(), raws, False)
+    assert done[0][0] == temps[0] and Path(temps[0]).read_bytes() == plain[0][0]
+    assert [d[0] for d in done[1:]] == [p[0] for p in plain[1:]]  # the bytes themselves
+    # the rest as `work` gives it (the record's value holds the time it was made)
+    assert [(d[1], d[2], d[4]) for d in done] == [(p[1], p[2], p[4]) for p in plain]

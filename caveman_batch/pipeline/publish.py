@@ -127,7 +127,7 @@ class _Publisher:
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
-        if result.data is None and doc.spill is None:
+        if result.data is None and doc.spill is None and result.spooled is None:
             return None  # unreadable: nothing to copy
         if sink.kind == "file":
             return self._write_file(doc, result)
@@ -158,12 +158,15 @@ class _Publisher:
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
             self._stat(doc.sink, target, result.in_place)
             return {"path": doc.sink.rel}
-        temp = f"{self.tmp}/file-{self.temps}"
-        self.temps += 1
-        if result.data is not None:
+        if result.spooled is not None:
+            temp, copied = result.spooled, None  # its worker wrote it there
+        elif result.data is not None:
+            temp, copied = f"{self.tmp}/file-{self.temps}", None
+            self.temps += 1
             fsio.write_new(temp, result.data)
-            copied, size = None, len(result.data)
         else:
+            temp = f"{self.tmp}/file-{self.temps}"
+            self.temps += 1
             with open(temp, "wb") as fh:
                 copied = self._emit(fh, doc, result)
                 size = fh.tell()
