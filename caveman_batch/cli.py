@@ -186,7 +186,7 @@ def compress(
     store: StoreOpt = None,
     manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores.")] = None,
-    executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers). Dask needs the dask extra.")] = "local",
+    executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers; --workers unused). Dask needs the dask extra.")] = "local",
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --incremental: hash every source and output to tell them unchanged, never trusting file identity, size and times.")] = False,
