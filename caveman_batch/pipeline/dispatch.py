@@ -23,7 +23,7 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
     is submitted as the oldest comes back, never ahead)."""
     window: deque[tuple[list[Item], list[Result | None], Future[Any] | list[Any], list[int]]] = deque()
     index = config.index is not None
-    spool = f"{config.out}/{TMP_DIR}/spool"  # temp files the workers may write outputs to
+    spool = f"{config.out}/{TMP_DIR}/spool-"  # temp files the workers may write outputs to
     for number, batch in enumerate(batches):
         results, todo = _plan(batch, config, previous)
         raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
@@ -31,7 +31,7 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
             window.append((batch, results, work(config.options, raws, index), todo))  # type: ignore[arg-type]
         else:
             # a catalog file's output may be written by its worker (a stream's is the parent's)
-            temps = [f"{spool}-{number}-{i}" if batch[i].sink.kind == "file" else None  # type: ignore[union-attr]
+            temps = [f"{spool}{number}/{i}" if batch[i].sink.kind == "file" else None  # type: ignore[union-attr]
                      for i in todo]
             window.append((batch, results, executor.submit(config.options, raws, index, temps), todo))  # type: ignore[arg-type]
         # in order: the oldest as soon as it needs no worker, else once the window is full

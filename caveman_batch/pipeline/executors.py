@@ -128,7 +128,7 @@ class ProcessPool:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
                                             initargs=(os.getpid(),))
-        if temps is not None and any(temps):
+        if temps is not None and any(temps) and _spool_folder(temps):
             return self.pool.submit(spooled_work, options, raws, index, temps)
         return self.pool.submit(work, options, raws, index)
 
@@ -138,6 +138,17 @@ class ProcessPool:
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
+
+
+def _spool_folder(temps: list[str | None]) -> bool:
+    """Make the folder a batch's temp files go in (one per batch: two workers never make
+    files in one folder at once, nor while the parent renames files out of it); False if
+    it cannot be made (the parent then writes them)."""
+    try:
+        os.mkdir(os.path.dirname(next(t for t in temps if t)))
+    except OSError:
+        return False
+    return True
 
 
 class Dask:
