@@ -7,6 +7,11 @@ smoke test); for the directory rerun, the same generator's registry tree (seed 1
 file per catalog, the quirk files included) of about the same size. Everything a real run does is included: reading, parsing, compressing,
 exact o200k token counts before and after, sha256, zstd, LMDB commits (fsync'd) and
 atomic publication. MB/s is of input bytes (1 MB = 10**6 B) at the median round.
+
+Trees of many small catalogs (`-k small_tree`): the real corpora's 828 catalogs copied 20
+times (16,560 pretty-printed files, 110 MB; skipped when ../shared/corpora is absent) and a
+seeded generated tree of the same shape (small catalogs, at most 6 tools each, 110 MB); 200
+files of each as a smoke test.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from caveman_batch.catalog import Options, compress
 from caveman_batch.pipeline import Config, Summary, run
 
 MB = 1_000_000
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 _NO_TOKENS = Options(count_tokens=False)
 
 
@@ -51,6 +57,33 @@ def _tree(root: Path, megabytes: float) -> Path:
     return path
 
 
+def _corpora_tree(root: Path, copies: int, limit: int | None = None) -> Path:
+    """The corpora's catalog files copied `copies` times, each copy in its own folder, as
+    they are (mostly pretty-printed): one small catalog per server."""
+    path = root / f"corpora-x{copies}-{limit}"
+    if not path.exists():
+        files = sorted(CORPORA.glob("*/catalogs/*.json"))[:limit]
+        for copy in range(copies):
+            for file in files:
+                target = path / f"copy-{copy:02d}" / file.parent.parent.name / file.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, target)
+    return path
+
+
+def _generated_tree(root: Path, megabytes: float, limit: int | None = None) -> Path:
+    """The generator's tree with small catalogs (at most 6 tools each, pretty-printed or
+    not as the generator's shapes are), cut to its first `limit` files."""
+    path = root / f"small-{megabytes:g}-{limit}"
+    if not path.exists():
+        generate_registry(path, seed=1234, target_bytes=int(megabytes * MB), oversize_bytes=0,
+                          max_tools=6)
+        if limit is not None:
+            for file in sorted(p for p in path.rglob("*") if p.is_file())[limit:]:
+                file.unlink()
+    return path
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pipeline-bench")
@@ -64,6 +97,20 @@ def registry(data_dir: Path, benchmarks_enabled: bool) -> Path:
 @pytest.fixture(scope="session")
 def registry_tree(data_dir: Path, benchmarks_enabled: bool) -> Path:
     return _tree(data_dir, 50 if benchmarks_enabled else 2)
+
+
+@pytest.fixture(scope="session", params=["corpora", "generated"])
+def small_tree(request: pytest.FixtureRequest, data_dir: Path, benchmarks_enabled: bool) -> Path:
+    """A tree of many small catalog files, settled (as a nightly run sees it)."""
+    limit = None if benchmarks_enabled else 200
+    if request.param == "corpora":
+        if not CORPORA.is_dir():
+            pytest.skip(f"shared corpora not present at {CORPORA}")
+        tree = _corpora_tree(data_dir, 20 if benchmarks_enabled else 1, limit)
+    else:
+        tree = _generated_tree(data_dir, 110 if benchmarks_enabled else 2, limit)
+    _wait_until_settled(tree)
+    return tree
 
 
 def _cold() -> None:
@@ -282,3 +329,71 @@ def test_peak_rss_flat(data_dir: Path, tmp_path: Path, benchmarks_enabled: bool,
                "rerun_ratio": round(big_again / small_again, 3)}
     print(json.dumps(figures))
     assert big <= small * 1.2, figures
+
+
+def _tree_bytes(tree: Path) -> int:
+    return sum(p.stat().st_size for p in tree.rglob("*.json"))
+
+
+def _timed_run(src: Path, work: Path, workers: int, incremental: bool = False) -> tuple[Summary, float]:
+    started = time.perf_counter()
+    summary = _fresh_run(src, work, workers, incremental)
+    return summary, time.perf_counter() - started
+
+
+def test_small_tree_scaling(benchmark: BenchmarkFixture, small_tree: Path, tmp_path: Path,
+                            benchmarks_enabled: bool) -> None:
+    """2 workers vs 1 on a tree of many small catalogs, timed in alternating pairs (as
+    `-k scaling`): the median of the pairs' ratios, and each's MB/s at its median."""
+    pairs = 5 if benchmarks_enabled else 1
+    times: dict[int, list[float]] = {1: [], 2: []}
+
+    def pair() -> Summary:
+        for workers in (1, 2):
+            _clean(tmp_path / f"w{workers}")
+            summary, seconds = _timed_run(small_tree, tmp_path / f"w{workers}", workers)
+            times[workers].append(seconds)
+        return summary
+
+    summary = benchmark.pedantic(pair, rounds=pairs, iterations=1)
+    assert summary.documents > 0
+    if getattr(benchmark, "stats", None) is not None:
+        size = _tree_bytes(small_tree)
+        ratios = [a / b for a, b in zip(times[1], times[2])]
+        benchmark.extra_info["files"] = summary.documents
+        benchmark.extra_info["MB"] = round(size / MB, 1)
+        benchmark.extra_info["ratios"] = [round(r, 2) for r in ratios]
+        benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
+        benchmark.extra_info["MB_per_s_1_vs_2_workers"] = [
+            round(size / statistics.median(times[w]) / MB, 1) for w in (1, 2)]
+
+
+def test_small_tree_rerun(benchmark: BenchmarkFixture, small_tree: Path, tmp_path: Path,
+                          benchmarks_enabled: bool) -> None:
+    """A first run (1 worker) then an --incremental rerun of the unchanged, settled tree,
+    pair after pair in a fresh OUT and store: the median of the pairs' ratios."""
+    pairs = 3 if benchmarks_enabled else 1
+    firsts: list[float] = []
+    reruns: list[float] = []
+    work = tmp_path / "w"
+
+    def pair() -> Summary:
+        _clean(work)
+        first, first_s = _timed_run(small_tree, work, 1)
+        manifest = (work / "out" / "manifest.jsonl").read_bytes()
+        unreadable = sum(b'"output":null' in line for line in manifest.splitlines())
+        again, again_s = _timed_run(small_tree, work, 1, incremental=True)
+        assert again.reused == first.documents - unreadable  # nothing compressed again
+        assert (work / "out" / "manifest.jsonl").read_bytes() == manifest
+        firsts.append(first_s)
+        reruns.append(again_s)
+        return again
+
+    summary = benchmark.pedantic(pair, rounds=pairs, iterations=1)
+    assert summary.documents > 0
+    if getattr(benchmark, "stats", None) is not None:
+        ratios = [a / b for a, b in zip(firsts, reruns)]
+        benchmark.extra_info["first_s"] = [round(s, 2) for s in firsts]
+        benchmark.extra_info["rerun_s"] = [round(s, 3) for s in reruns]
+        benchmark.extra_info["ratios"] = [round(r, 1) for r in ratios]
+        benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 1)

@@ -302,9 +302,11 @@ def verify_record(digest: str, value: bytes) -> Header:
     return header
 
 
-def _refreshed(old: bytes, new: bytes) -> bytes:
-    """`old` with the earliest first-stored and latest last-seen of old and new."""
-    oh, nh = decode_header(old), decode_header(new)
+def _refreshed(old: bytes, new: bytes, oh: Header | None = None, nh: Header | None = None) -> bytes:
+    """`old` with the earliest first-stored and latest last-seen of old and new (`oh`, `nh`:
+    their headers, when already decoded)."""
+    oh = decode_header(old) if oh is None else oh
+    nh = decode_header(new) if nh is None else nh
     first, last = min(oh.first_stored_ms, nh.first_stored_ms), max(oh.last_seen_ms, nh.last_seen_ms)
     if (first, last) == (oh.first_stored_ms, oh.last_seen_ms):
         return old
@@ -332,7 +334,7 @@ def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
             verify_record(key.decode("ascii"), old)
     except (ValueError, IntegrityError):
         return new  # heal
-    refreshed = _refreshed(old, new)
+    refreshed = _refreshed(old, new, oh, nh)
     return None if refreshed is old else refreshed
 
 

@@ -257,9 +257,18 @@ class Converger:
     def note_output(self, rel: str) -> None:
         """Before an output is renamed into OUT: in the journal (survives a SIGKILL: written
         through, not buffered)."""
+        self.note_outputs([rel])
+
+    def note_outputs(self, rels: list[str]) -> None:
+        """note_output for several outputs in one write (a batch's files, before the first
+        of them is renamed): the journal names each before it can be in OUT, as one by one."""
+        if not rels:
+            return
         if self.journal_fd is None:
             self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        os.write(self.journal_fd, orjson.dumps(rel) + b"\n")
+        data = b"".join(orjson.dumps(rel) + b"\n" for rel in rels)
+        while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
+            data = data[os.write(self.journal_fd, data):]
 
     def settle(self, new_manifest: Path, written: set[str], documents: int) -> Changes:
         """Before the new manifest is published: what changed, and stale outputs deleted

@@ -23,6 +23,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_new(path: str, data: bytes) -> None:
+    """`data` into a file of ours, made or emptied (as open(path, "wb") would, without a
+    buffered file object: a tree's outputs are thousands of small files)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_writer(path: Path, *, durable: bool = True, new_mode: int | None = None) -> Iterator[BinaryIO]:
     """Write to a temp file beside `path`; rename over it only if the block succeeds. The

@@ -207,7 +207,8 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
             fh, path, Sink(rel, "jsonl", fingerprint=True, source_stat=fsio.settled_identity(st)),
             max_bytes, spill_dir))
     else:
-        yield from _open_then(path, rel, lambda fh, st: _json_file(fh, st, path, rel, max_bytes, spill_dir))
+        yield from _open_then(path, rel, lambda fh, st: _json_file(fh, st, path, rel, max_bytes, spill_dir),
+                              small=lambda head, st: _small_json_file(head, st, path, rel, max_bytes))
 
 
 def _utf8(name: str) -> bool:
@@ -219,10 +220,13 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:
+def _open_then(path: str, rel: str, body: object, small: object = None) -> Iterator[Item]:
     """body(fh, its fstat) for a readable regular file; else an unreadable document. Opened
     without blocking and checked after the open (a symlink resolved): a FIFO would hang the
-    batch, a device (/dev/zero) would fill the disk with spill files."""
+    batch, a device (/dev/zero) would fill the disk with spill files. With `small`, a file
+    under CHUNK is first read whole with plain reads (a tree holds thousands: a buffered
+    file object costs as much as the read): small(its bytes, its fstat) gives its items, or
+    None to have body read it after all (from its start)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -238,8 +242,35 @@ def _open_then(path: str, rel: str, body: object) -> Iterator[Item]:
         os.close(fd)
         yield from _unread(path, rel, f"not a regular file ({_file_type(st.st_mode)}): not read")
         return
+    if small is not None and st.st_size < CHUNK:
+        try:
+            items = small(_read_upto(fd, st.st_size + 1), st)  # type: ignore[operator]
+            if items is None:
+                os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        if items is not None:
+            os.close(fd)
+            yield from items
+            return
     with os.fdopen(fd, "rb") as fh:
         yield from body(fh, st)  # type: ignore[operator]
+
+
+def _read_upto(fd: int, size: int) -> bytes:
+    """Up to `size` bytes from fd, fewer only at its end (as a buffered read(size)): `size`
+    is its fstat size + 1, and one read of a regular file that gives its whole size has
+    met its end (a file system that reads short is read on)."""
+    data = os.read(fd, size)
+    if len(data) >= size - 1 or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size and (more := os.read(fd, size - got)):
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 def _unread(path: str, rel: str, why: str) -> Iterator[Item]:
@@ -331,6 +362,16 @@ def _json_file(fh: BinaryIO, st: os.stat_result, path: str, rel: str, max_bytes:
     else:
         yield Document({"path": path}, sink, raw=head, size=len(head))
     yield SinkEnd(sink)
+
+
+def _small_json_file(head: bytes, st: os.stat_result, path: str, rel: str,
+                     max_bytes: int) -> list[Item] | None:
+    """_json_file's items for a file read whole (`head`: at most its fstat size + 1 bytes),
+    or None for a registry or one over max_bytes (read by _json_file, as it reads them)."""
+    if len(head) > max_bytes or _registry_prefix(head) is not None:
+        return None
+    sink = Sink(rel, "file", fingerprint=True, source=path, source_stat=fsio.settled_identity(st))
+    return [Document({"path": path}, sink, raw=head, size=len(head)), SinkEnd(sink)]
 
 
 def _registry_prefix(head: bytes) -> int | None:

@@ -440,3 +440,47 @@ def test_changes_file_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
         got.append(changes.read_bytes())
     assert got[0] == got[1]
     assert [c["change"] for c in _changes(tmp_path / "changes1.jsonl")] == ["changed", "removed"]
+
+
+# -- a SIGKILL just after an output's rename into OUT ----------------------------------
+
+_KILL_AFTER_RENAME = """
+import os, signal, sys
+real = os.replace
+out = sys.argv[1]
+def replace(src, dst, *args, **kwargs):
+    done = real(src, dst, *args, **kwargs)
+    if os.fspath(dst).startswith(out + "/") and "/.caveman" not in os.fspath(dst):
+        os.kill(os.getpid(), signal.SIGKILL)  # the first output in OUT, nothing after it
+    return done
+os.replace = replace
+from caveman_batch.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_an_output_renamed_into_out_is_in_the_journal_and_its_original_stored(tmp_path: Path) -> None:
+    """A batch's files are noted in the journal together, before the first is renamed, and
+    renamed only once their originals are committed: killed right after the first rename,
+    the run leaves that output named in the journal (the next run knows it) and its
+    original in the store (recoverable)."""
+    reg = tmp_path / "reg"
+    for i in range(5):
+        (reg / f"s{i}").mkdir(parents=True)
+        (reg / f"s{i}" / "tools.json").write_bytes(_catalog(f"tool{i}"))
+    out = tmp_path / "out"
+    args = ["compress", str(reg), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+            "--workers", "1", "--quiet"]
+    proc = subprocess.run([sys.executable, "-c", _KILL_AFTER_RENAME, str(out), *args],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    published = sorted(p.relative_to(out).as_posix() for p in out.glob("s*/tools.json"))
+    assert published == ["s0/tools.json"]
+    journal = journal_path(out / "manifest.jsonl").read_bytes().splitlines()
+    assert set(published) <= {json.loads(line) for line in journal}
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        for i in range(5):
+            original = (reg / f"s{i}" / "tools.json").read_bytes()
+            assert ccr.recover(store, _handle(original)) == original
+    assert main(args) == 0
+    _assert_as_fresh(tmp_path, reg, out)

@@ -1021,3 +1021,52 @@ def test_manifest_path_taken_by_a_folder_is_an_output_error(tmp_path: Path) -> N
         _run(tmp_path, src, incremental=True, manifest=manifest)
     if fds is not None:
         assert len(os.listdir("/proc/self/fd")) == fds  # nothing left open
+
+
+def _batch_sizes(items: list[Any]) -> list[int]:
+    """Documents per batch."""
+    from caveman_batch.inputs import Document
+    from caveman_batch.pipeline import sources
+    batches = list(sources._batches(iter(items)))
+    assert sum(map(len, batches)) == len(items)
+    return [sum(isinstance(item, Document) for item in batch) for batch in batches]
+
+
+def test_a_batch_of_small_catalog_files_goes_on_to_a_mebibyte_a_stream_s_closes_at_64() -> None:
+    """Small catalog files (a tree) are committed and published a MiB at a time, not 64
+    at a time (one fsync'd commit per batch); a stream's documents (a pipe among them)
+    still 64 at a time, and no batch holds more than 4 MB."""
+    from caveman_batch.inputs import Document, Sink, SinkEnd
+    from caveman_batch.pipeline import sources
+
+    def files(n: int, size: int) -> list[Any]:
+        out: list[Any] = []
+        for i in range(n):
+            sink = Sink(f"f{i}.json", "file")
+            out += [Document({"path": f"f{i}.json"}, sink, raw=b"x" * size, size=size), SinkEnd(sink)]
+        return out
+
+    assert _batch_sizes(files(600, 4096)) == [256, 256, 88]  # 256 files make a MiB
+    assert _batch_sizes(files(3000, 10)) == [sources.FILES_BATCH_DOCS, 1024, 952]
+    assert _batch_sizes(files(100, 100_000)) == [42, 42, 16]  # 4 MB at most
+    stream = Sink("s.jsonl", "jsonl")
+    lines = [Document({"path": "s.jsonl", "line": i}, stream, raw=b"{}", size=2) for i in range(150)]
+    assert _batch_sizes(lines) == [64, 64, 22]
+    mixed = files(10, 10) + lines[:60] + files(10, 10)  # a stream's document in it: 64
+    assert _batch_sizes(mixed) == [64, 16]
+
+
+def test_spooled_work_writes_each_output_to_its_temp_file_or_hands_it_back(tmp_path: Path) -> None:
+    """A local pool's worker writes a catalog file's output to the temp file it is given (the
+    parent renames it); one it is given none for, or cannot write, comes back as bytes."""
+    from caveman_batch.pipeline import worker
+
+    raws = [json.dumps({"tools": [{"name": f"t{i}", "description": "Reads things. " * 30,
+                                   "inputSchema": {"type": "object"}}]}).encode() for i in range(3)]
+    temps = [str(tmp_path / "a"), None, str(tmp_path / "no-such-folder" / "c")]
+    done = worker.spooled_work(Options(), raws, False, temps)
+    plain = worker.work(Options(), raws, False)
+    assert done[0][0] == temps[0] and Path(temps[0]).read_bytes() == plain[0][0]
+    assert [d[0] for d in done[1:]] == [p[0] for p in plain[1:]]  # the bytes themselves
+    # the rest as `work` gives it (the record's value holds the time it was made)
+    assert [(d[1], d[2], d[4]) for d in done] == [(p[1], p[2], p[4]) for p in plain]

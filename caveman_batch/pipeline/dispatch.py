@@ -13,7 +13,7 @@ from .. import ccr
 from ..inputs import Document, Item
 from .executors import Executor
 from .incremental import _Previous, _reuse
-from .model import Config, Result
+from .model import TMP_DIR, Config, Result
 from .worker import _RESULT_FIELDS, work
 
 
@@ -23,13 +23,17 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
     is submitted as the oldest comes back, never ahead)."""
     window: deque[tuple[list[Item], list[Result | None], Future[Any] | list[Any], list[int]]] = deque()
     index = config.index is not None
-    for batch in batches:
+    spool = f"{config.out}/{TMP_DIR}/spool-"  # temp files the workers may write outputs to
+    for number, batch in enumerate(batches):
         results, todo = _plan(batch, config, previous)
         raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
         if not raws:
             window.append((batch, results, work(config.options, raws, index), todo))  # type: ignore[arg-type]
         else:
-            window.append((batch, results, executor.submit(config.options, raws, index), todo))  # type: ignore[arg-type]
+            # a catalog file's output may be written by its worker (a stream's is the parent's)
+            temps = [f"{spool}{number}/{i}" if batch[i].sink.kind == "file" else None  # type: ignore[union-attr]
+                     for i in todo]
+            window.append((batch, results, executor.submit(config.options, raws, index, temps), todo))  # type: ignore[arg-type]
         # in order: the oldest as soon as it needs no worker, else once the window is full
         while window and (len(window) >= executor.limit or not isinstance(window[0][2], Future)):
             yield _settle(window.popleft(), config, executor)
@@ -45,8 +49,11 @@ def _settle(entry: Any, config: Config,
         result = dict(zip(_RESULT_FIELDS, fields))
         result["out_sha256"] = fields[-1]
         record = ccr.Prepared(digest, value, length)
+        spooled = data if type(data) is str else None  # written by its worker (spooled_work)
+        if spooled is not None:
+            data = None
         results[i] = Result(data, _row(batch[i], result, digest, data, config), record,
-                            tools=tools[0] if tools else None)
+                            tools=tools[0] if tools else None, spooled=spooled)
     return batch, results
 
 

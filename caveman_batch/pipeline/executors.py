@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from .. import __version__, tokens
 from ..catalog import Options
 from ..errors import BackendUnavailableError, ExecutorError, UsageError
-from .worker import _worker_init, versioned_work, work
+from .worker import _worker_init, spooled_work, versioned_work, work
 
 if TYPE_CHECKING:
     import distributed
@@ -45,8 +45,13 @@ class Executor(Protocol):
         """Batches in flight at most: a few per worker, so memory does not grow with the input."""
         ...
 
-    def submit(self, options: Options, raws: list[bytes],
-               index: bool) -> Future[list[tuple[Any, ...]]] | list[tuple[Any, ...]]: ...
+    def submit(self, options: Options, raws: list[bytes], index: bool,
+               temps: list[str | None] | None = None
+               ) -> Future[list[tuple[Any, ...]]] | list[tuple[Any, ...]]:
+        """The batch's results; with `temps` (one per raw, or None), an executor whose
+        workers share the parent's file system may write each output to its temp file
+        instead of sending it back (worker.spooled_work); the others ignore them."""
+        ...
 
     def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]: ...
 
@@ -93,8 +98,9 @@ class Inline:
 
     limit: Final = 2
 
-    def submit(self, options: Options, raws: list[bytes], index: bool) -> list[tuple[Any, ...]]:
-        return work(options, raws, index)
+    def submit(self, options: Options, raws: list[bytes], index: bool,
+               temps: list[str | None] | None = None) -> list[tuple[Any, ...]]:
+        return work(options, raws, index)  # in the parent: nothing to spare it
 
     def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
         return pending.result()
@@ -111,7 +117,8 @@ class ProcessPool:
         self.limit = max(2, 2 * workers)
         self.pool: Any = None  # a ProcessPoolExecutor once started
 
-    def submit(self, options: Options, raws: list[bytes], index: bool) -> Future[Any]:
+    def submit(self, options: Options, raws: list[bytes], index: bool,
+               temps: list[str | None] | None = None) -> Future[Any]:
         if self.pool is None:
             from concurrent.futures import (
                 ProcessPoolExecutor,  # (multiprocessing: ~30 ms to import)
@@ -121,6 +128,8 @@ class ProcessPool:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
                                             initargs=(os.getpid(),))
+        if temps is not None and any(temps) and _spool_folder(temps):
+            return self.pool.submit(spooled_work, options, raws, index, temps)
         return self.pool.submit(work, options, raws, index)
 
     def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
@@ -129,6 +138,17 @@ class ProcessPool:
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
+
+
+def _spool_folder(temps: list[str | None]) -> bool:
+    """Make the folder a batch's temp files go in (one per batch: two workers never make
+    files in one folder at once, nor while the parent renames files out of it); False if
+    it cannot be made (the parent then writes them)."""
+    try:
+        os.mkdir(os.path.dirname(next(t for t in temps if t)))
+    except OSError:
+        return False
+    return True
 
 
 class Dask:
@@ -149,8 +169,9 @@ class Dask:
     def __str__(self) -> str:
         return f"the Dask scheduler at {self.address}" if self.address else "the Dask LocalCluster"
 
-    def submit(self, options: Options, raws: list[bytes], index: bool) -> Future[Any]:
-        if self.executor is None:
+    def submit(self, options: Options, raws: list[bytes], index: bool,
+               temps: list[str | None] | None = None) -> Future[Any]:
+        if self.executor is None:  # (its workers may be on other hosts: temps ignored)
             self._start()
         return self.executor.submit(versioned_work, __version__, options, raws, index)
 

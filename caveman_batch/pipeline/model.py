@@ -148,11 +148,12 @@ class _Tally:
 class Result:
     """What the parent knows of one document once its worker (or the cache) is done."""
 
-    data: bytes | None  # output bytes; None: copy the spill / nothing to write
+    data: bytes | None  # output bytes; None: spooled, copy the spill, or nothing to write
     row: dict[str, Any]
     record: ccr.Prepared | None = None
     touch: str | None = None  # reused: the digest whose last-seen to refresh
     # reused from this document's own output file: its identity when it was read and hashed
     in_place: list[int] | None = None
     tools: indexing.WorkerTools = None  # with --index: what the index needs of its tools
+    spooled: str | None = None  # the temp file its worker wrote the output bytes to
 

@@ -30,7 +30,11 @@ class _Publisher:
         self.manifest_bytes = 0
         self.rows = 0
         self.written: set[str] = set()
-        self.folders: set[Path] = set()  # made (or found) under OUT
+        self.folders: set[str] = set()  # made (or found) under OUT
+        self.temps = 0  # temp files made so far (each its own name)
+        # this batch's files written in temp files, to rename once all are (_rename_files):
+        # (temp, target, sink)
+        self.renames: list[tuple[str, str, Sink]] = []
         # JSONL outputs: sha256 of what was written, first manifest row; then their records
         self.hashes: dict[int, tuple[Any, int]] = {}
         self.records: dict[str, dict[str, Any]] = {}
@@ -93,6 +97,21 @@ class _Publisher:
             summary.add(result.row, result.touch is not None)
         with _as_output_error(self.out):
             copy()
+            self._rename_files()
+
+    def _rename_files(self) -> None:
+        """The batch's files into OUT by rename, once their originals are committed (the
+        caller's order) and all of them are in the journal, in one write: each is named
+        there before it can be in OUT, as when noted one by one."""
+        if not self.renames:
+            return
+        self.converge.note_outputs([sink.rel for _, _, sink in self.renames])
+        for temp, target, sink in self.renames:
+            self._folder(os.path.dirname(target))
+            os.replace(temp, target)
+            self.written.add(sink.rel)
+            self._stat(sink, target)
+        self.renames = []
 
     def _row(self, line: bytes) -> None:
         line += b"\n"
@@ -108,7 +127,7 @@ class _Publisher:
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
-        if result.data is None and doc.spill is None:
+        if result.data is None and doc.spill is None and result.spooled is None:
             return None  # unreadable: nothing to copy
         if sink.kind == "file":
             return self._write_file(doc, result)
@@ -131,21 +150,27 @@ class _Publisher:
         return {"path": sink.rel, "offset": start, "length": length}
 
     def _write_file(self, doc: Document, result: Result) -> dict[str, Any]:
-        target = self.out / doc.sink.rel
+        # paths as plain strings: a tree has thousands of files, pathlib costs as much as
+        # the system calls
+        target = f"{self.out}/{doc.sink.rel}"
         if result.in_place is not None and _identity_or_none(target) == result.in_place:
             # its own output, hashed intact when read and unchanged since: nothing to write
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
             self._stat(doc.sink, target, result.in_place)
             return {"path": doc.sink.rel}
-        temp = self.tmp / f"file-{len(self.written)}"
-        with open(temp, "wb") as fh:
-            copied = self._emit(fh, doc, result)
-            size = fh.tell()
-        self._folder(target.parent)
-        self.converge.note_output(doc.sink.rel)
-        os.replace(temp, target)
-        self.written.add(doc.sink.rel)
-        self._stat(doc.sink, target)
+        if result.spooled is not None:
+            temp, copied = result.spooled, None  # its worker wrote it there
+        elif result.data is not None:
+            temp, copied = f"{self.tmp}/file-{self.temps}", None
+            self.temps += 1
+            fsio.write_new(temp, result.data)
+        else:
+            temp = f"{self.tmp}/file-{self.temps}"
+            self.temps += 1
+            with open(temp, "wb") as fh:
+                copied = self._emit(fh, doc, result)
+                size = fh.tell()
+        self.renames.append((temp, target, doc.sink))
         if copied is None:
             self._file_record(doc, result.row["sha256"], result.row["out_sha256"])
         else:  # copied through as is: the source's bytes are the output's
@@ -172,13 +197,13 @@ class _Publisher:
                                   "first_row": first_row, "rows": rows,
                                   "totals": tally.totals, "errors": tally.errors}
 
-    def _folder(self, folder: Path) -> None:
+    def _folder(self, folder: str) -> None:
         """mkdir -p, once per folder (a tree of thousands of files has a few hundred)."""
         if folder not in self.folders:
-            folder.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
             self.folders.add(folder)
 
-    def _stat(self, sink: Sink, target: Path, identity: list[int] | None = None) -> None:
+    def _stat(self, sink: Sink, target: Path | str, identity: list[int] | None = None) -> None:
         """The stat cache's entry for a source whose identity settled when it was opened, and
         its output (`identity`, when already known)."""
         if sink.fingerprint and sink.source_stat is not None:
@@ -209,7 +234,8 @@ class _Publisher:
     def _stream(self, sink: Sink) -> tuple[BinaryIO, Path]:
         key = id(sink)
         if key not in self.streams:
-            temp = self.tmp / f"stream-{len(self.written)}-{len(self.streams)}"
+            temp = self.tmp / f"stream-{self.temps}"
+            self.temps += 1
             fh = open(temp, "wb")
             fh.write(sink.prefix)
             self.streams[key] = (fh, temp)
@@ -225,7 +251,7 @@ class _Publisher:
         fh.close()
         del self.streams[id(sink)]
         target = self.out / sink.rel
-        self._folder(target.parent)
+        self._folder(os.path.dirname(target))
         self.converge.note_output(sink.rel)
         os.replace(temp, target)
         self.written.add(sink.rel)
@@ -286,7 +312,7 @@ class _Publisher:
                     path.unlink(missing_ok=True)
 
 
-def _identity_or_none(path: Path) -> list[int] | None:
+def _identity_or_none(path: Path | str) -> list[int] | None:
     try:
         return fsio.identity(os.stat(path))
     except OSError:

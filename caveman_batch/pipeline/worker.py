@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Final
 
-from .. import __version__, ccr, indexing
+from .. import __version__, ccr, fsio, indexing
 from ..catalog import Options, compress
 from ..errors import UsageError
 
@@ -59,6 +59,26 @@ def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple
     if tools is not None:
         out = [(*done, found) for done, found in zip(out, tools.finish())]
     return out
+
+
+def spooled_work(options: Options, raws: list[bytes], index: bool,
+                 temps: list[str | None]) -> list[tuple[Any, ...]]:
+    """`work`, each output with a temp path (a catalog file's, for a local process pool:
+    the parent's own file system) written there, not sent back: the temp file's path in
+    place of the bytes. The parent renames it into OUT once its original is committed, as
+    it would its own temp file; a tree's thousands of small files are then made in the
+    workers, not one after another in the parent. An output that cannot be written here
+    goes back as bytes: the parent writes it, and names the file if it cannot either."""
+    done = work(options, raws, index)
+    for i, temp in enumerate(temps):
+        if temp is None:
+            continue
+        try:
+            fsio.write_new(temp, done[i][0])
+        except OSError:
+            continue
+        done[i] = (temp, *done[i][1:])
+    return done
 
 
 def versioned_work(version: str, options: Options, raws: list[bytes],
