@@ -264,9 +264,11 @@ class Converger:
         of them is renamed): the journal names each before it can be in OUT, as one by one."""
         if not rels:
             return
-        if self.journal_fd is None:
-            self.journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         data = b"".join(orjson.dumps(rel) + b"\n" for rel in rels)
+        if self.journal_fd is None:
+            self.journal_fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+            if _torn(self.journal_fd):  # a run killed mid-write: its last line stays apart
+                data = b"\n" + data
         while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
             data = data[os.write(self.journal_fd, data):]
 
@@ -331,6 +333,12 @@ def _open_regular(path: Path) -> BinaryIO | None:
         fh.close()
         return None
     return fh
+
+
+def _torn(fd: int) -> bool:
+    """Does the file end inside a line (a write cut short by a SIGKILL)?"""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def _read_journal(path: Path) -> set[str]:

@@ -484,3 +484,22 @@ def test_an_output_renamed_into_out_is_in_the_journal_and_its_original_stored(tm
             assert ccr.recover(store, _handle(original)) == original
     assert main(args) == 0
     _assert_as_fresh(tmp_path, reg, out)
+
+
+def test_a_torn_journal_line_does_not_swallow_the_next_runs_first_entry(tmp_path: Path) -> None:
+    """A run killed in the middle of a journal write leaves a line without its newline; the
+    next run's entries start on a line of their own, so the outputs they name stay known."""
+    from caveman_batch.converge import Converger, _read_journal
+
+    out = tmp_path / "out"
+    out.mkdir()
+    manifest = out / "manifest.jsonl"
+    journal = journal_path(manifest)
+    journal.write_bytes(b'"s0/tools.json"\n"s1/too')  # killed mid-write
+    converger = Converger(out, out / ".caveman-tmp", manifest, out / "streams.json", [],
+                          keep_removed=False, want_lines=False)
+    try:
+        converger.note_outputs(["s2/tools.json", "s3/tools.json"])
+    finally:
+        converger.close()
+    assert _read_journal(journal) == {"s0/tools.json", "s2/tools.json", "s3/tools.json"}
