@@ -17,9 +17,8 @@ from typing import Annotated
 
 import typer
 
-from . import __version__, _accel, ccr, pipeline, searcheval, single, toolsearch
+from . import __version__, _accel, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
-from .embedding import choose_embedder
 from .errors import CavemanError, UsageError, VerificationFailed
 from .payload.cli import payload_app
 from .fsio import write_target
@@ -267,6 +266,9 @@ def search(
     embed: EmbedOpt = None,
 ) -> None:
     """The tools that best match QUERY, best first (bm25 over name, description, parameters)."""
+    from . import toolsearch  # the search commands' own imports: not every command's start-up
+    from .embedding import choose_embedder
+
     with toolsearch.ToolIndex.open(index, create=False, embedder=choose_embedder(embed)) as opened:
         hits = opened.search(query, k)
     if as_json:
@@ -285,6 +287,9 @@ def eval_search(
     embed: EmbedOpt = None,
 ) -> None:
     """recall@1/5/10 and MRR of the index on labelled queries."""
+    from . import searcheval, toolsearch
+    from .embedding import choose_embedder
+
     labelled = searcheval.read_queries(queries)
     with toolsearch.ToolIndex.open(index, create=False, embedder=choose_embedder(embed)) as opened:
         report = (searcheval.compare_original(opened, labelled) if compare_original

@@ -26,9 +26,8 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import indexing
-from ..embedding import choose_embedder
 from ..errors import OutputError, UsageError
 from ..inputs import discover
 from ..store import open_store
@@ -40,6 +39,9 @@ from .model import LOCK_FILE, TMP_DIR, Config, Result, Summary
 from .publish import _Publisher
 from .sources import _batches, _items
 from .worker import work
+
+if TYPE_CHECKING:
+    from ..indexing import IndexBuilder
 
 __all__ = ["LOCK_FILE", "TMP_DIR", "Config", "Progress", "Result", "ReusedStream", "Summary",
            "run", "work"]
@@ -128,8 +130,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
     previous = _Previous()
     summary = Summary()
     executor = open_executor(config.executor, config.workers)
-    index = (indexing.IndexBuilder.open(config.index, choose_embedder(config.embed))
-             if config.index is not None else None)
+    index = _open_index(config)
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:
@@ -169,3 +170,14 @@ def _prepare_out(out: Path) -> Path:
     except OSError as exc:
         raise OutputError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
     return out
+
+
+def _open_index(config: Config) -> IndexBuilder | None:
+    """The tool-search index builder (compress --index), imported only then: the index and
+    the embedder cost every other run's start-up."""
+    if config.index is None:
+        return None
+    from .. import indexing
+    from ..embedding import choose_embedder
+
+    return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed))

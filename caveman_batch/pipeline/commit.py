@@ -3,12 +3,15 @@ them; the last-seen of reused originals refreshed; the batch's catalogs into the
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from .. import ccr, indexing
+from .. import ccr
 from ..store import Store
 from .incremental import ReusedStream, _unverified
 from .model import Result
+
+if TYPE_CHECKING:  # imported by a run with --index only (start-up of every other command)
+    from .. import indexing
 
 TOUCH_BATCH: Final = 4096
 TOUCH_BYTES: Final = 8 << 20

@@ -12,15 +12,18 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from .. import ccr, fsio, indexing
+from .. import ccr, fsio
 from ..errors import IntegrityError
 from ..inputs import Document
 from ..store import Store
 from .model import _MAX_ERRORS, Config, Result, _Tally
+
+if TYPE_CHECKING:  # imported by a run with --index only (start-up of every other command)
+    from .. import indexing
 
 ONE_READ: Final = 1 << 20  # files smaller than this are hashed from one read
 

@@ -7,10 +7,13 @@ import functools
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from .. import __version__, ccr, converge, indexing
+from .. import __version__, ccr, converge
 from ..catalog import DEFAULT_OPTIONS, Options
+
+if TYPE_CHECKING:  # imported by a run with --index only (start-up of every other command)
+    from .. import indexing
 
 TMP_DIR: Final = ".caveman-tmp"
 LOCK_FILE: Final = ".caveman-batch.lock"  # in OUT, held (flock) for the whole run

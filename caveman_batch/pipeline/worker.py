@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Final
 
-from .. import __version__, ccr, fsio, indexing
+from .. import __version__, ccr, fsio
 from ..catalog import Options, compress
 from ..errors import UsageError
 
@@ -47,7 +47,11 @@ def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple
     then the original's digest, record value and length; with `index`, what the index
     needs of its tools, see indexing.BatchWork)."""
     out = []
-    tools = indexing.BatchWork() if index else None
+    tools = None
+    if index:
+        from .. import indexing  # only a run with --index pays its import
+
+        tools = indexing.BatchWork()
     for raw in raws:
         data, result = compress(raw, options)
         fields = (*(getattr(result, name) for name in _RESULT_FIELDS),
