@@ -234,20 +234,37 @@ class Converger:
     starts), the rows carried over from it, the journal of outputs renamed into OUT."""
 
     def __init__(self, out: Path, scratch: Path, manifest: Path, fingerprint: Path,
-                 protected: list[Path], keep_removed: bool, want_lines: bool) -> None:
+                 protected: list[Path], keep_removed: bool, want_lines: bool,
+                 streams_to_come: bool = False) -> None:
         self.out, self.keep_removed, self.want_lines = out, keep_removed, want_lines
         self.scratch = _rel_under(out, scratch)
         self.protected = {_rel_under(out, p) for p in [manifest, fingerprint, *protected]}
         self.previous = _open_regular(manifest)
         self.journal = journal_path(manifest)
         self.protected.add(_rel_under(out, self.journal))
-        # outputs no row names: a killed run's (journal), streams with no document (fingerprint)
-        self.unnamed = _read_journal(self.journal)
-        if self.previous is not None:
-            self.unnamed |= _empty_streams(fingerprint)
+        # outputs no row names: a killed run's (journal), streams with no document (the
+        # fingerprint's: parsed now, before anything of this run can replace it, unless
+        # `streams_to_come`: the run, which parses it anyway, hands its parse over)
+        self.journaled = _read_journal(self.journal)
+        self.fingerprint = fingerprint
+        self.empty_streams: set[str] | None = set() if self.previous is None else None
+        if self.empty_streams is None and not streams_to_come:
+            self.empty_streams = _empty_streams(fingerprint)
         self.journal_fd: int | None = None
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
+
+    def knows_streams(self, streams: Any) -> None:
+        """The last run's fingerprint's "streams", as the run parsed it (a rerun reads the
+        fingerprint anyway: one parse of 16k records less); None: it had none readable."""
+        if self.empty_streams is None:
+            self.empty_streams = _empty_of(streams)
+
+    @property
+    def unnamed(self) -> set[str]:
+        if self.empty_streams is None:  # (streams_to_come, and none came: read it now)
+            self.empty_streams = _empty_streams(self.fingerprint)
+        return self.journaled | self.empty_streams
 
     def carry(self, old_start: int, old_end: int, new_start: int, new_end: int, rows: int) -> None:
         """Rows copied as they were from the previous manifest: unchanged documents."""
@@ -358,10 +375,17 @@ def _read_journal(path: Path) -> set[str]:
 def _empty_streams(fingerprint: Path) -> set[str]:
     """Outputs of file sources with no document that the last run's fingerprint records."""
     try:
-        streams = orjson.loads(fingerprint.read_bytes()).get("streams")
-        return {rel for rel, r in streams.items() if isinstance(r, dict) and r.get("rows") == 0}
-    except (OSError, orjson.JSONDecodeError, AttributeError):
+        parsed = orjson.loads(fingerprint.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
         return set()
+    return _empty_of(parsed.get("streams") if isinstance(parsed, dict) else None)
+
+
+def _empty_of(streams: Any) -> set[str]:
+    """The outputs of a fingerprint's "streams" whose sources held no document."""
+    if not isinstance(streams, dict):
+        return set()
+    return {rel for rel, r in streams.items() if isinstance(r, dict) and r.get("rows") == 0}
 
 
 def _rel_under(out: Path, path: Path) -> str | None:

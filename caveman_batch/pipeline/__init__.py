@@ -135,6 +135,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:
                 previous = _load_previous(config, store, found.entries)
+                pub.converge.knows_streams(previous.fingerprint_streams)
             previous.index = index
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one

@@ -72,6 +72,7 @@ class _Previous:
     fds: dict[str, int] = field(default_factory=dict)  # open outputs read by _read_output
     _index: dict[bytes, int] | None = None  # sha256 -> where its row is (offset << 24 | length)
     index: indexing.IndexBuilder | None = None  # the tool-search index (compress --index)
+    fingerprint_streams: Any = None  # the fingerprint's "streams" as parsed (for the converger)
 
     def row(self, digest: str) -> dict[str, Any] | None:
         """The previous manifest's row of the document with this sha256 (this run key, an
@@ -150,7 +151,8 @@ def _load_previous(config: Config, store: Store,
     one no longer there are not seen again (so that `prune` reclaims them in time)."""
     found = _Previous(config.manifest_path, config.run_key,
                       b',"run_key":' + orjson.dumps(config.run_key) + b"}")
-    manifest_sha256, manifest_size, records, fingerprint_sha256 = _read_fingerprint(config)
+    manifest_sha256, manifest_size, records, fingerprint_sha256, found.fingerprint_streams = \
+        _read_fingerprint(config)
     here = {(source, rel) for source, rel, _ in entries}
     records = {rel: r for rel, r in records.items() if (r.get("source"), rel) in here}
     ranges = sorted((r["first_row"], r["first_row"] + r["rows"], rel) for rel, r in records.items())
@@ -252,23 +254,25 @@ def _names(line: bytes) -> str | None | bool:
     return None if m.group(1) is None else m.group(1).decode("ascii")
 
 
-def _read_fingerprint(config: Config) -> tuple[str | None, int | None, dict[str, dict[str, Any]], str]:
+def _read_fingerprint(config: Config) -> tuple[str | None, int | None, dict[str, dict[str, Any]], str, Any]:
     """(sha256 and size of the manifest it belongs to, stream records, its own sha256) of
-    this run key, or (None, None, {}, "")."""
+    this run key, or (None, None, {}, ""); then its "streams" as parsed, whatever the run key
+    (for the converger: None if there is no fingerprint to read)."""
     try:
         data = config.streams_path.read_bytes()
         streams = orjson.loads(data)
     except (OSError, orjson.JSONDecodeError):
-        return None, None, {}, ""
+        return None, None, {}, "", None
+    raw = streams.get("streams") if isinstance(streams, dict) else None
     if not (isinstance(streams, dict) and streams.get("run_key") == config.run_key
             and streams.get("max_bytes") == config.max_bytes
             and isinstance(streams.get("streams"), dict)):
-        return None, None, {}, ""
+        return None, None, {}, "", raw
     records = {rel: r for rel, r in streams["streams"].items()
                if isinstance(r, dict) and type(r.get("first_row")) is int and type(r.get("rows")) is int
                and r["first_row"] >= 0 and r["rows"] >= 0}
     return (streams.get("manifest_sha256"), streams.get("manifest_bytes"), records,
-            hashlib.sha256(data).hexdigest())
+            hashlib.sha256(data).hexdigest(), raw)
 
 
 def _read_stats(config: Config, fingerprint_sha256: str) -> dict[str, Any]:

@@ -43,7 +43,8 @@ class _Publisher:
         self.converge = converge.Converger(
             out, tmp, config.manifest_path, config.streams_path,
             [config.stats_path, *([config.changes] if config.changes else [])],
-            config.keep_removed, want_lines=config.changes is not None)
+            config.keep_removed, want_lines=config.changes is not None,
+            streams_to_come=config.incremental)  # _load_previous parses the fingerprint
 
     def __enter__(self) -> _Publisher:
         return self
