@@ -18,6 +18,7 @@ from itertools import accumulate, islice
 from operator import add
 from typing import Final
 
+from .. import _accel
 from .model import Limits
 
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
@@ -66,6 +67,26 @@ def clip(line: str, width: int) -> str:
     return f"{line[:keep]} [… {len(line) - keep:,} chars omitted]"
 
 
+#: every literal a detection asks `Doc.has` about, registered (by `census`) where it is
+#: declared: the first question of a reduce has all of them answered in one pass (C)
+_CENSUS: dict[str, None] = {}
+
+
+def census(*needles: str) -> tuple[str, ...]:
+    """`needles`, registered for the one-pass census of each text (`Doc.has`)."""
+    for needle in needles:
+        _CENSUS.setdefault(needle)
+    return needles
+
+
+def present(text: str, needles: tuple[str, ...]) -> tuple[bool, ...]:
+    """`tuple(needle in text for needle in needles)` (the definition), in one pass in C."""
+    fast = _accel.fastscan
+    if fast is not None:
+        return fast.present(text, needles)  # type: ignore[no-any-return]
+    return tuple(needle in text for needle in needles)
+
+
 class Doc:
     """A text split into lines once, and searched as a whole.
 
@@ -80,6 +101,8 @@ class Doc:
         self._ends: list[int] | None = None
         self._cursor = (0, 0)  # (line, its offset): where the last `offset` call left off
         self._counts: dict[str, int] = {}
+        self._has: dict[str, bool] = {}
+        self._census = False  # whether the registered needles are answered yet
 
     @cached_property
     def lines(self) -> list[str]:
@@ -134,6 +157,25 @@ class Doc:
         if found is None:
             found = self._counts[needle] = self.text.count(needle)
         return found
+
+    def has(self, needle: str) -> bool:
+        """Whether `needle` occurs in `nl_text` (the text behind a newline: "\\nRan " is "a line
+        starts with Ran "), remembered. With the C scanner, the first needle asked that is
+        registered (`census`) has every registered needle answered in the same one pass:
+        most detections ask for literals the text does not hold, each a pass of its own."""
+        found = self._has.get(needle)
+        if found is None:
+            if _accel.fastscan is not None and needle in _CENSUS and not self._census:
+                self._census = True
+                asked = tuple(_CENSUS)
+                self._has.update(zip(asked, present(self.nl_text, asked)))
+                return self._has[needle]
+            found = self._has[needle] = needle in self.nl_text
+        return found
+
+    def holds(self, needles: Iterable[str]) -> bool:
+        """Whether any of `needles` occurs (`has`)."""
+        return any(map(self.has, needles))
 
     def positions(self, pattern: re.Pattern[str]) -> Iterator[int]:
         """Offsets in `nl_text` of the newline before each line `pattern` matches."""
@@ -261,6 +303,8 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     needles' occurrences, not the text. Needles on most lines (every line of a build holds
     "error") would cost a Python step each: past `_DENSE` misses the lines are searched as
     `line_hits` does, in C."""
+    doc = Doc.of(text)
+    needles = tuple(n for n in needles if not isinstance(n, str) or doc.has(n))  # absent: no find
     seen: set[int] = set()
     misses = 0
     match, find, rfind = pattern.match, text.find, text.rfind

@@ -13,9 +13,9 @@ from functools import partial
 from typing import Final
 
 from ..model import Hint
-from ..view import Doc, Run, line_hits, needle_hits
+from ..view import Doc, Run, census, line_hits, needle_hits
 from ._lines import LineCut, Stream, _hits, rx
-from .install import INSTALLER
+from .install import INSTALLER, INSTALLER_PROBES
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
@@ -37,8 +37,8 @@ _SUMMARY = rx(
 )
 #: what every line _ERROR or _WARNING matches holds: detection matches only the lines these
 #: substrings are on (found by str.find, in C)
-_ERROR_NEEDLES: Final = ("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
-_WARNING_NEEDLES: Final = ("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
+_ERROR_NEEDLES: Final = census("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
+_WARNING_NEEDLES: Final = census("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 
@@ -59,7 +59,7 @@ class BuildCut(LineCut):
         the text; not when pip or npm ran the compiler (the install cut names the package)."""
         if not (needle_hits(_ERROR, text, _ERROR_NEEDLES, 1) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
             return False
-        return not line_hits(INSTALLER, text, 1)
+        return not (Doc.of(text).holds(INSTALLER_PROBES) and line_hits(INSTALLER, text, 1))
 
     def streams(self, doc: Doc) -> list[Stream]:
         return [(0, partial(_hits, doc, _SUMMARY, (), 0, 0)), (1, partial(_hits, doc, _ERROR, (), 1, 0)),

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, line_hits, needle_hits
+from ..view import Doc, census, line_hits, needle_hits
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -100,6 +100,7 @@ _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 #: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
                          re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
+census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
 
 
 class LintCut(LineCut):
@@ -107,11 +108,12 @@ class LintCut(LineCut):
         """Two signal hits in the whole text; without "clippy::" every hit starts a line (one
         per line), so the lines are searched alone, newline to newline. A rule at a line's
         start counts only with ruff's `-->` location lines."""
-        if "clippy::" in text:
+        doc = Doc.of(text)
+        if doc.has("clippy::"):
             return len(self.signal.findall(text)) >= self.min_hits
         if needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, self.min_hits):
             return True
-        return ("--> " in text and line_hits(_ARROW, text, self.min_hits)
+        return (doc.has("--> ") and line_hits(_ARROW, text, self.min_hits)
                 and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:

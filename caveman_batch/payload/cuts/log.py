@@ -7,22 +7,31 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc
+from ..view import Doc, census
 from ._lines import LineCut, Stream, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
 _WARN_WORDS: Final = ("WARN",)
-_WORDS: Final = (*_ERROR_WORDS, *_WARN_WORDS, "INFO", "DEBUG", "TRACE", "NOTICE")
+_WORDS: Final = census(*_ERROR_WORDS, *_WARN_WORDS, "INFO", "DEBUG", "TRACE", "NOTICE")
 _LEVEL: Final = re.compile(r"\b(ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE|WARN|WARNING|INFO|DEBUG|TRACE|NOTICE)\b")
 _ERRORS: Final = rx(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE|Traceback|Exception)\b")
 _WARNS: Final = rx(r"\b(?:WARN|WARNING)\b")
 
 
+#: _LEVEL without its leading \b: led by a set of letters, which the regex engine skips to
+#: (_LEVEL, led by \b, is tried at every position); a candidate is then checked by _LEVEL
+_LEVEL_WORD: Final = re.compile(_LEVEL.pattern.removeprefix(r"\b"))
+
+
 def _level_lines(part: str, enough: int) -> int:
     """How many lines of `part` hold a level word, counted up to `enough`: searched over the
-    whole part, and on from the next line after each hit (a line counts once)."""
-    hits, pos, search, find = 0, 0, _LEVEL.search, part.find
+    whole part, and on from the next line after each hit (a line counts once). Every match
+    of _LEVEL is one of _LEVEL_WORD, so the first candidate _LEVEL matches at is its first."""
+    hits, pos, search, match, find = 0, 0, _LEVEL_WORD.search, _LEVEL.match, part.find
     while hits < enough and (m := search(part, pos)) is not None:
+        if match(part, m.start()) is None:  # inside a word: not a level word
+            pos = m.start() + 1
+            continue
         hits += 1
         pos = find("\n", m.end()) + 1
         if not pos:
@@ -34,7 +43,7 @@ class LogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """A third of the whole text's lines carry a level word (none without one of the words
         in it at all); the count stops once it is reached."""
-        if not any(w in text for w in _WORDS):  # every level word holds one of these
+        if not Doc.of(text).holds(_WORDS):  # every level word holds one of these
             return False
         need = -(-(text.count("\n") + 1) // 3)
         return _level_lines(text, need) >= need

@@ -149,12 +149,13 @@ class StackCut(LineCut):
         """A trace, not a long log that happens to hold one (the log cut serves that): frames
         are a fifth of the whole text's lines, the fields of an error object node prints
         after the frames (`at … {`, then `  code: 'E…',` lines) not counted against them."""
-        if not line_hits(self.signal, text, 1):
+        doc = Doc.of(text)
+        if not (doc.holds(self.probes) and line_hits(self.signal, text, 1)):
             return False
         lines = count_lines(text)
         if line_hits(_FRAME, text, _fifth(lines)):  # stops once there are enough
             return True
-        if " {\n" not in text or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+        if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
         fields = len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
         return line_hits(_FRAME, text, _fifth(lines - fields))
@@ -189,5 +190,8 @@ CUT = StackCut(
     name="stacktrace",
     signal=rx(r"^(?:Traceback \(most recent call last\):|[ \t]+at [\w$.<>]+ ?\(|goroutine \d+ \["
               r"|panic: |Exception in thread |thread '[^'\n]*'(?: \(\d+\))? panicked at )"),
+    # what each of the signal's alternatives holds (behind the newline it starts after)
+    probes=("\nTraceback (most recent call last):", " at ", "\tat ", "\ngoroutine ", "\npanic: ",
+            "\nException in thread ", "\nthread '"),
     keep=(),
 )

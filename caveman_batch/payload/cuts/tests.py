@@ -60,6 +60,9 @@ CUT = TestsCut(
               r"|=+ .* in [\d.]+s(?: \([\d:]+\))? =+\r?$|Ran \d+ tests? in "
               r"|Tests:[ \t]+\d|Test Suites:|[ \t]*Test Files[ \t]|--- FAIL: |=== RUN "
               r"|test result: |running \d+ tests?\r?$)"),
+    # what each of the signal's alternatives holds, behind the newline it starts after or not
+    probes=("\n=", "\nRan ", "\nTests:", "\nTest Suites:", "Test Files",
+            "\n--- FAIL: ", "\ntest result: ", "\nrunning "),
     keep=((0, _SUMMARY), (1, _FAILURE), (2, _DETAIL)),
     gap_counts=(("failure", _FAILURE),),
     gap_needles=(("passing", _PASS_NEEDLES),),

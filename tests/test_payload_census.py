@@ -1,0 +1,122 @@
+"""The census of a text (one pass answering every literal detection asks about) and the
+shortcuts built on it give the answers of the plain searches they replace.
+
+`view.present` in C is `tuple(needle in text for needle in needles)`; a cut that skips its
+regex when none of its probes occurs decides as the plain line-by-line rule does
+(test_payload_fast._plain_detect), on random text and on every real output of the corpus;
+the log cut's level-word count is the plain regex loop's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caveman_batch import _accel
+from caveman_batch.payload import Hint, registry
+from caveman_batch.payload.cuts import log
+from caveman_batch.payload.view import _CENSUS, Doc, plain, present
+from caveman_batch.testing import payload_outputs as po
+from test_payload_fast import _plain_detect
+
+_DETECTED = ("diff", "tests", "lint", "build", "stacktrace", "gitlog", "install", "log")
+_PIECES = ("\n", "\n\n", " ", "\t", "e", "error", "rror: ", "Ran ", "at ", "é", "✖ ", "😀", "\x00", "=", "commit ",
+           "npm ", "INFO", "ERR", "xERROR", "_WARN", "WARN ")
+
+
+def _cuts() -> list:  # type: ignore[type-arg]
+    return [c for c in registry.cuts(Hint(), []) if c.name in _DETECTED]
+
+
+def _needles() -> tuple[str, ...]:
+    _cuts()  # the cuts register their needles when imported
+    return tuple(_CENSUS)
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=6)), max_size=40),
+       st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=4)), max_size=12))
+def test_present_in_c_is_in(pieces: list[str], needles: list[str]) -> None:
+    text = "".join(pieces)
+    asked = (*needles, *(text[i:i + k] for i in range(0, len(text), 7) for k in (1, 2, 5)), *_needles())
+    assert _accel.fastscan.present(text, asked) == tuple(n in text for n in asked)
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+def test_present_edges() -> None:
+    fast = _accel.fastscan
+    assert fast.present("", ("", "a")) == (True, False)
+    assert fast.present("ab", ("ab", "abc", "b", "ba")) == (True, False, True, False)
+    assert fast.present("x\U0001F600y", ("\U0001F600", "x\U0001F600", "\U0001F600y", "é")) == (True, True, True, False)
+    assert fast.present("aé", ("é", "aé")) == (True, True)  # latin-1 text, latin-1 needle
+    assert fast.present("\u0101\u0181", ("\u0001\u0001", "\u0101\u0181")) == (False, True)  # same hash, other chars
+    with pytest.raises(TypeError):
+        fast.present("x", ["x"])
+    with pytest.raises(TypeError):
+        fast.present("x", (b"x",))
+
+
+def _level_lines_plain(part: str, enough: int) -> int:
+    hits, pos = 0, 0
+    while hits < enough and (m := log._LEVEL.search(part, pos)) is not None:
+        hits += 1
+        pos = part.find("\n", m.end()) + 1
+        if not pos:
+            break
+    return hits
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("ERROR", "ERR", "WARNING", "WARN", "INFO", "xINFO", "INFOx", "_DEBUG", "TRACE ",
+                                 "é", "ÉERROR", "1ERR", " ", "\n", "-", "NOTICE", "PANIC", "SEVERE")), max_size=40),
+       st.integers(1, 12))
+def test_level_lines_is_the_plain_search(words: list[str], enough: int) -> None:
+    text = "".join(words)
+    assert log._level_lines(text, enough) == _level_lines_plain(text, enough)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=10)), max_size=80))
+def test_has_is_in_behind_a_newline(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    doc = Doc(text)
+    for needle in (*_needles(), "\n", "x", "\nx"):
+        assert doc.has(needle) == (needle in "\n" + text)
+
+
+def test_fast_detection_is_the_plain_one_on_real_outputs(tmp_path: Path) -> None:
+    """Every detecting cut, on every real output of the corpus (colours stripped, as reduce
+    reads it) and on a random mix of their lines, decides as the plain rule does."""
+    made, _ = po.corpus(tmp_path)
+    if len(made) < 20:
+        pytest.skip(f"only {len(made)} real outputs made here")
+    texts = [plain(o.data.decode("utf-8", "replace")) for o in made]
+    lines = [line for text in texts for line in text.split("\n")[:400]]
+    rng = random.Random(17)
+    texts += ["\n".join(rng.choices(lines, k=rng.randint(1, 300))) for _ in range(60)]
+    for text in texts:
+        for cut in _cuts():
+            assert cut.detect(text, Hint()) == _plain_detect(cut, text), (cut.name, text[:200])
+
+
+def test_pure_python_routes_as_the_census_does() -> None:
+    """Without the C scanner (CAVEMAN_PURE_PYTHON=1) every cut decides the same."""
+    texts = ["\n".join(("error: x", "a.c:1:2: error: y", "Collecting pkg", "commit 0123456789", "Author: a")),
+             "\n".join(["INFO a", "WARN b", "x"] * 40), "Ran 3 tests in 0.1s\n\nFAILED (failures=1)"]
+    script = ("import sys, json; from caveman_batch.payload import Hint, registry; "
+              "texts = json.load(sys.stdin); "
+              "print(json.dumps([[c.detect(t, Hint()) for c in registry.cuts(Hint(), [])] for t in texts]))")
+    env = {**os.environ, "CAVEMAN_PURE_PYTHON": "1"}
+    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(texts), capture_output=True, text=True,
+                          env=env, check=True, timeout=120)
+    here = [[c.detect(t, Hint()) for c in registry.cuts(Hint(), [])] for t in texts]
+    assert json.loads(done.stdout) == here
