@@ -277,6 +277,16 @@ def _anchored(source: str) -> bool:
     return True
 
 
+def hit_count(pattern: re.Pattern[str], part: str, most: int) -> int:
+    """How many times `pattern` matches in `part` (as `line_hits` counts), counted up to `most`:
+    below `most`, the whole count."""
+    if _anchored(pattern.pattern) and pattern.flags & re.MULTILINE:
+        found = _at_line_start(pattern).finditer(Doc.of(part).nl_text)
+    else:
+        found = pattern.finditer(part)
+    return sum(1 for _ in islice(found, most))
+
+
 def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     """Whether `pattern` (MULTILINE) matches at least `least` times in `part` (findall's count).
 
@@ -285,7 +295,7 @@ def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     newline to newline instead of trying every position, and stops at the `least`-th
     line that matches. Any other pattern is counted as findall would."""
     if _anchored(pattern.pattern) and pattern.flags & re.MULTILINE:
-        found = _at_line_start(pattern).finditer("\n" + part)
+        found = _at_line_start(pattern).finditer(Doc.of(part).nl_text)  # the reduce's copy, made once
     else:
         found = pattern.finditer(part)
     return next(islice(found, least - 1, None), None) is not None
@@ -301,12 +311,12 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     lines are found by `str.find` or a literal-led search (C, fast) and only those are
     matched, so a pattern that reads every char of every line (`path:12:3: error:`) costs the
     needles' occurrences, not the text. Needles on most lines (every line of a build holds
-    "error") would cost a Python step each: past `_DENSE` misses the lines are searched as
-    `line_hits` does, in C."""
+    "error") would cost a Python step each: past `_DENSE` misses (more in a long text, where
+    that search costs more) the lines are searched as `line_hits` does, in C."""
     doc = Doc.of(text)
     needles = tuple(n for n in needles if not isinstance(n, str) or doc.has(n))  # absent: no find
     seen: set[int] = set()
-    misses = 0
+    misses, dense = 0, max(_DENSE, len(text) // _DENSE_CHARS)
     match, find, rfind = pattern.match, text.find, text.rfind
     first = find("\n")
     if match(text, 0, len(text) if first < 0 else first):  # a "\n"-led needle misses line one
@@ -326,13 +336,15 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
                     return True
             else:
                 misses += 1
-                if misses > _DENSE:
+                if misses > dense:
                     return line_hits(pattern, text, least)
             pos = locate(end)
     return False
 
 
 _DENSE: Final = 64
+#: a miss (a Python step) costs about what the regex engine takes for this many chars
+_DENSE_CHARS: Final = 2_048
 
 
 def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
@@ -346,7 +358,7 @@ def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
 
 def first_hit(pattern: re.Pattern[str], text: str) -> int:
     """Where the first line `pattern` matches at its start begins in `text` (-1: none)."""
-    found = _at_line_start(pattern).search("\n" + text)
+    found = _at_line_start(pattern).search(Doc.of(text).nl_text)
     return -1 if found is None else found.start()
 
 

@@ -6,7 +6,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, finish, line_hits, pick
+from ..view import Doc, census, finish, line_hits, pick
 from ._lines import rx
 
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
@@ -21,6 +21,10 @@ _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |functi
                             r"|(?:(?:static|extern|inline|const|unsigned|signed) )*"
                             r"(?:void|int|char|long|short|float|double|bool|size_t|struct \w+|\w+_t) ?\**\w+\()",
                             re.MULTILINE)
+#: what each of _SIGNAL's alternatives holds (behind the newline it starts after): a C
+#: function's definition its "("
+_PROBES: Final = census("\nimport ", "\nfrom ", "\ndef ", "\nclass ", "\nfunction ", "\nfunc ", "\nfn ",
+                        "\npub fn ", "\npackage ", "\n#include ", "(")
 
 
 class CodeCut:
@@ -29,7 +33,7 @@ class CodeCut:
     def detect(self, text: str, hint: Hint) -> bool:
         if hint.path and hint.path.lower().endswith(_EXTENSIONS):
             return True
-        return line_hits(_SIGNAL, text, 3)
+        return Doc.of(text).holds(_PROBES) and line_hits(_SIGNAL, text, 3)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)

@@ -4,6 +4,7 @@ side, then warnings, then the first and last lines."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Final
 
 from ..model import Hint, Limits
@@ -18,16 +19,28 @@ _ERRORS: Final = rx(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE|Traceback|Excep
 _WARNS: Final = rx(r"\b(?:WARN|WARNING)\b")
 
 
-#: _LEVEL without its leading \b: led by a set of letters, which the regex engine skips to
-#: (_LEVEL, led by \b, is tried at every position); a candidate is then checked by _LEVEL
-_LEVEL_WORD: Final = re.compile(_LEVEL.pattern.removeprefix(r"\b"))
+_LEVELS: Final = census("ERROR", "ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "WARN", "WARNING", "INFO", "DEBUG",
+                        "TRACE", "NOTICE")
+assert _LEVEL.pattern == r"\b(" + "|".join(_LEVELS) + r")\b"
+
+
+@cache
+def _level_words(words: tuple[str, ...]) -> re.Pattern[str]:
+    """_LEVEL without its leading \b, and only with `words`: led by a few letters (or one
+    literal), which the regex engine skips to, where _LEVEL, led by \b, is tried at every
+    position. A candidate it finds is then checked by _LEVEL."""
+    return re.compile(r"(" + "|".join(words) + r")\b")
 
 
 def _level_lines(part: str, enough: int) -> int:
     """How many lines of `part` hold a level word, counted up to `enough`: searched over the
     whole part, and on from the next line after each hit (a line counts once). Every match
-    of _LEVEL is one of _LEVEL_WORD, so the first candidate _LEVEL matches at is its first."""
-    hits, pos, search, match, find = 0, 0, _LEVEL_WORD.search, _LEVEL.match, part.find
+    of _LEVEL is one of the words `part` holds, so the first candidate of those that _LEVEL
+    matches at is its first match."""
+    words = tuple(filter(Doc.of(part).has, _LEVELS))
+    if not words:
+        return 0
+    hits, pos, search, match, find = 0, 0, _level_words(words).search, _LEVEL.match, part.find
     while hits < enough and (m := search(part, pos)) is not None:
         if match(part, m.start()) is None:  # inside a word: not a level word
             pos = m.start() + 1

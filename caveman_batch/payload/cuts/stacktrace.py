@@ -15,8 +15,10 @@ from ..view import (
     Run,
     _at_line_start,
     count_between,
+    census,
     count_lines,
     finish,
+    hit_count,
     line_hits,
     pick,
 )
@@ -24,6 +26,10 @@ from ._lines import LineCut, rx
 
 _GO_FRAMES: Final = r"goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+"  # also searched alone (_frames)
 _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
+#: _FRAME for a text with neither literal of Go's frames (most): no indented line's first
+#: word is read to the end for a ".go:"
+_FRAME_NOT_GO = rx(r"^(?:[ \t]+File \"|[ \t]+at )")
+_GO_NEEDLES: Final = census("goroutine ", ".go:", " {\n")[:2]
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
@@ -153,12 +159,14 @@ class StackCut(LineCut):
         if not (doc.holds(self.probes) and line_hits(self.signal, text, 1)):
             return False
         lines = count_lines(text)
-        if line_hits(_FRAME, text, _fifth(lines)):  # stops once there are enough
+        need = _fifth(lines)
+        frames = hit_count(_FRAME if doc.holds(_GO_NEEDLES) else _FRAME_NOT_GO, text, need)
+        if frames >= need:  # the count stops once there are enough; short of that it is whole
             return True
         if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
-        fields = len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
-        return line_hits(_FRAME, text, _fifth(lines - fields))
+        fields = len(_at_line_start(_OBJECT_FIELD).findall(doc.nl_text))
+        return frames >= _fifth(lines - fields)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
