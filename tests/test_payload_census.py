@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from caveman_batch import _accel
 from caveman_batch.payload import Hint, registry
-from caveman_batch.payload.cuts import log
-from caveman_batch.payload.view import _CENSUS, Doc, plain, present
+from caveman_batch.payload.cuts import log, stacktrace, tree
+from caveman_batch.payload.model import Limits
+from caveman_batch.payload.view import _CENSUS, Doc, fits, plain, present
 from caveman_batch.testing import payload_outputs as po
 from test_payload_fast import _plain_detect
 
@@ -120,3 +121,36 @@ def test_pure_python_routes_as_the_census_does() -> None:
                           env=env, check=True, timeout=120)
     here = [[c.detect(t, Hint()) for c in registry.cuts(Hint(), [])] for t in texts]
     assert json.loads(done.stdout) == here
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([" ", "\t", "  ", 'File "', "at ", "File", "at", "\r", "a", "(",
+                                          "\u00a0", "\u2003", "x"]), max_size=5).map("".join), max_size=40))
+def test_frames_led_by_blanks_are_the_frame_pattern_s(lines: list[str]) -> None:
+    """The way a trace's frames are found when they are most of its lines (in C, line by line)."""
+    doc = Doc("\n".join(lines))
+    want = [i for i, line in enumerate(doc.lines) if stacktrace._FRAME_NOT_GO.match(line)]
+    assert stacktrace._led_frames(doc.lines) == want
+    assert stacktrace._frames(doc) == want
+
+
+def _tree_cut_plain(text: str, limits: Limits) -> str | None:
+    """The tree cut trying every rendering in turn, then the directories alone."""
+    groups = tree._groups(text, Doc(text).lines)
+    total = sum(n for n, _ in groups.values())
+    for per_dir in tree._PER_DIR:
+        view = tree._render(groups, per_dir, total)
+        if fits(view, limits):
+            return view
+    return tree._render_dirs(groups, total, limits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b/c", "./d", "very/long/folder/name" * 3]),
+                          st.lists(st.sampled_from(["x", "y.py", "z" * 40, "n" * 90]), max_size=12)), max_size=30),
+       st.integers(400, 3_000), st.one_of(st.none(), st.integers(5, 60)), st.one_of(st.none(), st.integers(60, 300)))
+def test_tree_cut_skips_renderings_only_when_none_fits(dirs: list[tuple[str, list[str]]], chars: int,
+                                                       lines: int | None, width: int | None) -> None:
+    text = "\n".join(f"{d}/{name}" for d, names in dirs for name in names)
+    limits = Limits(chars, lines, width)
+    assert tree.CUT.cut(text, limits) == _tree_cut_plain(text, limits)

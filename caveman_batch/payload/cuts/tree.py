@@ -144,8 +144,13 @@ class TreeCut:
     def cut(self, text: str, limits: Limits) -> str | None:
         groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
         total = sum(n for n, _ in groups.values())
+        # with no entry shown, a rendering's lines are some of every other one's (the head and
+        # a line per directory): when it does not fit, no rendering does (13k folders: 6 built)
+        least = _render(groups, 0, total)
+        if not fits(least, limits):
+            return _render_dirs(groups, total, limits)
         for per_dir in _PER_DIR:
-            view = _render(groups, per_dir, total)
+            view = least if per_dir == 0 else _render(groups, per_dir, total)
             if fits(view, limits):
                 return view
         return _render_dirs(groups, total, limits)
