@@ -24,7 +24,7 @@ from caveman_batch import _accel
 from caveman_batch.payload import Hint, registry
 from caveman_batch.payload.cuts import log, stacktrace, tree
 from caveman_batch.payload.model import Limits
-from caveman_batch.payload.view import _CENSUS, Doc, fits, plain, present
+from caveman_batch.payload.view import _CENSUS, Doc, NumberedDoc, fits, plain, present
 from caveman_batch.testing import payload_outputs as po
 from test_payload_fast import _plain_detect
 
@@ -154,3 +154,16 @@ def test_tree_cut_skips_renderings_only_when_none_fits(dirs: list[tuple[str, lis
     text = "\n".join(f"{d}/{name}" for d, names in dirs for name in names)
     limits = Limits(chars, lines, width)
     assert tree.CUT.cut(text, limits) == _tree_cut_plain(text, limits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["", "a", " b", "x\r", "é", "def f():", "\t"]), max_size=120), st.booleans())
+def test_numbered_doc_is_the_numbered_text(lines: list[str], newline: bool) -> None:
+    """The code cut's numbered lines, made when asked, are those of the whole numbered text."""
+    doc = Doc("\n".join(lines) + ("\n" if newline else ""))
+    width = len(str(len(doc)))
+    want = Doc("\n".join(f"{i + 1:>{width}}| {line}" for i, line in enumerate(doc.lines)))
+    got = NumberedDoc(doc)
+    assert len(got) == len(want) and got.lines[:] == want.lines and got.text == want.text
+    assert [got.lines[i] for i in range(-len(want), len(want))] == want.lines * 2
+    assert got.lines[2:7] == want.lines[2:7] and got.lines[5:1] == []

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, cached_property
 from itertools import accumulate, islice
 from operator import add
-from typing import Final
+from typing import Any, Final
 
 from .. import _accel
 from .model import Limits
@@ -222,6 +222,41 @@ class Doc:
             found = self._search(pattern, needles) if needles else list(self.igrep(pattern))
             self._greps[key] = found
         return found
+
+
+class _NumberedLines(Sequence[str]):
+    """`lines`, each led by its number right-aligned ("  12| line"), made when asked."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines, self._width = lines, len(str(len(lines)))
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __getitem__(self, at: int | slice) -> Any:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self._lines)))]
+        i = range(len(self._lines))[at]  # a negative index counts from the end, as a list's
+        return f"{i + 1:>{self._width}}| {self._lines[i]}"
+
+
+class NumberedDoc(Doc):
+    """The Doc of `doc`'s lines each led by its number, right-aligned ("  12| line"): a line
+    is numbered when `pick` asks for it (a view of a 40k-line file shows a few dozen; numbering
+    them all cost more than the rest of the cut), the whole text only if asked for."""
+
+    def __init__(self, doc: Doc) -> None:
+        super().__init__("")
+        del self.text  # made by the property below when asked
+        self._source = doc
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return _NumberedLines(self._source.lines)  # type: ignore[return-value]  # a list's reads
+
+    @cached_property
+    def text(self) -> str:  # type: ignore[override]
+        return "\n".join(self.lines[:])
 
 
 _SHARED: ContextVar[Doc | None] = ContextVar("caveman_batch_payload_doc", default=None)

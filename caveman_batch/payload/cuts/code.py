@@ -6,7 +6,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, census, finish, line_hits, pick
+from ..view import Doc, NumberedDoc, census, finish, line_hits, pick
 from ._lines import rx
 
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
@@ -37,8 +37,7 @@ class CodeCut:
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        width = len(str(len(doc)))
-        numbered = Doc("\n".join(f"{i + 1:>{width}}| {line}" for i, line in enumerate(doc.lines)))
+        numbered = NumberedDoc(doc)
         runs = [(0, i, i + 1) for i in doc.grep(_IMPORT)]
         runs += [(1, i, i + 1) for i in doc.grep(_DEF)]
         return finish(pick(numbered, runs, limits), limits)
