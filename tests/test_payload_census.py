@@ -167,3 +167,31 @@ def test_numbered_doc_is_the_numbered_text(lines: list[str], newline: bool) -> N
     assert len(got) == len(want) and got.lines[:] == want.lines and got.text == want.text
     assert [got.lines[i] for i in range(-len(want), len(want))] == want.lines * 2
     assert got.lines[2:7] == want.lines[2:7] and got.lines[5:1] == []
+
+
+def _ls_groups_plain(lines: list[str]) -> dict[str, list]:  # type: ignore[type-arg]
+    """`ls -R` blocks, line by line (tree._ls_groups), as the cut keeps them."""
+    return {d: [len(names), names[:tree._PER_DIR[0]]] for d, names in tree._ls_groups(lines).items()}
+
+
+_LS_LINES = ["", ".:", "./a:", "./a/b:", "a:", "x/", "x/y", "total 12", "total x", "file", "dir/", ".", "..", " .",
+             "-rw-r--r-- 1 me me 120 Jan  1 12:00 file.txt", "drwxr-xr-x 2 me me 4096 Jan  1 12:00 .",
+             "drwxr-xr-x 2 me me 4096 Jan  1  2020 ..", "drwxr-xr-x 2 me me 4096 Jan  1  2020 sub/dir:",
+             "lrwxrwxrwx 1 me me 4 Jan  1 12:00 link -> x", "-rw-r--r-- 1 me me 1,2 Jan  1 12:00 ",
+             "d-not-long ..", "n" * 30]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_LS_LINES), max_size=60))
+def test_ls_groups_counted_are_the_line_by_line_groups(lines: list[str]) -> None:
+    assert tree._ls_counted(lines) == _ls_groups_plain(lines)
+
+
+def test_ls_groups_on_real_listings(tmp_path: Path) -> None:
+    for make in (po.ls_long_recursive, po.ls_recursive):
+        try:
+            out = make(tmp_path / make.__name__)
+        except Exception as exc:  # noqa: BLE001  # a tool the machine lacks
+            pytest.skip(f"{make.__name__}: {exc}")
+        lines = Doc(out.data.decode("utf-8", "replace")).lines
+        assert tree._ls_counted(lines) == _ls_groups_plain(lines)
