@@ -348,6 +348,12 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     needles' occurrences, not the text. Needles on most lines (every line of a build holds
     "error") would cost a Python step each: past `_DENSE` misses (more in a long text, where
     that search costs more) the lines are searched as `line_hits` does, in C."""
+    return len(needle_lines(pattern, text, needles, least)) >= least
+
+
+def needle_lines(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...], least: int) -> set[int]:
+    """Where (offsets in `text`) `least` of the lines that `needle_hits` counts start, or all of
+    them when there are fewer."""
     doc = Doc.of(text)
     needles = tuple(n for n in needles if not isinstance(n, str) or doc.has(n))  # absent: no find
     seen: set[int] = set()
@@ -357,7 +363,7 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     if match(text, 0, len(text) if first < 0 else first):  # a "\n"-led needle misses line one
         seen.add(0)
         if least <= 1:
-            return True
+            return seen
     for needle in needles:
         locate = (lambda at, n=needle: find(n, at)) if isinstance(needle, str) else _locator(needle, text)
         pos = locate(0)
@@ -368,13 +374,13 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
             if start not in seen and match(text, start, end):
                 seen.add(start)
                 if len(seen) >= least:
-                    return True
+                    return seen
             else:
                 misses += 1
-                if misses > dense:
-                    return line_hits(pattern, text, least)
+                if misses > dense:  # the newline before a line is at the line's own offset in nl_text
+                    return set(islice(doc.positions(pattern), least))
             pos = locate(end)
-    return False
+    return seen
 
 
 _DENSE: Final = 64

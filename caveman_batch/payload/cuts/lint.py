@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, census, line_hits, needle_hits
+from ..view import Doc, census, line_hits, needle_lines
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -101,6 +101,21 @@ _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
                          re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
 census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
+#: each short form alone, with the needles its lines hold: eslint's severity words are on
+#: most lines of an npm log, whose lines the ruff form would then be read through
+_SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles) for line, needles in zip(
+    _SIGNAL_LINES[:3], (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7], _SHORT_NEEDLES[7:]), strict=True))
+
+
+def _short_hits(text: str, least: int) -> bool:
+    """`needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, least)`, a form at a time: the
+    first `least` lines of each form together are `least` lines if the text has them."""
+    found: set[int] = set()
+    for pattern, needles in _SHORT_FORMS:
+        found |= needle_lines(pattern, text, needles, least)
+        if len(found) >= least:
+            return True
+    return False
 
 
 class LintCut(LineCut):
@@ -111,7 +126,7 @@ class LintCut(LineCut):
         doc = Doc.of(text)
         if doc.has("clippy::"):
             return len(self.signal.findall(text)) >= self.min_hits
-        if needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, self.min_hits):
+        if _short_hits(text, self.min_hits):
             return True
         return (doc.has("--> ") and line_hits(_ARROW, text, self.min_hits)
                 and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
