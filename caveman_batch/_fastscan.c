@@ -58,11 +58,16 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *text = args[0], *needles = args[1];
     Py_ssize_t n = PyTuple_GET_SIZE(needles);
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(needles, j))) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, j);
+        if (!PyUnicode_Check(needle)) {
             PyErr_SetString(PyExc_TypeError, "present: every needle must be a str");
             return NULL;
         }
+        if (PyUnicode_READY(needle) < 0)
+            return NULL;
     }
     PyObject *result = NULL;
     Needle *nd_all = PyMem_Calloc(n ? n : 1, sizeof(Needle));
