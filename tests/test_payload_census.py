@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from caveman_batch import _accel
 from caveman_batch.payload import Hint, registry
-from caveman_batch.payload.cuts import log, stacktrace, tree
+from caveman_batch.payload.cuts import code, log, stacktrace, tree
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import _CENSUS, Doc, NumberedDoc, fits, plain, present
 from caveman_batch.testing import payload_outputs as po
@@ -107,6 +107,8 @@ def test_fast_detection_is_the_plain_one_on_real_outputs(tmp_path: Path) -> None
     for text in texts:
         for cut in _cuts():
             assert cut.detect(text, Hint()) == _plain_detect(cut, text), (cut.name, text[:200])
+        lines = text.split("\n")
+        assert code.CUT.detect(text, Hint()) == (sum(1 for line in lines if code._SIGNAL.match(line)) >= 3)
 
 
 def test_pure_python_routes_as_the_census_does() -> None:
