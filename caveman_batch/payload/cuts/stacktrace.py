@@ -35,13 +35,7 @@ _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
                "at sun.", "at kotlin.", "at scala.", "/go/pkg/mod/", "GOROOT", "/usr/local/go/src/",
                ".rustup/", "/rustc/")
-# each group's needles all contain its probe: an absent probe rules them all out (a
-# one-char probe is a memchr; "(" and "G" are rare in Python's frames, "at " in all but Java's)
-_DEP_PROBES: Final = tuple(
-    (probe, tuple(n for n in _DEP if probe in n))
-    for probe in ("-packages", "node_modules", "/usr/", "lib/python", "<frozen ", "(", "at ", "/go/pkg/mod/",
-                  "G", "rust"))
-assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
+census(*_DEP)  # a needle the text does not hold is in none of its frames
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
@@ -83,16 +77,11 @@ def _led_frames(lines: list[str]) -> list[int]:
 
 def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
     """The frames holding a dependency needle: substring tests over the frame lines only,
-    a needle looked for only when a part it shares with others (a probe) is there."""
+    a needle looked for only when the text holds it."""
     texts = [doc.lines[i] for i in frames]
-    joined = "\n".join(texts)
     dep: set[int] = set()
-    for probe, needles in _DEP_PROBES:
-        if probe not in joined:  # one C-level scan rules out every needle of the group
-            continue
-        for needle in needles:
-            if needle in joined:
-                dep.update(compress(frames, map(contains, texts, repeat(needle))))
+    for needle in filter(doc.has, _DEP):  # the census: no scan for a needle the text lacks
+        dep.update(compress(frames, map(contains, texts, repeat(needle))))
     return sorted(dep)
 
 
