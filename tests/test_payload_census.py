@@ -1,10 +1,12 @@
 """The census of a text (one pass answering every literal detection asks about) and the
 shortcuts built on it give the answers of the plain searches they replace.
 
-`view.present` in C is `tuple(needle in text for needle in needles)`; a cut that skips its
-regex when none of its probes occurs decides as the plain line-by-line rule does
+`_fastscan.present` in C is `tuple(needle in text for needle in needles)`; a cut that skips
+its regex when none of its probes occurs decides as the plain line-by-line rule does
 (test_payload_fast._plain_detect), on random text and on every real output of the corpus;
-the log cut's level-word count is the plain regex loop's.
+the log cut's level-word count is the plain regex loop's. The cuts' own shortcuts (frames
+found in C, ls -R blocks counted, the tree renderings skipped, numbered lines made when
+asked) give the views of the plain rules.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_payload_fast import _plain_detect
 
 from caveman_batch import _accel
 from caveman_batch.payload import Hint, registry
 from caveman_batch.payload.cuts import code, log, stacktrace, tree
 from caveman_batch.payload.model import Limits
-from caveman_batch.payload.view import _CENSUS, Doc, NumberedDoc, fits, plain, present
+from caveman_batch.payload.view import _CENSUS, Doc, NumberedDoc, fits, plain
 from caveman_batch.testing import payload_outputs as po
-from test_payload_fast import _plain_detect
 
 _DETECTED = ("diff", "tests", "lint", "build", "stacktrace", "gitlog", "install", "log")
 _PIECES = ("\n", "\n\n", " ", "\t", "e", "error", "rror: ", "Ran ", "at ", "é", "✖ ", "😀", "\x00", "=", "commit ",
@@ -113,7 +115,7 @@ def test_fast_detection_is_the_plain_one_on_real_outputs(tmp_path: Path) -> None
 
 def test_pure_python_routes_as_the_census_does() -> None:
     """Without the C scanner (CAVEMAN_PURE_PYTHON=1) every cut decides the same."""
-    texts = ["\n".join(("error: x", "a.c:1:2: error: y", "Collecting pkg", "commit 0123456789", "Author: a")),
+    texts = ["error: x\na.c:1:2: error: y\nCollecting pkg\ncommit 0123456789\nAuthor: a",
              "\n".join(["INFO a", "WARN b", "x"] * 40), "Ran 3 tests in 0.1s\n\nFAILED (failures=1)"]
     script = ("import sys, json; from caveman_batch.payload import Hint, registry; "
               "texts = json.load(sys.stdin); "
