@@ -17,6 +17,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 #define BUCKETS 4096
 #define PAIR(a, b) ((((Py_UCS4)(a) * 131u) ^ (Py_UCS4)(b)) % BUCKETS)
@@ -31,7 +32,10 @@ typedef struct {
     do {                                                                            \
         const TYPE *s = (const TYPE *)data;                                         \
         for (Py_ssize_t i = 0; i + 1 < len && remaining > 0; i++) {                \
-            Py_ssize_t *link = &head[PAIR(s[i], s[i + 1])];                         \
+            size_t b = PAIR(s[i], s[i + 1]);                                        \
+            if (!(occupied[b / 64] >> (b % 64) & 1))                                \
+                continue;                                                           \
+            Py_ssize_t *link = &head[b];                                            \
             while (*link >= 0) {                                                    \
                 Py_ssize_t j = *link;                                               \
                 const Needle *nd = &nd_all[j];                                      \
@@ -74,6 +78,7 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t *next = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
     char *found = PyMem_Calloc(n ? n : 1, 1);
     Py_ssize_t *head = PyMem_Malloc(BUCKETS * sizeof(Py_ssize_t));
+    uint64_t occupied[BUCKETS / 64] = {0};  /* a bit per bucket: most pairs start no needle */
     if (nd_all == NULL || next == NULL || found == NULL || head == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -102,6 +107,7 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t b = PAIR(nd_all[j].chars[0], nd_all[j].chars[1]);
         next[j] = head[b];
         head[b] = j;
+        occupied[b / 64] |= (uint64_t)1 << (b % 64);
         remaining++;
     }
     const void *data = PyUnicode_DATA(text);
