@@ -101,17 +101,25 @@ _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
                          re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
 census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
-#: each short form alone, with the needles its lines hold: eslint's severity words are on
-#: most lines of an npm log, whose lines the ruff form would then be read through
-_SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles) for line, needles in zip(
-    _SIGNAL_LINES[:3], (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7], _SHORT_NEEDLES[7:]), strict=True))
+#: what a ruff concise line (`a.py:1:2: F401 `) holds, a digit then ": ": a text with none is
+#: not searched for its needle (the one that is a pattern, not a literal)
+_RUFF_LITERALS: Final = census(*(f"{d}: " for d in "0123456789"))
+#: each short form alone, with the needles its lines hold and literals one of which the text
+#: must hold (none: its needles are literals): eslint's severity words are on most lines of
+#: an npm log, whose lines the ruff form would then be read through
+_SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles, literals) for line, needles, literals in zip(
+    _SIGNAL_LINES[:3], (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7], _SHORT_NEEDLES[7:]), ((), _RUFF_LITERALS, ()),
+    strict=True))
 
 
 def _short_hits(text: str, least: int) -> bool:
     """`needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, least)`, a form at a time: the
     first `least` lines of each form together are `least` lines if the text has them."""
     found: set[int] = set()
-    for pattern, needles in _SHORT_FORMS:
+    doc = Doc.of(text)
+    for pattern, needles, literals in _SHORT_FORMS:
+        if literals and not doc.holds(literals):
+            continue
         found |= needle_lines(pattern, text, needles, least)
         if len(found) >= least:
             return True
