@@ -45,6 +45,21 @@ def test_laws_on_random_text(text: str, budget: Budget, hint: Hint) -> None:
     check_laws(text, budget, reduce(text, hint, budget), hint)
 
 
+long_lines = st.builds(lambda token, n, tail: (token + " ") * n + tail, st.sampled_from(_TOKENS),
+                       st.integers(10, 400), st.text(max_size=20))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(lines, long_lines), min_size=2, max_size=60).map("\n".join), budgets, hints)
+def test_laws_with_over_long_lines(text: str, budget: Budget, hint: Hint) -> None:
+    """Lines of 200+ chars among short ones: those cut to the room left keep every law."""
+    if not _big_enough(text, budget):
+        return
+    result = reduce(text, hint, budget)
+    event(result.strategy)
+    check_laws(text, budget, result, hint)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(lines, min_size=50, max_size=400).map("\n".join), st.integers(400, 3_000))
 def test_laws_on_random_bytes(text: str, max_chars: int) -> None:

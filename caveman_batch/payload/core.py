@@ -13,7 +13,7 @@ from typing import Final
 from .. import ccr
 from ..errors import CavemanError
 from ..store import Store
-from .model import Budget, Cut, Hint, Limits, PayloadResult, Stats
+from .model import MIN_CHARS, Budget, Cut, Hint, Limits, PayloadResult, Stats
 from .registry import cuts
 from .view import count_lines, fits, plain, shared
 
@@ -34,13 +34,19 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
     whole = Limits(budget.max_chars, budget.max_lines, budget.max_line_chars)
     with shared(text) as doc:  # split once: the line count here, the lines for the cuts
         before = (len(text), doc.line_count(split=not _json_like(text)))
-        if fits(text, whole):
+        # bytes no line of which means anything, even within the budget: their size and type
+        kind = binary_kind(raw) if isinstance(data, bytes) and ctype == BINARY_TYPE and len(text) > MIN_CHARS else None
+        if kind is None and fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
-        limits = _body_limits(whole, text, before)
-        read = plain(text)  # colours stripped: the cuts see what a terminal shows
-        with shared(read) if read is not text else nullcontext():
-            name, body, warnings = _first_fit(read, hint, limits)
+        warnings: list[str] = []
+        if kind is not None:
+            name, body = "binary", f"[binary: {len(raw):,} bytes, {kind}]"
+        else:
+            limits = _body_limits(whole, text, before)
+            read = plain(text)  # colours stripped: the cuts see what a terminal shows
+            with shared(read) if read is not text else nullcontext():
+                name, body, warnings = _first_fit(read, hint, limits)
     handle, note = _commit(store, raw, ctype, warnings)
     after = (len(body), count_lines(body))
     view = body + "\n" + footer(before, after, name, handle)
@@ -65,6 +71,37 @@ def _decode(data: str | bytes) -> tuple[str, bytes, str]:
         return data.decode("utf-8"), data, TEXT_TYPE
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace"), data, BINARY_TYPE
+
+
+# (offset, magic bytes, type): the formats a tool output most often turns out to be
+_MAGIC: Final = ((0, b"\x7fELF", "ELF"), (0, b"\x89PNG\r\n\x1a\n", "PNG"), (0, b"\x1f\x8b", "gzip"),
+                 (0, b"PK\x03\x04", "zip"), (0, b"PK\x05\x06", "zip"), (0, b"%PDF-", "PDF"),
+                 (0, b"\xff\xd8\xff", "JPEG"), (0, b"GIF8", "GIF"), (0, b"BZh", "bzip2"),
+                 (0, b"\xfd7zXZ\x00", "xz"), (0, b"\x28\xb5\x2f\xfd", "zstd"), (0, b"7z\xbc\xaf\x27\x1c", "7z"),
+                 (0, b"\xcf\xfa\xed\xfe", "Mach-O"), (0, b"\xca\xfe\xba\xbe", "Mach-O/Java class"),
+                 (0, b"MZ", "PE"), (0, b"\x00asm", "WebAssembly"), (0, b"SQLite format 3\x00", "SQLite"),
+                 (257, b"ustar", "tar"), (8, b"WEBP", "WebP"))
+#: magic bytes short or plain enough to start a text: they name a type only for bytes that look binary
+_WEAK: Final = frozenset({"PE", "bzip2", "GIF"})
+_SNIFF: Final = 8_192
+#: control bytes no text holds (tab, newlines, form feed, backspace and escape are text's)
+_CONTROL: Final = bytes(sorted(set(range(32)) - {8, 9, 10, 11, 12, 13, 27})) + b"\x7f"
+
+
+def binary_kind(raw: bytes) -> str | None:
+    """The type of bytes that are not UTF-8 text, by their magic bytes, else "data" when they
+    look binary; None for text that merely holds a few bad bytes."""
+    for at, magic, kind in _MAGIC:
+        if raw.startswith(magic, at) and (kind not in _WEAK or _looks_binary(raw[:_SNIFF])):
+            return kind
+    return "data" if _looks_binary(raw[:_SNIFF]) else None
+
+
+def _looks_binary(head: bytes) -> bool:
+    """More than a tenth of the bytes are control bytes or not UTF-8 (counted in C): a log
+    with a stray NUL or a few bad bytes stays text, as its lines still mean something."""
+    control = len(head) - len(head.translate(None, _CONTROL))
+    return (control + head.decode("utf-8", "replace").count("\ufffd")) * 10 > len(head)
 
 
 def footer(before: tuple[int, int], after: tuple[int, int], name: str, handle: str | None) -> str:

@@ -423,6 +423,7 @@ class _Picker:
         self.whole = whole = size(0, self.n)  # the longest marker there is
         self.width = min(limits.line_chars or limits.chars, limits.chars - whole - 2)
         self.kept: list[int] = []  # the chosen lines, in order
+        self.widths: dict[int, int] = {}  # kept lines cut narrower than `width` to fit the room left
         self.chars = whole + 1  # one gap covers everything at the start
         self.lines = 1
         self.lead: list[str] = []
@@ -480,7 +481,7 @@ class _Picker:
         new_chars, new_gaps = self._gap_cost(((lo + 1, start), (end, hi)))
         shown = self._shown(start, end)
         if inside:
-            shown -= sum(min(len(self.doc.lines[i]), self.width) + 1 for i in inside)
+            shown -= sum(min(len(self.doc.lines[i]), self.widths.get(i, self.width)) + 1 for i in inside)
         chars = shown + new_chars - old_chars
         lines = end - start - len(inside) + new_gaps - old_gaps
         if self.chars + chars > self.limits.chars:
@@ -489,6 +490,30 @@ class _Picker:
             return False
         kept[a:b] = range(start, end)
         self.chars += chars
+        self.lines += lines
+        return True
+
+    def offer_clipped(self, i: int) -> bool:
+        """Line `i`, too long to fit whole, cut to the room left (its marker counting what it
+        omits) rather than dropped: a minified bundle or pip's one long line of versions."""
+        line = self.doc.lines[i] if i < self.n else ""
+        if min(len(line), self.width) < _LONG_LINE:
+            return False
+        kept = self.kept
+        a = bisect_left(kept, i)
+        if a < len(kept) and kept[a] == i:
+            return False
+        lo = kept[a - 1] if a else -1
+        hi = kept[a] if a < len(kept) else self.n
+        new_chars, new_gaps = self._gap_cost(((lo + 1, i), (i + 1, hi)))
+        gaps = new_chars - self.size(lo + 1, hi) - 1
+        width = min(self.width, self.limits.chars - self.chars - gaps - 1)
+        lines = new_gaps  # the line, less the one gap it splits, plus the gaps around it
+        if width < _MIN_CLIP or self.limits.lines is not None and self.lines + lines > self.limits.lines:
+            return False
+        kept.insert(a, i)
+        self.widths[i] = width
+        self.chars += width + 1 + gaps
         self.lines += lines
         return True
 
@@ -510,6 +535,10 @@ class _Picker:
         return self.room() < self.whole + 2
 
 
+#: a line at least this wide is cut to the room left when it does not fit whole, to no
+#: fewer than _MIN_CLIP chars (its omission marker included)
+_LONG_LINE: Final = 200
+_MIN_CLIP: Final = 80
 _MAX_MISSES: Final = 64
 _LOW_ROOM: Final = 64
 
@@ -532,31 +561,47 @@ def pick(doc: Doc, runs: Iterable[Run], limits: Limits, lead: list[str] | None =
     if picker.chars > limits.chars:
         return None
     misses = 0
+    long_lines: list[tuple[int, int]] = []  # (priority, line) too long to fit whole: cut later
     for prio, start, end in (runs if presorted else sorted(runs)):
+        if long_lines and prio > long_lines[0][0]:  # the shorter lines of their priority went first
+            _clip_long(picker, long_lines)
         if lead and prio > lead_after:
             picker.offer_lead(lead)
             lead = []
         taken = picker.offer(start, end)
+        if taken is False and end - start == 1 and start < picker.n and len(doc.lines[start]) >= _LONG_LINE:
+            long_lines.append((prio, start))
         if taken is False:  # nearly full, only a few more tries: each may start a search of the text
             misses += 1 if picker.room() > max(_LOW_ROOM, limits.chars // 20) else _MAX_MISSES // 2
         elif taken:
             misses = 0
         if picker.full() or misses > _MAX_MISSES:  # nothing more of size will fit
             break
+    _clip_long(picker, long_lines)
     if lead:
         picker.offer_lead(lead)
     if not picker.kept:
         return None
-    return render(doc, picker.kept, picker.lead, label, picker.width)
+    return render(doc, picker.kept, picker.lead, label, picker.width, picker.widths)
 
 
-def render(doc: Doc, keep: list[int], lead: list[str], label: GapLabel, width: int) -> str:
+def _clip_long(picker: _Picker, long_lines: list[tuple[int, int]]) -> None:
+    """Offer the over-long lines that did not fit whole, cut to the room left, and forget them."""
+    for _, line in long_lines:
+        if picker.room() >= _MIN_CLIP:
+            picker.offer_clipped(line)
+    long_lines.clear()
+
+
+def render(doc: Doc, keep: list[int], lead: list[str], label: GapLabel, width: int,
+           widths: dict[int, int] | None = None) -> str:
     out = list(lead)
     prev = -1
+    narrower = widths or {}
     for i in keep:
         if i > prev + 1:
             out.append(label(prev + 1, i))
-        out.append(clip(doc.lines[i], width))
+        out.append(clip(doc.lines[i], narrower.get(i, width)))
         prev = i
     if prev < len(doc) - 1:
         out.append(label(prev + 1, len(doc)))

@@ -1,4 +1,5 @@
-"""Source code: imports and definitions (signatures), each with its line number."""
+"""Source code: definitions (signatures) at the margin, then imports, then nested definitions,
+each with its line number."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, NumberedDoc, census, finish, line_hits, pick
+from ..view import Doc, NumberedDoc, Run, census, finish, line_hits, pick
 from ._lines import rx
 
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
@@ -15,6 +16,11 @@ _IMPORT = rx(r"^(?:import |from [\w.]+ import |#include |use |package |require\(
 _DEF = rx(r"^[ \t]*(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected |static |async "
           r"|abstract |final |default )*(?:def |class |function |fn |func |interface |struct "
           r"|enum |trait |impl |type |const [\w$]+ = (?:async )?\(|module ))")
+#: a C-family function definition's head: at the margin, a name then "(", and no ";" after it
+#: (a prototype, a call or a declaration ends with one); looked for only in text that has an
+#: `#include` (a Python or JS call at the margin would match too)
+_C_FUNCTION = rx(r"^(?!(?:return|if|else|while|for|switch|do|case|goto|sizeof|typedef)\b)"
+                 r"[A-Za-z_][\w \t*&:<>,~]*\([^;\n]*$")
 _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |function |func |fn "
                             r"|pub fn |package |#include "
                             # a C function's definition: `static int name(`, `void *name(`
@@ -25,6 +31,7 @@ _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |functi
 #: function's definition its "("
 _PROBES: Final = census("\nimport ", "\nfrom ", "\ndef ", "\nclass ", "\nfunction ", "\nfunc ", "\nfn ",
                         "\npub fn ", "\npackage ", "\n#include ", "(")
+_C_FAMILY: Final = census("\n#include")[0]
 
 
 class CodeCut:
@@ -38,9 +45,21 @@ class CodeCut:
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
         numbered = NumberedDoc(doc)
-        runs = [(0, i, i + 1) for i in doc.grep(_IMPORT)]
-        runs += [(1, i, i + 1) for i in doc.grep(_DEF)]
-        return finish(pick(numbered, runs, limits), limits)
+        c_family = doc.has(_C_FAMILY)  # the text starts with an #include, or a line does
+        return finish(pick(numbered, _outline(doc, c_family), limits), limits)
+
+
+def _outline(doc: Doc, c_family: bool) -> list[Run]:
+    """The definitions at the margin first (a module's classes and functions, a C file's
+    functions), then the imports, then nested definitions (methods): what a file offers,
+    then what it needs, then the detail."""
+    lines = doc.lines
+    top = [i for i in doc.grep(_DEF) if lines[i][:1] not in (" ", "\t")]
+    nested = [i for i in doc.grep(_DEF) if lines[i][:1] in (" ", "\t")]
+    if c_family:
+        top = sorted({*top, *doc.grep(_C_FUNCTION)})
+    return [*((0, i, i + 1) for i in top), *((1, i, i + 1) for i in doc.grep(_IMPORT)),
+            *((2, i, i + 1) for i in nested)]
 
 
 CUT = CodeCut()

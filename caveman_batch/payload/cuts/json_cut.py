@@ -39,6 +39,8 @@ def _is_error(value: Any, depth: int = 0) -> bool:
             return True
         if isinstance(v, dict) and _is_error(v, depth + 1):
             return True
+        if isinstance(v, list) and any(_is_error(x, depth + 1) for x in v if type(x) is dict):
+            return True  # an error in a list inside the item (`steps[].error`)
     return False
 
 
@@ -140,10 +142,25 @@ def _check_layout(layout: tuple[str, ...], columns: list[Sequence[Any]], where: 
             found.update(compress(where, map(not_, map(contains, repeat(_EMPTY), column))))
         elif low in _STATUS_KEYS:
             found.update(compress(where, _error_values(column)))
-        if dict in map(type, column):
+        types = set(map(type, column))
+        if dict in types:
             nested = list(compress(count(), map(is_, map(type, column), repeat(dict))))
             hits = _errors_among([column[j] for j in nested], depth + 1)
             found.update(where[nested[j]] for j in hits)
+        if list in types and depth < 2:
+            _check_lists(column, where, depth, found)
+
+
+def _check_lists(column: Sequence[Any], where: Sequence[int], depth: int, found: set[int]) -> None:
+    """The rows whose value in this column is a list holding an error dict: the dicts of
+    every list are checked together, each mapped back to its row."""
+    items: list[dict[str, Any]] = []
+    owners: list[int] = []
+    for j in compress(count(), map(is_, map(type, column), repeat(list))):
+        dicts = [x for x in column[j] if type(x) is dict]
+        items += dicts
+        owners += [j] * len(dicts)
+    found.update(where[owners[k]] for k in _errors_among(items, depth + 1))
 
 
 def _error_values(column: Sequence[Any]) -> Iterable[bool]:
@@ -161,6 +178,7 @@ class _Skeleton:
                  notable: dict[int, list[int]]) -> None:
         self.items, self.keys, self.chars, self.depth = items, keys, chars, depth
         self.notable = notable  # id(array) -> its error and outlier items, shared by widths
+        self.boosted = False  # rendering an error's value past the depth limit
 
     def render(self, value: Any, indent: str, level: int) -> list[str]:
         if isinstance(value, dict):
@@ -184,15 +202,34 @@ class _Skeleton:
         if level >= self.depth:
             return [indent + f"{{…}} ({len(obj):,} keys)"]
         keys = list(obj)
-        shown = [k for k in keys[: self.keys]] + [k for k in keys[self.keys:] if k.lower() in _ERROR_KEYS]
+        shown = keys[: self.keys] + [k for k in keys[self.keys:] if self._holds_error(k, obj[k])]
         out = [indent + "{"]
         for k in shown:
-            body = self.render(obj[k], indent + "  ", level + 1)
+            body = self._value(k, obj[k], indent + "  ", level + 1)
             out.append(f"{indent}  {json.dumps(k, ensure_ascii=False)}: {body[0].lstrip()}")
             out.extend(body[1:])
         if len(keys) > len(shown):
             out.append(f"{indent}  ({len(keys) - len(shown):,} more keys)")
         return out + [indent + "}"]
+
+    def _value(self, key: str, value: Any, indent: str, level: int) -> list[str]:
+        """A key's value; an error's own keys (code, message) one level past the depth limit."""
+        if key.lower() not in _ERROR_KEYS or level < self.depth or self.boosted:
+            return self.render(value, indent, level)
+        self.depth, self.boosted = self.depth + 1, True
+        try:
+            return self.render(value, indent, level)
+        finally:
+            self.depth, self.boosted = self.depth - 1, False
+
+    def _holds_error(self, key: str, value: Any) -> bool:
+        """Whether a key past the shown ones must be shown anyway: it names an error, or its
+        value is or holds one (an array's error items are found once and remembered)."""
+        if key.lower() in _ERROR_KEYS:
+            return True
+        if isinstance(value, dict):
+            return _is_error(value)
+        return isinstance(value, list) and bool(value) and bool(self._notable(value)[0])
 
     def _array(self, arr: list[Any], indent: str, level: int) -> list[str]:
         if not arr:

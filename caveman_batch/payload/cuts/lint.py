@@ -16,8 +16,11 @@ _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
 _TOP: Final = 8
 
 
-_RUFF_ALL = re.compile(r"\n([^ \t\n:][^:\n]*:\d+:\d+): ([A-Z]{1,4}\d{2,4})\b")
-_RUFF_RULES = re.compile(r"\n[^ \t\n:][^:\n]*:\d+:\d+: ([A-Z]{1,4}\d{2,4})\b")
+# a rule code, or what ruff reports a file it cannot parse as (no code: invalid-syntax now,
+# SyntaxError before 0.5)
+_RUFF_RULE: Final = r"([A-Z]{1,4}\d{2,4}\b|invalid-syntax(?=:)|SyntaxError(?=:))"
+_RUFF_ALL = re.compile(r"\n([^ \t\n:][^:\n]*:\d+:\d+): " + _RUFF_RULE)
+_RUFF_RULES = re.compile(r"\n[^ \t\n:][^:\n]*:\d+:\d+: " + _RUFF_RULE)
 _ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)")
 _ESLINT_REST = re.compile(r"\n[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]([^\n]*)")  # _ESLINT_ALL's rest
 # ruff's default (full) format: the rule on its own line, the location on the `-->` under it
@@ -156,8 +159,8 @@ CUT = LintCut(
     signal=_SIGNAL,
     keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
                  r"|error: could not compile|\d+ errors?|All checks passed)")),
-          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: "
-                 r"|^[EF]\d{3} |^invalid-syntax: |^[^ \t\n:][^:\n]*:\d+:\d+: invalid-syntax: ")),
+          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: (?:[EF]\d|invalid-syntax:|SyntaxError:)"
+                 r"|^error(?:\[\w+\])?: |^[EF]\d{3} |^invalid-syntax: ")),
           (2, _ESLINT_FILE),
           (3, rx(r"^[ \t]+\d+:\d+[ \t]+warning[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d|^warning: |^[ \t]+--> |^[A-Z]{1,4}\d{2,4} "))),
     min_hits=2,

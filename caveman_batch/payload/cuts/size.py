@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Final, Literal
 
 from ..model import Hint, Limits
@@ -51,7 +52,20 @@ class SizeCut:
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        return finish(pick(doc, _runs(len(doc), self.mode), limits, presorted=True), limits)
+        runs = _runs(len(doc), self.mode)
+        if self.mode == "tail" and len(doc) > 2 and _is_header(doc.lines[0]):
+            runs = chain([(-1, 0, 1)], runs)  # the rows kept mean nothing without their columns' names
+        return finish(pick(doc, runs, limits, presorted=True), limits)
+
+
+#: a table's header (`pip list`, `ps aux`, `docker ps`, `kubectl get`): column names in
+#: columns (two spaces or a tab apart), none starting with a digit, no sentence punctuation
+_HEADER: Final = re.compile(r"[A-Za-z%#][^\d\t:;,.=()\[\]{}\\/\n]*(?: {2,}|\t)[A-Za-z%#][^\t:;,.=()\[\]{}\\/\n]*")
+
+
+def _is_header(line: str) -> bool:
+    return (len(line) <= 400 and _HEADER.fullmatch(line.rstrip()) is not None
+            and not any(word[0].isdigit() for word in line.split()))
 
 
 def for_hint(hint: Hint) -> SizeCut:

@@ -1,12 +1,14 @@
 """Test runs (pytest, unittest, jest/vitest, go test, cargo test).
 
-The final summary line outranks everything; then every failure's name, then its
+The final summary line outranks everything; then pytest's short summary (every
+failure's name and message, one line each), then every failure's name, then its
 message and location, then the rest of its report. Passing lines are never kept
 for a failing run: a run must not look green because its passes were what fit.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ..model import Limits
@@ -31,13 +33,37 @@ _DETAIL = rx(
     r"|\w*(?:Error|Exception)\b[^\n]{0,200}:|[ \t]+[^ \t\n]+_test\.go:\d+:|.*panicked at "
     r"|[ \t]+(?:Expected|Received)|[ \t]+at [^ \t\n]+:\d+:\d+|[ \t]+> \d+ \|)"
 )
-_PASS_NEEDLES = ("PASSED", "... ok", "ok ", "✓", "--- PASS", "PASS ")
-_PASSING = rx(r"(?:PASSED|\.\.\. ok\r?$|^ok |✓|--- PASS|^PASS )")
+#: the short summary pytest ends a failing run with: each failure's name and message, one line
+#: each, worth more than the `____ test ____` headers of the reports above it
+_SHORT = rx(r"^(?:=+ short test summary info =+\r?$|FAILED [^ \t\n]+::|ERROR [^ \t\n]+(?:::| - ))")
+#: what marks one passing test's line (pytest -v, unittest -v, cargo, jest/vitest, go test): a
+#: bare "ok " is not one ("ok ok ok" printed by a test, go's package line, prose)
+_PASS_NEEDLES = ("PASSED", "... ok", "✓", "--- PASS")
+_PYTEST_PASSED = rx(r"^=+ (?:.*\D)?(\d+) passed\b.* =+\r?$")
+_UNITTEST_RAN = rx(r"^Ran (\d+) tests? in ")
+_UNITTEST_BAD = rx(r"^FAILED \((.*)\)\r?$")
+
+
+def _passes(doc: Doc) -> int:
+    """How many tests passed: the runs' own counts where their summaries give them (pytest's
+    "N passed", unittest's "Ran N tests" less its failures; several runs add up), else one
+    per passing line. Only lines holding the summaries' words are searched."""
+    lines = doc.lines
+    summaries = doc.grep(_PYTEST_PASSED, (" passed",))
+    if summaries:
+        return sum(int(_PYTEST_PASSED.search(lines[i]).group(1)) for i in summaries)  # type: ignore[union-attr]
+    ran = doc.grep(_UNITTEST_RAN, ("Ran ",))
+    if ran:
+        total = sum(int(_UNITTEST_RAN.search(lines[i]).group(1)) for i in ran)  # type: ignore[union-attr]
+        failed = sum(int(n) for i in doc.grep(_UNITTEST_BAD, ("FAILED (",))
+                     for n in re.findall(r"(?:failures|errors)=(\d+)", lines[i]))
+        return max(total - failed, 0)
+    return sum(map(doc.count, _PASS_NEEDLES))  # one needle per passing line
 
 
 class TestsCut(LineCut):
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
-        passing = sum(map(doc.count, _PASS_NEEDLES))  # one marker per passing line
+        passing = _passes(doc)
         return [f"[tests cut: {passing:,} passing tests omitted; failures and summary kept]"] if passing else []
 
     def streams(self, doc: Doc) -> list[Stream]:
@@ -63,7 +89,9 @@ CUT = TestsCut(
     # what each of the signal's alternatives holds, behind the newline it starts after or not
     probes=("\n=", "\nRan ", "\nTests:", "\nTest Suites:", "Test Files",
             "\n--- FAIL: ", "\ntest result: ", "\nrunning "),
-    keep=((0, _SUMMARY), (1, _FAILURE), (2, _DETAIL)),
+    keep=((0, _SUMMARY), (1, _SHORT), (2, _FAILURE), (3, _DETAIL)),
     gap_counts=(("failure", _FAILURE),),
     gap_needles=(("passing", _PASS_NEEDLES),),
+    # the short summary's lines hold one of these: only those lines are searched
+    needles={_SHORT.pattern: ("short test summary info", "FAILED ", "ERROR ")},
 )
