@@ -18,5 +18,7 @@ setup(
                   extra_compile_args=_FLAGS, optional=True),
         Extension("caveman_batch._fastcount", ["caveman_batch/_fastcount.c"],
                   extra_compile_args=_FLAGS, optional=True),
+        Extension("caveman_batch._fastscan", ["caveman_batch/_fastscan.c"],
+                  extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, cached_property
 from itertools import accumulate, islice
 from operator import add
-from typing import Final
+from typing import Any, Final
 
+from .. import _accel
 from .model import Limits
 
 #: (priority, first line, end line exclusive): lower priority numbers are kept first.
@@ -66,6 +67,26 @@ def clip(line: str, width: int) -> str:
     return f"{line[:keep]} [… {len(line) - keep:,} chars omitted]"
 
 
+#: every literal a detection asks `Doc.has` about, registered (by `census`) where it is
+#: declared: the first question of a reduce has all of them answered in one pass (C)
+_CENSUS: dict[str, None] = {}
+
+
+def census(*needles: str) -> tuple[str, ...]:
+    """`needles`, registered for the one-pass census of each text (`Doc.has`)."""
+    for needle in needles:
+        _CENSUS.setdefault(needle)
+    return needles
+
+
+def present(text: str, needles: tuple[str, ...]) -> tuple[bool, ...]:
+    """`tuple(needle in text for needle in needles)` (the definition), in one pass in C."""
+    fast = _accel.fastscan
+    if fast is not None:
+        return fast.present(text, needles)  # type: ignore[no-any-return]
+    return tuple(needle in text for needle in needles)
+
+
 class Doc:
     """A text split into lines once, and searched as a whole.
 
@@ -80,6 +101,8 @@ class Doc:
         self._ends: list[int] | None = None
         self._cursor = (0, 0)  # (line, its offset): where the last `offset` call left off
         self._counts: dict[str, int] = {}
+        self._has: dict[str, bool] = {}
+        self._census = False  # whether the registered needles are answered yet
 
     @cached_property
     def lines(self) -> list[str]:
@@ -135,9 +158,28 @@ class Doc:
             found = self._counts[needle] = self.text.count(needle)
         return found
 
+    def has(self, needle: str) -> bool:
+        """Whether `needle` occurs in `nl_text` (the text behind a newline: "\\nRan " is "a line
+        starts with Ran "), remembered. With the C scanner, the first needle asked that is
+        registered (`census`) has every registered needle answered in the same one pass:
+        most detections ask for literals the text does not hold, each a pass of its own."""
+        found = self._has.get(needle)
+        if found is None:
+            if _accel.fastscan is not None and needle in _CENSUS and not self._census:
+                self._census = True
+                asked = tuple(_CENSUS)
+                self._has.update(zip(asked, present(self.nl_text, asked)))
+                return self._has[needle]
+            found = self._has[needle] = needle in self.nl_text
+        return found
+
+    def holds(self, needles: Iterable[str]) -> bool:
+        """Whether any of `needles` occurs (`has`)."""
+        return any(map(self.has, needles))
+
     def positions(self, pattern: re.Pattern[str]) -> Iterator[int]:
         """Offsets in `nl_text` of the newline before each line `pattern` matches."""
-        return (m.start() for m in _at_line_start(pattern).finditer(self.nl_text))
+        return map(re.Match.start, _at_line_start(pattern).finditer(self.nl_text))  # no Python step a match
 
     def igrep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> Iterator[int]:
         """Indexes of the lines that `pattern` matches at their start, lazily, in order.
@@ -180,6 +222,41 @@ class Doc:
             found = self._search(pattern, needles) if needles else list(self.igrep(pattern))
             self._greps[key] = found
         return found
+
+
+class _NumberedLines(Sequence[str]):
+    """`lines`, each led by its number right-aligned ("  12| line"), made when asked."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines, self._width = lines, len(str(len(lines)))
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __getitem__(self, at: int | slice) -> Any:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self._lines)))]
+        i = range(len(self._lines))[at]  # a negative index counts from the end, as a list's
+        return f"{i + 1:>{self._width}}| {self._lines[i]}"
+
+
+class NumberedDoc(Doc):
+    """The Doc of `doc`'s lines each led by its number, right-aligned ("  12| line"): a line
+    is numbered when `pick` asks for it (a view of a 40k-line file shows a few dozen; numbering
+    them all cost more than the rest of the cut), the whole text only if asked for."""
+
+    def __init__(self, doc: Doc) -> None:
+        super().__init__("")
+        del self.text  # made by the property below when asked
+        self._source = doc
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return _NumberedLines(self._source.lines)  # type: ignore[return-value]  # a list's reads
+
+    @cached_property
+    def text(self) -> str:  # type: ignore[override]
+        return "\n".join(self.lines[:])
 
 
 _SHARED: ContextVar[Doc | None] = ContextVar("caveman_batch_payload_doc", default=None)
@@ -235,6 +312,16 @@ def _anchored(source: str) -> bool:
     return True
 
 
+def hit_count(pattern: re.Pattern[str], part: str, most: int) -> int:
+    """How many times `pattern` matches in `part` (as `line_hits` counts), counted up to `most`:
+    below `most`, the whole count."""
+    if _anchored(pattern.pattern) and pattern.flags & re.MULTILINE:
+        found = _at_line_start(pattern).finditer(Doc.of(part).nl_text)
+    else:
+        found = pattern.finditer(part)
+    return sum(1 for _ in islice(found, most))
+
+
 def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     """Whether `pattern` (MULTILINE) matches at least `least` times in `part` (findall's count).
 
@@ -243,7 +330,7 @@ def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:
     newline to newline instead of trying every position, and stops at the `least`-th
     line that matches. Any other pattern is counted as findall would."""
     if _anchored(pattern.pattern) and pattern.flags & re.MULTILINE:
-        found = _at_line_start(pattern).finditer("\n" + part)
+        found = _at_line_start(pattern).finditer(Doc.of(part).nl_text)  # the reduce's copy, made once
     else:
         found = pattern.finditer(part)
     return next(islice(found, least - 1, None), None) is not None
@@ -259,16 +346,24 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
     lines are found by `str.find` or a literal-led search (C, fast) and only those are
     matched, so a pattern that reads every char of every line (`path:12:3: error:`) costs the
     needles' occurrences, not the text. Needles on most lines (every line of a build holds
-    "error") would cost a Python step each: past `_DENSE` misses the lines are searched as
-    `line_hits` does, in C."""
+    "error") would cost a Python step each: past `_DENSE` misses (more in a long text, where
+    that search costs more) the lines are searched as `line_hits` does, in C."""
+    return len(needle_lines(pattern, text, needles, least)) >= least
+
+
+def needle_lines(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...], least: int) -> set[int]:
+    """Where (offsets in `text`) `least` of the lines that `needle_hits` counts start, or all of
+    them when there are fewer."""
+    doc = Doc.of(text)
+    needles = tuple(n for n in needles if not isinstance(n, str) or doc.has(n))  # absent: no find
     seen: set[int] = set()
-    misses = 0
+    misses, dense = 0, max(_DENSE, len(text) // _DENSE_CHARS)
     match, find, rfind = pattern.match, text.find, text.rfind
     first = find("\n")
     if match(text, 0, len(text) if first < 0 else first):  # a "\n"-led needle misses line one
         seen.add(0)
         if least <= 1:
-            return True
+            return seen
     for needle in needles:
         locate = (lambda at, n=needle: find(n, at)) if isinstance(needle, str) else _locator(needle, text)
         pos = locate(0)
@@ -279,16 +374,18 @@ def needle_hits(pattern: re.Pattern[str], text: str, needles: tuple[Needle, ...]
             if start not in seen and match(text, start, end):
                 seen.add(start)
                 if len(seen) >= least:
-                    return True
+                    return seen
             else:
                 misses += 1
-                if misses > _DENSE:
-                    return line_hits(pattern, text, least)
+                if misses > dense:  # the newline before a line is at the line's own offset in nl_text
+                    return set(islice(doc.positions(pattern), least))
             pos = locate(end)
-    return False
+    return seen
 
 
 _DENSE: Final = 64
+#: a miss (a Python step) costs about what the regex engine takes for this many chars
+_DENSE_CHARS: Final = 2_048
 
 
 def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
@@ -302,7 +399,7 @@ def _locator(needle: re.Pattern[str], text: str) -> Callable[[int], int]:
 
 def first_hit(pattern: re.Pattern[str], text: str) -> int:
     """Where the first line `pattern` matches at its start begins in `text` (-1: none)."""
-    found = _at_line_start(pattern).search("\n" + text)
+    found = _at_line_start(pattern).search(Doc.of(text).nl_text)
     return -1 if found is None else found.start()
 
 

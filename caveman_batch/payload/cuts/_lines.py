@@ -14,6 +14,7 @@ from ..view import (
     GapLabel,
     GapSize,
     Run,
+    census,
     count_between,
     finish,
     line_hits,
@@ -48,16 +49,20 @@ class LineCut:
 
     #: substrings one of which every match of `signal` holds: without any, no search
     signal_needles: tuple[str, ...] = ()
-    #: substrings one of which every match of `signal` holds, only tested for (`in`, C's fast
-    #: search): a text with none is not searched line by line
+    #: substrings one of which every match of `signal` holds (behind a newline: "\nRan " for
+    #: a line that starts with it), only tested for, by the census of the text (`Doc.has`):
+    #: a text with none is not searched line by line
     probes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        census(*self.probes, *self.signal_needles)
 
     def detect(self, text: str, hint: Hint) -> bool:
         """`min_hits` lines of the whole text match `signal`: one search from newline to
         newline, linear, that stops at the last hit it needs."""
         if self.signal_needles:  # only the lines holding a needle are matched
             return needle_hits(self.signal, text, self.signal_needles, self.min_hits)
-        if self.probes and not any(probe in text for probe in self.probes):
+        if self.probes and not Doc.of(text).holds(self.probes):
             return False
         return line_hits(self.signal, text, self.min_hits)
 

@@ -17,9 +17,9 @@ from itertools import chain, islice
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, Run, finish, line_hits, needle_hits, pick
+from ..view import Doc, Run, census, finish, line_hits, needle_hits, pick
 from ._lines import LineCut, Stream, _hits, by_priority, rx
-from .install import INSTALLER
+from .install import INSTALLER, INSTALLER_PROBES
 
 _ERROR = rx(
     r"^(?:[^ \t\n:(][^\n:(]*:\d+:\d+: (?:fatal )?error:"  # gcc/clang
@@ -41,8 +41,8 @@ _SUMMARY = rx(
 )
 #: what every line _ERROR or _WARNING matches holds: detection matches only the lines these
 #: substrings are on (found by str.find, in C)
-_ERROR_NEEDLES: Final = ("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
-_WARNING_NEEDLES: Final = ("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
+_ERROR_NEEDLES: Final = census("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
+_WARNING_NEEDLES: Final = census("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 #: repeated messages the lead groups, and the locations it names for each
@@ -102,7 +102,7 @@ def _is_location(text: str) -> bool:
 
 
 _ERROR_WORDS: Final = ("error", "ERROR")
-_WARNING_WORDS: Final = ("warning", "WARNING")
+_WARNING_WORDS: Final = census("warning", "WARNING")
 
 
 class _Messages:
@@ -177,16 +177,16 @@ class BuildCut(LineCut):
         the text; not when pip or npm ran the compiler (the install cut names the package)."""
         if not (needle_hits(_ERROR, text, _ERROR_NEEDLES, 1) or needle_hits(_WARNING, text, _WARNING_NEEDLES, 2)):
             return False
-        return not line_hits(INSTALLER, text, 1)
+        return not (Doc.of(text).holds(INSTALLER_PROBES) and line_hits(INSTALLER, text, 1))
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
         scan = max(_SCAN_MIN, limits.chars // _SCAN_CHARS)
         errors = _Messages(doc, _ERROR, _ERROR_WORDS, scan)  # once, for the lead and the runs
-        # warnings are read up front (and grouped) only when the text has any (str.find, in C):
-        # else they are searched only if the picker gets to them
+        # warnings are read up front (and grouped) only when the text has any (the census
+        # says): else they are searched only if the picker gets to them
         warnings = (_Messages(doc, _WARNING, _WARNING_WORDS, scan)
-                    if "warning" in text or "WARNING" in text else None)
+                    if doc.holds(_WARNING_WORDS) else None)
         lead = errors.lead(_GROUPS) + (warnings.lead(_GROUPS // 2) if warnings else [])
         view = pick(doc, by_priority(self._streams(doc, errors, warnings)), limits, lead=lead,
                     presorted=True, lead_after=self.lead_after)

@@ -7,7 +7,7 @@ import re
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, Run, finish, line_hits, pick
+from ..view import Doc, NumberedDoc, Run, census, finish, line_hits, pick
 from ._lines import rx
 
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
@@ -27,6 +27,11 @@ _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |functi
                             r"|(?:(?:static|extern|inline|const|unsigned|signed) )*"
                             r"(?:void|int|char|long|short|float|double|bool|size_t|struct \w+|\w+_t) ?\**\w+\()",
                             re.MULTILINE)
+#: what each of _SIGNAL's alternatives holds (behind the newline it starts after): a C
+#: function's definition its "("
+_PROBES: Final = census("\nimport ", "\nfrom ", "\ndef ", "\nclass ", "\nfunction ", "\nfunc ", "\nfn ",
+                        "\npub fn ", "\npackage ", "\n#include ", "(")
+_C_FAMILY: Final = census("\n#include")[0]
 
 
 class CodeCut:
@@ -35,13 +40,12 @@ class CodeCut:
     def detect(self, text: str, hint: Hint) -> bool:
         if hint.path and hint.path.lower().endswith(_EXTENSIONS):
             return True
-        return line_hits(_SIGNAL, text, 3)
+        return Doc.of(text).holds(_PROBES) and line_hits(_SIGNAL, text, 3)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
-        width = len(str(len(doc)))
-        numbered = Doc("\n".join(f"{i + 1:>{width}}| {line}" for i, line in enumerate(doc.lines)))
-        c_family = text.startswith("#include") or "\n#include" in text
+        numbered = NumberedDoc(doc)
+        c_family = doc.has(_C_FAMILY)  # the text starts with an #include, or a line does
         return finish(pick(numbered, _outline(doc, c_family), limits), limits)
 
 

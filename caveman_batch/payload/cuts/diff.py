@@ -130,7 +130,7 @@ class DiffCut(LineCut):
         patches, or git show: the gitlog cut keeps its commit ids and subjects)."""
         if not super().detect(text, hint):
             return False
-        commit = first_hit(_COMMIT, text)
+        commit = first_hit(_COMMIT, text) if Doc.of(text).has("\ncommit ") else -1
         return commit < 0 or commit > first_hit(self.signal, text)
 
     def cut(self, text: str, limits: Limits) -> str | None:
@@ -150,5 +150,5 @@ CUT = DiffCut(
     name="diff",
     signal=rx(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+)"),
     keep=(),
-    probes=("diff --git ", "@@ -"),
+    probes=("\ndiff --git ", "\n@@ -"),
 )

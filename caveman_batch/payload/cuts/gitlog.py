@@ -64,9 +64,10 @@ def _headline(commit: int, subject: int | None) -> Iterator[Run]:
 class GitLogCut(LineCut):
     def detect(self, text: str, hint: Hint) -> bool:
         """Two commit headers, or one with its Author line (`git show`, `git log -1`)."""
-        if "commit " not in text:
+        doc = Doc.of(text)
+        if not doc.has("\ncommit "):
             return False
-        return line_hits(self.signal, text, 2) or (line_hits(self.signal, text, 1)
+        return line_hits(self.signal, text, 2) or (line_hits(self.signal, text, 1) and doc.has("\nAuthor: ")
                                                     and line_hits(_AUTHOR, text, 1))
 
     def cut(self, text: str, limits: Limits) -> str | None:
@@ -74,4 +75,4 @@ class GitLogCut(LineCut):
         return finish(pick(doc, _runs(doc, limits.chars // _WHOLE_SHARE), limits, presorted=True), limits)
 
 
-CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2, probes=("commit ",))
+CUT = GitLogCut(name="gitlog", signal=_COMMIT, keep=(), min_hits=2, probes=("\ncommit ", "\nAuthor: "))

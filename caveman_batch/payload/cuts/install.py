@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..view import census
 from ._lines import LineCut, rx
 
 #: lines only pip or npm print (npm 11 writes `npm error` / `npm warn`, older ones `npm ERR!`):
@@ -9,6 +10,9 @@ from ._lines import LineCut, rx
 INSTALLER = rx(r"^(?:Using pip |Collecting |Processing |Looking in (?:indexes|links): "
                r"|npm (?:ERR!|error|WARN|warn|notice|verbose|info|http|silly|timing) "
                r"|[ \t]*error: subprocess-exited-with-error|error: metadata-generation-failed)")
+#: what each of INSTALLER's alternatives holds (behind the newline it starts after)
+INSTALLER_PROBES = census("\nUsing pip ", "\nCollecting ", "\nProcessing ", "\nLooking in ", "\nnpm ",
+                          "error: subprocess-exited-with-error", "\nerror: metadata-generation-failed")
 
 CUT = LineCut(
     name="install",
@@ -27,4 +31,8 @@ CUT = LineCut(
           (3, rx(r"^[ \t]+(?:note|hint|help): "))),
     context=2,
     min_hits=2,
+    # what each of the signal's alternatives holds (behind the newline it starts after)
+    probes=(*INSTALLER_PROBES, "\nDownloading ", "\nRequirement already satisfied", "\nInstalling collected",
+            "\nSuccessfully installed", "\nadded ",
+            *(f"{space}{word} " for space in " \t" for word in ("Compiling", "Downloaded", "Updating", "Locking"))),
 )

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, line_hits, needle_hits
+from ..view import Doc, census, line_hits, needle_lines
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -103,6 +103,30 @@ _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 #: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
                          re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
+census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
+#: what a ruff concise line (`a.py:1:2: F401 `) holds, a digit then ": ": a text with none is
+#: not searched for its needle (the one that is a pattern, not a literal)
+_RUFF_LITERALS: Final = census(*(f"{d}: " for d in "0123456789"))
+#: each short form alone, with the needles its lines hold and literals one of which the text
+#: must hold (none: its needles are literals): eslint's severity words are on most lines of
+#: an npm log, whose lines the ruff form would then be read through
+_SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles, literals) for line, needles, literals in zip(
+    _SIGNAL_LINES[:3], (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7], _SHORT_NEEDLES[7:]), ((), _RUFF_LITERALS, ()),
+    strict=True))
+
+
+def _short_hits(text: str, least: int) -> bool:
+    """`needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, least)`, a form at a time: the
+    first `least` lines of each form together are `least` lines if the text has them."""
+    found: set[int] = set()
+    doc = Doc.of(text)
+    for pattern, needles, literals in _SHORT_FORMS:
+        if literals and not doc.holds(literals):
+            continue
+        found |= needle_lines(pattern, text, needles, least)
+        if len(found) >= least:
+            return True
+    return False
 
 
 class LintCut(LineCut):
@@ -110,11 +134,12 @@ class LintCut(LineCut):
         """Two signal hits in the whole text; without "clippy::" every hit starts a line (one
         per line), so the lines are searched alone, newline to newline. A rule at a line's
         start counts only with ruff's `-->` location lines."""
-        if "clippy::" in text:
+        doc = Doc.of(text)
+        if doc.has("clippy::"):
             return len(self.signal.findall(text)) >= self.min_hits
-        if needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, self.min_hits):
+        if _short_hits(text, self.min_hits):
             return True
-        return ("--> " in text and line_hits(_ARROW, text, self.min_hits)
+        return (doc.has("--> ") and line_hits(_ARROW, text, self.min_hits)
                 and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
@@ -134,8 +159,8 @@ CUT = LintCut(
     signal=_SIGNAL,
     keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
                  r"|error: could not compile|\d+ errors?|All checks passed)")),
-          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [EF]\d|^error(?:\[\w+\])?: "
-                 r"|^[EF]\d{3} |^invalid-syntax: |^[^ \t\n:][^:\n]*:\d+:\d+: (?:invalid-syntax|SyntaxError):")),
+          (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: (?:[EF]\d|invalid-syntax:|SyntaxError:)"
+                 r"|^error(?:\[\w+\])?: |^[EF]\d{3} |^invalid-syntax: ")),
           (2, _ESLINT_FILE),
           (3, rx(r"^[ \t]+\d+:\d+[ \t]+warning[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d|^warning: |^[ \t]+--> |^[A-Z]{1,4}\d{2,4} "))),
     min_hits=2,

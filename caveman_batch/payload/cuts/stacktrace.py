@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain, compress, count, repeat
-from operator import contains
+from operator import and_, contains, ne
 from typing import Final
 
 from ..model import Hint, Limits
@@ -15,8 +15,10 @@ from ..view import (
     Run,
     _at_line_start,
     count_between,
+    census,
     count_lines,
     finish,
+    hit_count,
     line_hits,
     pick,
 )
@@ -24,18 +26,16 @@ from ._lines import LineCut, rx
 
 _GO_FRAMES: Final = r"goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+"  # also searched alone (_frames)
 _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
+#: _FRAME for a text with neither literal of Go's frames (most): no indented line's first
+#: word is read to the end for a ".go:"
+_FRAME_NOT_GO = rx(r"^(?:[ \t]+File \"|[ \t]+at )")
+_GO_NEEDLES: Final = census("goroutine ", ".go:", " {\n")[:2]
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
                "lib/python3", "lib/python2", "<frozen ", "(node:", "at java.", "at javax.", "at jdk.",
                "at sun.", "at kotlin.", "at scala.", "/go/pkg/mod/", "GOROOT", "/usr/local/go/src/",
                ".rustup/", "/rustc/")
-# each group's needles all contain its probe: an absent probe rules them all out (a
-# one-char probe is a memchr; "(" and "G" are rare in Python's frames, "at " in all but Java's)
-_DEP_PROBES: Final = tuple(
-    (probe, tuple(n for n in _DEP if probe in n))
-    for probe in ("-packages", "node_modules", "/usr/", "lib/python", "<frozen ", "(", "at ", "/go/pkg/mod/",
-                  "G", "rust"))
-assert sorted(n for _, group in _DEP_PROBES for n in group) == sorted(_DEP)
+census(*_DEP)  # a needle the text does not hold is in none of its frames
 _MESSAGE = rx(
     r"^(?:Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt"
     r"|Warning)\b|panic: |Caused by: |Exception in thread |fatal error: |\w*Error: |During handling"
@@ -54,28 +54,34 @@ def _frames(doc: Doc) -> list[int]:
     tried at every line, and only those are looked at. Go's frames are searched only
     when the text has them."""
     lines = doc.lines
-    holding = set(compress(count(), map(contains, lines, repeat('File "'))))
-    if "at " in doc.text:  # absent from most Python traces: one scan instead of a pass per line
-        holding.update(compress(count(), map(contains, lines, repeat("at "))))
-    found = [i for i in sorted(holding)
-             if lines[i][0] in " \t" and lines[i].lstrip(" \t").startswith(('File "', "at "))]
+    if (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
+        found = _led_frames(lines)
+    else:
+        holding = set(compress(count(), map(contains, lines, repeat('File "'))))
+        if "at " in doc.text:  # absent from most Python traces: one scan instead of a pass per line
+            holding.update(compress(count(), map(contains, lines, repeat("at "))))
+        found = [i for i in sorted(holding)
+                 if lines[i][0] in " \t" and lines[i].lstrip(" \t").startswith(('File "', "at "))]
     if "goroutine " in doc.text or ".go:" in doc.text:
         found = sorted({*found, *doc.igrep(_GO_FRAME)})
     return found
 
 
+def _led_frames(lines: list[str]) -> list[int]:
+    """The lines that a blank or tab leads and whose rest starts with 'File "' or 'at ', each
+    line looked at in C (map), no Python step per line: when most lines are frames."""
+    bare = list(map(str.lstrip, lines, repeat(" \t")))
+    led = map(ne, map(len, lines), map(len, bare))
+    return list(compress(count(), map(and_, led, map(str.startswith, bare, repeat(('File "', "at "))))))
+
+
 def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
     """The frames holding a dependency needle: substring tests over the frame lines only,
-    a needle looked for only when a part it shares with others (a probe) is there."""
+    a needle looked for only when the text holds it."""
     texts = [doc.lines[i] for i in frames]
-    joined = "\n".join(texts)
     dep: set[int] = set()
-    for probe, needles in _DEP_PROBES:
-        if probe not in joined:  # one C-level scan rules out every needle of the group
-            continue
-        for needle in needles:
-            if needle in joined:
-                dep.update(compress(frames, map(contains, texts, repeat(needle))))
+    for needle in filter(doc.has, _DEP):  # the census: no scan for a needle the text lacks
+        dep.update(compress(frames, map(contains, texts, repeat(needle))))
     return sorted(dep)
 
 
@@ -149,15 +155,18 @@ class StackCut(LineCut):
         """A trace, not a long log that happens to hold one (the log cut serves that): frames
         are a fifth of the whole text's lines, the fields of an error object node prints
         after the frames (`at … {`, then `  code: 'E…',` lines) not counted against them."""
-        if not line_hits(self.signal, text, 1):
+        doc = Doc.of(text)
+        if not (doc.holds(self.probes) and line_hits(self.signal, text, 1)):
             return False
         lines = count_lines(text)
-        if line_hits(_FRAME, text, _fifth(lines)):  # stops once there are enough
+        need = _fifth(lines)
+        frames = hit_count(_FRAME if doc.holds(_GO_NEEDLES) else _FRAME_NOT_GO, text, need)
+        if frames >= need:  # the count stops once there are enough; short of that it is whole
             return True
-        if " {\n" not in text or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+        if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
-        fields = len(_at_line_start(_OBJECT_FIELD).findall("\n" + text))
-        return line_hits(_FRAME, text, _fifth(lines - fields))
+        fields = len(_at_line_start(_OBJECT_FIELD).findall(doc.nl_text))
+        return frames >= _fifth(lines - fields)
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
@@ -189,5 +198,8 @@ CUT = StackCut(
     name="stacktrace",
     signal=rx(r"^(?:Traceback \(most recent call last\):|[ \t]+at [\w$.<>]+ ?\(|goroutine \d+ \["
               r"|panic: |Exception in thread |thread '[^'\n]*'(?: \(\d+\))? panicked at )"),
+    # what each of the signal's alternatives holds (behind the newline it starts after)
+    probes=("\nTraceback (most recent call last):", " at ", "\tat ", "\ngoroutine ", "\npanic: ",
+            "\nException in thread ", "\nthread '"),
     keep=(),
 )

@@ -89,6 +89,9 @@ CUT = TestsCut(
               r"|=+ .* in [\d.]+s(?: \([\d:]+\))? =+\r?$|Ran \d+ tests? in "
               r"|Tests:[ \t]+\d|Test Suites:|[ \t]*Test Files[ \t]|--- FAIL: |=== RUN "
               r"|test result: |running \d+ tests?\r?$)"),
+    # what each of the signal's alternatives holds, behind the newline it starts after or not
+    probes=("\n=", "\nRan ", "\nTests:", "\nTest Suites:", "Test Files",
+            "\n--- FAIL: ", "\ntest result: ", "\nrunning "),
     keep=((0, _SUMMARY), (1, _SHORT), (2, _FAILURE), (3, _DETAIL)),
     gap_counts=(("failure", _FAILURE),),
     gap_needles=(("passing", _PASS_NEEDLES),),

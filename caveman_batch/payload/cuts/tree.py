@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from itertools import compress, count, islice, pairwise, repeat
-from operator import itemgetter, ne
+from operator import itemgetter, ne, not_
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, fits, line_hits
+from ..view import Doc, count_between, fits, line_hits
 from ._lines import rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
@@ -38,11 +38,12 @@ def _groups(text: str, lines: list[str]) -> Groups:
     """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines)
-    return {d: [len(names), names[:_PER_DIR[0]]] for d, names in _ls_groups(lines).items()}
+    return _ls_counted(lines)
 
 
 def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
-    """`ls -R` blocks: each directory's entry names, in order."""
+    """`ls -R` blocks: each directory's entry names, in order, line by line (the rule
+    `_ls_counted` stands for)."""
     groups: dict[str, list[str]] = {}
     current: str | None = None
     for line in lines:
@@ -63,6 +64,64 @@ def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
             parent, _, name = line.rstrip("/").rpartition("/")
             groups.setdefault(parent or ".", []).append(name or line)
     return groups
+
+
+def _entry(line: str) -> str | None:
+    """The name an `ls -R` line lists (what follows the date in `ls -l`), None for a line that
+    lists none: a blank, `total N`, `.` and `..`; a block header is the caller's."""
+    if not line or line.startswith("total ") and line[6:].isdigit():
+        return None
+    long = _LONG.match(line) if line[:1] in _MODES else None
+    if long is None:
+        return line
+    return None if long[1] in (".", "..") else long[1]
+
+
+def _is_header(line: str) -> bool:
+    """"a/b:" (or ".:"), not an `ls -l` entry whose name ends with a colon."""
+    return (line.endswith(":") and "/" in line or line == ".:") and not (line[:1] in _MODES and _LONG.match(line))
+
+
+def _ls_counted(lines: list[str]) -> Groups:
+    """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
+    names, in order.
+
+    Only the lines that may not be entries are looked at one by one (found in C: blank ones,
+    `total N`, ones ending with ":" or with " ." or " .."), and only the names shown are cut
+    out: a block's count is its lines less those that list nothing."""
+    maybe = sorted({*compress(count(), map(not_, lines)),
+                    *compress(count(), map(str.startswith, lines, repeat("total "))),
+                    *compress(count(), map(str.endswith, lines, repeat((":", " .", " .."))))})
+    headers = [i for i in maybe if _is_header(lines[i])]
+    nothing = [i for i in maybe if _entry(lines[i]) is None and not _is_header(lines[i])]
+    groups: Groups = {}
+    for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
+        name = _entry(line)
+        if name is not None:
+            parent, _, leaf = name.rstrip("/").rpartition("/")
+            _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
+    for start, end in pairwise([*headers, len(lines)]):
+        group = groups.setdefault(lines[start][:-1], [0, []])
+        k = end - start - 1 - count_between(nothing, start + 1, end)
+        _add(group, k, _names(lines, start + 1, end, _PER_DIR[0] - len(group[1])))
+    return groups
+
+
+def _names(lines: list[str], start: int, end: int, most: int) -> list[str]:
+    """The first `most` entry names in lines [start, end) (no header among them)."""
+    names: list[str] = []
+    for i in range(start, end):  # not islice: it would step over the lines before `start`
+        if len(names) >= most:
+            break
+        name = _entry(lines[i])
+        if name is not None:
+            names.append(name)
+    return names
+
+
+def _add(group: list, k: int, names: list[str]) -> None:  # type: ignore[type-arg]
+    group[0] += k
+    group[1].extend(names[:_PER_DIR[0] - len(group[1])])
 
 
 def _find_groups(lines: list[str]) -> Groups:
@@ -144,8 +203,13 @@ class TreeCut:
     def cut(self, text: str, limits: Limits) -> str | None:
         groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
         total = sum(n for n, _ in groups.values())
+        # with no entry shown, a rendering's lines are some of every other one's (the head and
+        # a line per directory): when it does not fit, no rendering does (13k folders: 6 built)
+        least = _render(groups, 0, total)
+        if not fits(least, limits):
+            return _render_dirs(groups, total, limits)
         for per_dir in _PER_DIR:
-            view = _render(groups, per_dir, total)
+            view = least if per_dir == 0 else _render(groups, per_dir, total)
             if fits(view, limits):
                 return view
         return _render_dirs(groups, total, limits)

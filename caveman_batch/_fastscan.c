@@ -1,0 +1,163 @@
+/* _fastscan: which of many substrings occur in a text, in one pass over it.
+ *
+ * present(text, needles) returns tuple(needle in text for needle in needles),
+ * exactly: payload detection asks some forty such questions of every tool output
+ * (does it hold "diff --git ", "\nRan ", "error[", ...), and asked one by one each
+ * is a pass over the whole text (str.find); most of the answers are no.  Here the
+ * text is read once: at each position, only the needles whose first two chars hash
+ * as the two chars there do (a bucket per hash) are compared, and a needle found is
+ * taken out of its bucket, so the scan stops as soon as every needle is found.  (A
+ * bucket per first char alone is several times slower: a third of the needles start
+ * with a newline, and are compared at every line.)  A one-char needle is looked for
+ * alone (PyUnicode_FindChar).
+ *
+ * Characters are compared as code points whatever the strings' storage kinds
+ * (latin-1, UCS-2, UCS-4), as `in` does; an empty needle is in every text.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define BUCKETS 4096
+#define PAIR(a, b) ((((Py_UCS4)(a) * 131u) ^ (Py_UCS4)(b)) % BUCKETS)
+
+typedef struct {
+    Py_UCS4 *chars;
+    Py_ssize_t len;
+} Needle;
+
+/* Scan `len` chars of kind TYPE at `data`; unlink each needle found from its bucket. */
+#define SCAN(TYPE)                                                                  \
+    do {                                                                            \
+        const TYPE *s = (const TYPE *)data;                                         \
+        for (Py_ssize_t i = 0; i + 1 < len && remaining > 0; i++) {                \
+            size_t b = PAIR(s[i], s[i + 1]);                                        \
+            if (!(occupied[b / 64] >> (b % 64) & 1))                                \
+                continue;                                                           \
+            Py_ssize_t *link = &head[b];                                            \
+            while (*link >= 0) {                                                    \
+                Py_ssize_t j = *link;                                               \
+                const Needle *nd = &nd_all[j];                                      \
+                int hit = nd->len <= len - i;                                       \
+                for (Py_ssize_t k = 0; hit && k < nd->len; k++)                     \
+                    hit = (Py_UCS4)s[i + k] == nd->chars[k];                        \
+                if (hit) {                                                          \
+                    found[j] = 1;                                                   \
+                    remaining--;                                                    \
+                    *link = next[j];                                                \
+                } else {                                                            \
+                    link = &next[j];                                                \
+                }                                                                   \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
+
+static PyObject *
+present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "present(text: str, needles: tuple[str, ...])");
+        return NULL;
+    }
+    PyObject *text = args[0], *needles = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(needles);
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, j);
+        if (!PyUnicode_Check(needle)) {
+            PyErr_SetString(PyExc_TypeError, "present: every needle must be a str");
+            return NULL;
+        }
+        if (PyUnicode_READY(needle) < 0)
+            return NULL;
+    }
+    PyObject *result = NULL;
+    Needle *nd_all = PyMem_Calloc(n ? n : 1, sizeof(Needle));
+    Py_ssize_t *next = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
+    char *found = PyMem_Calloc(n ? n : 1, 1);
+    Py_ssize_t *head = PyMem_Malloc(BUCKETS * sizeof(Py_ssize_t));
+    uint64_t occupied[BUCKETS / 64] = {0};  /* a bit per bucket: most pairs start no needle */
+    if (nd_all == NULL || next == NULL || found == NULL || head == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int b = 0; b < BUCKETS; b++)
+        head[b] = -1;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), remaining = 0;
+    for (Py_ssize_t j = n - 1; j >= 0; j--) {  /* backwards: each bucket lists needles in order */
+        PyObject *needle = PyTuple_GET_ITEM(needles, j);
+        Py_ssize_t m = PyUnicode_GET_LENGTH(needle);
+        if (m == 0) {
+            found[j] = 1;
+            continue;
+        }
+        if (m > len)
+            continue;  /* never found */
+        if (m == 1) {
+            Py_UCS4 c = PyUnicode_READ_CHAR(needle, 0);
+            found[j] = PyUnicode_FindChar(text, c, 0, len, 1) >= 0;
+            continue;
+        }
+        nd_all[j].chars = PyUnicode_AsUCS4Copy(needle);
+        if (nd_all[j].chars == NULL)
+            goto done;
+        nd_all[j].len = m;
+        Py_ssize_t b = PAIR(nd_all[j].chars[0], nd_all[j].chars[1]);
+        next[j] = head[b];
+        head[b] = j;
+        occupied[b / 64] |= (uint64_t)1 << (b % 64);
+        remaining++;
+    }
+    const void *data = PyUnicode_DATA(text);
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        SCAN(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        SCAN(Py_UCS2);
+        break;
+    default:
+        SCAN(Py_UCS4);
+        break;
+    }
+    result = PyTuple_New(n);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *b = found[j] ? Py_True : Py_False;
+        Py_INCREF(b);
+        PyTuple_SET_ITEM(result, j, b);
+    }
+done:
+    if (nd_all != NULL) {
+        for (Py_ssize_t j = 0; j < n; j++)
+            PyMem_Free(nd_all[j].chars);
+    }
+    PyMem_Free(nd_all);
+    PyMem_Free(next);
+    PyMem_Free(found);
+    PyMem_Free(head);
+    return result;
+}
+
+static PyMethodDef fastscan_methods[] = {
+    {"present", (PyCFunction)(void (*)(void))present, METH_FASTCALL,
+     "present(text, needles) -> tuple(needle in text for needle in needles), in one pass."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastscan_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "caveman_batch._fastscan",
+    .m_doc = "One pass over a text: which of many substrings it holds (see payload/view.py).",
+    .m_size = 0,
+    .m_methods = fastscan_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastscan(void)
+{
+    return PyModuleDef_Init(&fastscan_module);
+}

@@ -1,0 +1,4 @@
+"""Type stub for the C extension caveman_batch._fastscan (source: _fastscan.c)."""
+
+def present(text: str, needles: tuple[str, ...], /) -> tuple[bool, ...]:
+    """tuple(needle in text for needle in needles), in one pass over text."""
