@@ -48,7 +48,10 @@ def pytest_run(tmp: Path) -> Output:
     body += "\n\ndef test_parse_header():\n    raise ValueError('bad header: X-Id')\n"
     body += "\n\ndef test_refund_rounding():\n    assert round(2.675, 2) == 2.68\n"
     (suite / "test_shop.py").write_text(body)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    # no PYTEST* variable, and none of CI's: under CI pytest writes each failure's whole
+    # message into its short summary, and the output would depend on where tests run
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST") and k not in ("CI", "BUILD_NUMBER")}
     out = _run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:randomly",
                 "test_shop.py"], suite, env)
     return Output("pytest", out, "tests", (*FAILING, "3 failed, 600 passed"), "bash")
@@ -312,8 +315,11 @@ def _need(*tools: str) -> None:
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    """A child environment with its own HOME (no user config, no caches written elsewhere)."""
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "NPM_", "npm_"))}
+    """A child environment with its own HOME (no user config, no caches written elsewhere),
+    and none of CI's variables (pytest, npm and others write otherwise under CI: the outputs
+    would depend on where the tests run)."""
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PYTEST", "NPM_", "npm_")) and k not in ("CI", "BUILD_NUMBER")}
     return {**keep, "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C", **extra}  # C: gcc quotes with ' not ‘ ’
 
 
