@@ -40,8 +40,9 @@ from typing import Any, Final, TextIO
 from . import __version__, ccr, listing, rpc
 from .catalog import Options, compress, parse, serialize
 from .embedding import Embedder, choose_embedder
+from .proxy import exit_status, open_or_warn
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
-from .store import Store, open_store
+from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
 from .toolspans import index_entries
 from .upstreams import SEPARATOR, Events, ServerSpec, Upstream, pump_lines, start_thread
@@ -744,7 +745,7 @@ class DeferredProxy:
 
     def _server_gone(self, server: Server) -> None:
         """Its stdout ended: it is gone (or going). Fail what waits on it, drop its tools."""
-        server.status = _exit_status(server.up.stop(grace=2.0))
+        server.status = exit_status(server.up.stop(grace=2.0))
         server.state, server.settled = DEAD, True
         if self.stopping is None:
             self._warn(f"upstream {server.name!r} exited with status {server.status}"
@@ -786,23 +787,7 @@ def _with_request_id(msg: rpc.Message, request_id: str) -> bytes:
     return rpc.line(rpc.splice(msg.text, params["requestId"], request_id))
 
 
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
 # -- running it -----------------------------------------------------------------------------
-
-
-def _open(store_url: str | None, err: TextIO) -> Store | None:
-    if store_url is None:
-        return None
-    try:
-        return open_store(store_url)
-    except (StoreError, OSError) as exc:
-        err.write(f"caveman-batch proxy: store unavailable, tools are listed uncompressed: "
-                  f"{exc}\n")
-        err.flush()
-        return None
 
 
 def _start(specs: Sequence[ServerSpec], settings: Settings, events: Events,
@@ -837,7 +822,7 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     err = err or sys.stderr
     embedder = choose_embedder(settings.embed)  # before any upstream starts: --embed without it
     events: Events = queue.SimpleQueue()
-    store = _open(store_url, err)
+    store = open_or_warn(store_url, err, without="tools are listed uncompressed")
     servers: list[Server] = []
     previous: dict[int, Any] = {}
     try:
@@ -850,7 +835,7 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         for server in servers:
-            server.status = _exit_status(server.up.stop())
+            server.status = exit_status(server.up.stop())
         if store is not None:
             store.close()
     if not settings.single:

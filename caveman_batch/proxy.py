@@ -312,15 +312,16 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _open(store_url: str | None, err: TextIO) -> Store | None:
-    """The store, or None (and one warning) if it cannot be opened: nothing is rewritten."""
+def open_or_warn(store_url: str | None, err: TextIO,
+                 without: str = "every response goes through unchanged") -> Store | None:
+    """The store, or None (and one warning saying what happens `without` it) if it cannot
+    be opened: nothing is rewritten."""
     if store_url is None:
         return None
     try:
         return open_store(store_url)
     except (StoreError, OSError) as exc:
-        err.write(f"caveman-batch proxy: store unavailable, every response goes through "
-                  f"unchanged: {exc}\n")
+        err.write(f"caveman-batch proxy: store unavailable, {without}: {exc}\n")
         err.flush()
         return None
 
@@ -394,7 +395,7 @@ def run(command: Sequence[str], store_url: str | None, *, debug: bool = False,
     if not command:
         raise UsageError("proxy needs an upstream command: caveman-batch proxy -- COMMAND [ARGS...]")
     err = err or sys.stderr
-    store = _open(store_url, err)
+    store = open_or_warn(store_url, err)
     try:
         proc = _spawn(command)
         previous = _forward_signals(proc)

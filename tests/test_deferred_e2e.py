@@ -27,7 +27,7 @@ from caveman_batch.embedding import EMBED_EXTRA_HINT, extra_installed  # noqa: E
 from caveman_batch.listing import META_KEY  # noqa: E402
 from caveman_batch.profile import profile_doc  # noqa: E402
 from test_deferred import SCRIPTED  # noqa: E402
-from test_proxy_e2e import dump, entry_point  # noqa: E402
+from test_proxy_e2e import dump, entry_point, git_repo  # noqa: E402
 
 
 
@@ -145,14 +145,7 @@ def test_one_server_search_list_changed_and_calls(tmp_path: Path) -> None:
 
 
 def test_many_servers_one_crashing(tmp_path: Path, scripted: list[str]) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    (repo / "a.txt").write_text("hello\n")
-    subprocess.run([*git, "add", "a.txt"], check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], check=True)
-    (repo / "b.txt").write_text("untracked\n")
+    repo = git_repo(tmp_path)
     servers = tmp_path / "servers.json"
     servers.write_text(json.dumps({"mcpServers": {
         "time": {"command": TIME[0], "args": TIME[1:]},

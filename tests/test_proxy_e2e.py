@@ -83,7 +83,8 @@ def test_time_server(tmp_path: Path) -> None:
     compare([sys.executable, "-m", "mcp_server_time"], calls, f"lmdb://{tmp_path / 'ccr'}")
 
 
-def test_git_server(tmp_path: Path) -> None:
+def git_repo(tmp_path: Path) -> Path:
+    """A real git repository for mcp-server-git: one commit, one untracked file."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -92,6 +93,11 @@ def test_git_server(tmp_path: Path) -> None:
     subprocess.run([*git, "add", "a.txt"], check=True)
     subprocess.run([*git, "commit", "-qm", "first"], check=True)
     (repo / "b.txt").write_text("untracked\n")
+    return repo
+
+
+def test_git_server(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path)
     calls = [("git_status", {"repo_path": str(repo)}), ("git_log", {"repo_path": str(repo)})]
     compare([sys.executable, "-m", "mcp_server_git", "--repository", str(repo)], calls,
             f"sqlite:///{tmp_path / 'ccr.db'}")

@@ -524,20 +524,6 @@ def test_touch_held_refreshes_what_is_held_and_names_the_rest(tmp_path: Path, ba
         assert ccr.prune(store, 1, now_ms=(9 << 40) + 500) == []
 
 
-@pytest.mark.parametrize("backend", [*BACKENDS, "memory"])
-def test_commit_present_writes_only_what_its_guard_allows(tmp_path: Path, backend: str) -> None:
-    url = "memory://" if backend == "memory" else store_url(backend, tmp_path)
-    with open_store(url) as store:
-        store.commit([(b"g1", b"x"), (b"k2", b"old")])
-        absent = store.commit_present([(b"g1", b"k1", b"v1"), (b"g2", b"k2", b"v2"),
-                                       (b"g2", b"k3", b"v3"), (b"g1", b"k2", b"v4")],
-                                      merge=lambda _k, old, new: new + (old or b""))
-        assert absent == [b"g2"]
-        assert (store.get(b"k1"), store.get(b"k2"), store.get(b"k3")) == (b"v1", b"v4old", None)
-        assert store.get(b"g1") == b"x" and store.get(b"g2") is None  # guards never written
-        assert store.commit_present([]) == []
-
-
 # -- a whole handle is read at once ---------------------------------------------------------
 
 
