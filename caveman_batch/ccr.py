@@ -177,6 +177,18 @@ def prepare(
     )
 
 
+def restamped(record: Prepared, not_before_ms: int, now_ms: int | None = None) -> Prepared:
+    """`record`, or, if it was prepared before `not_before_ms` (a cache kept it from an
+    earlier run of the same process), the same record stamped now: committing it must
+    refresh the stored record's last-seen, not leave it at the old time."""
+    if _LAST_SEEN.unpack_from(record.value, _LAST_SEEN_AT)[0] >= not_before_ms:
+        return record
+    stamp = _now_ms() if now_ms is None else now_ms
+    value = record.value
+    return Prepared(record.digest, value[:_LAST_SEEN_AT - 8] + struct.pack(">QQ", stamp, stamp)
+                    + value[_HEADER.size:], record.original_length)
+
+
 _PARALLEL_MIN_BYTES: Final = 1 << 20
 _pool: ThreadPoolExecutor | None = None
 

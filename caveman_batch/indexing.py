@@ -14,7 +14,9 @@ with the same sha256.
 
 Reuse: an incremental run reuses a document (or a whole file source) only if the index
 is current for it too (`current`, `file_current`); otherwise the document is computed
-again, so the index never misses a catalog that the outputs hold.
+again, so the index never misses a catalog that the outputs hold. The tool records of the
+catalogs kept are refreshed as their catalogs' originals are (`keep_records`): `prune`
+never drops a handle a search hands out while the catalog is still in SRC.
 
 Server ids: a catalog file's path relative to its source, without its extension (with
 several sources, under the source's name, as in OUT); a catalog inside a JSONL or
@@ -26,6 +28,7 @@ one run gets "@line" (or "@item") added.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -35,10 +38,11 @@ from typing import Any
 
 import orjson
 
-from . import ccr
+from . import ccr, toolspans
 from .embedding import Embedder
+from .errors import IntegrityError, UnknownHandleError
+from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
-from . import toolspans
 from .toolspans import ToolEntry, index_entries
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
@@ -57,6 +61,8 @@ _IN_FLIGHT = 2
 # (one per document: 0.18 s of its CPU over the 10 MB registry's 1,036 catalogs, 0.16 s
 # this way, under load).
 _RECORDS_PER_JOB = 64
+# Tool records of kept catalogs refreshed (or found absent) per store transaction.
+_TOUCH_BATCH = 4096
 
 
 def clear_cache() -> None:
@@ -154,6 +160,9 @@ class IndexBuilder:
     used: set[str] = field(default_factory=set)  # server ids given out this run
     written: bool = False  # some catalog was (re)written this run
     committed: set[str] = field(default_factory=set)  # digests of the tool records committed
+    kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
+    started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
     # the index's one writer: a thread, so that SQLite's work (it releases the GIL) overlaps
     # the next batches'; its transactions, in submission order, each after its originals
     _writer: ThreadPoolExecutor | None = None
@@ -182,6 +191,7 @@ class IndexBuilder:
         if known is None or known[1] != digest:
             return False
         self._keep(known[0])
+        self.kept.add(known[0])
         return True
 
     def file_current(self, path: str, sha256: str) -> bool:
@@ -193,6 +203,7 @@ class IndexBuilder:
         for server, _, origin in self.known.values():
             if origin == path:
                 self._keep(server)
+                self.kept.add(server)
 
     def _keep(self, server: str) -> None:
         self.seen.add(server)
@@ -208,7 +219,9 @@ class IndexBuilder:
         for tools in found:
             for _, digest, value, length, _, _ in tools[1] if tools is not None else ():
                 if digest not in self.committed and digest not in records:
-                    records[digest] = ccr.Prepared(digest, value, length)
+                    # a worker's cache may hold it from an earlier run in the same process
+                    records[digest] = ccr.restamped(ccr.Prepared(digest, value, length),
+                                                    self.started_ms)
         return list(records.values())
 
     def add(self, found: Sequence[tuple[Any, str | None, WorkerTools]]) -> None:
@@ -228,6 +241,7 @@ class IndexBuilder:
                     for name, digest_, _, _, definition, fields in tools[1]]
             path = doc.source.get("path")
             replace.append((server, docs, digest, key, path if isinstance(path, str) else None))
+            self.rewritten.add(server)
             self.known[key] = (server, digest, path if isinstance(path, str) else None)
         if replace:
             self._write(replace)
@@ -245,6 +259,57 @@ class IndexBuilder:
         while self._pending:
             self._pending.popleft().result()
 
+    def keep_records(self, store: Store, verify: bool = False) -> set[str]:
+        """The per-tool records of the catalogs kept as indexed, as their catalogs' own
+        originals are on reuse: their last-seen refreshed (so `prune` keeps the handles
+        a search hands out), and any the store lacks (pruned by an older version, another
+        store) or, with `verify`, any that does not read back verified, committed again
+        from its catalog's original (in the store: reuse made sure of it). Returns the
+        servers whose tools could not be given back that way: they leave the index (the
+        next run indexes them again)."""
+        from .pipeline.incremental import _unverified  # the pipeline imports this module
+
+        kept = self.kept - self.rewritten
+        if not kept:
+            return set()
+        handles = self.index.handles(kept)
+        absent: set[str] = set()
+        digests = sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs})
+        for at in range(0, len(digests), _TOUCH_BATCH):
+            chunk = digests[at:at + _TOUCH_BATCH]
+            missing = set(ccr.touch_held(store, chunk))
+            if verify:
+                missing |= _unverified(store, [d for d in chunk if d not in missing])
+            absent |= missing
+        if not absent:
+            return set()
+        catalogs = {server: sha for server, sha, _ in self.known.values()}
+        lost = set()
+        for server in sorted(handles):
+            wanted = {h[len(ccr.HANDLE_PREFIX):] for h in handles[server]} & absent
+            if wanted and not self._commit_again(store, catalogs.get(server), wanted):
+                lost.add(server)
+        return lost
+
+    @staticmethod
+    def _commit_again(store: Store, catalog: str | None, wanted: set[str]) -> bool:
+        """The tool records `wanted` committed again from their catalog's original."""
+        try:
+            raw = None if catalog is None else ccr.recover(store, ccr.make_handle(catalog))
+        except (UnknownHandleError, IntegrityError):
+            raw = None
+        spans = None if raw is None else toolspans.tool_spans(raw)
+        if raw is None or spans is None:
+            return False
+        records = {}
+        for a, b in spans:
+            digest = ccr.digest_of(raw[a:b])
+            if digest in wanted and digest not in records:
+                records[digest] = ccr.prepare(raw[a:b])
+        if records:
+            ccr.commit(store, list(records.values()))
+        return records.keys() == wanted
+
     def _server_id(self, doc: Any, label: str | None) -> str:
         sink = doc.sink
         if sink.kind == "file":
@@ -257,11 +322,16 @@ class IndexBuilder:
             server += where
         return server
 
-    def finish(self, files: dict[str, str]) -> None:
-        """The run is over: catalogs not seen go, and `files` (path -> sha256 of the file
+    def finish(self, files: dict[str, str], store: Store, verify: bool = False) -> None:
+        """The run is over: the tool records of the catalogs kept are refreshed (see
+        keep_records), catalogs not seen go, and `files` (path -> sha256 of the file
         sources this run read or reused whole) are the wholly indexed ones."""
         self._drain()
-        gone = sorted(set(self.index.servers()) - self.seen)
+        lost = self.keep_records(store, verify)
+        if lost:
+            paths = {origin for server, _, origin in self.known.values() if server in lost}
+            files = {path: sha for path, sha in files.items() if path not in paths}
+        gone = sorted((set(self.index.servers()) - self.seen) | lost)
         self.index.apply([], gone, files=files)
         if gone or self.written:
             self.index.optimize()

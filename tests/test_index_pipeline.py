@@ -266,3 +266,75 @@ def test_a_tool_repeated_across_batches_is_stored_once_and_named_everywhere(tmp_
         assert len(list(store.keys())) == 150 + 150 + 1  # the catalogs, their own tools, the shared
         shared_original = ccr.recover(store, docs[0][2] if docs[0][1] == "shared_tool" else docs[1][2])
     assert json.loads(shared_original) == json.loads(shared)["tools"][0]
+
+
+def _handles(index: Path) -> list[str]:
+    with ToolIndex.open(index, create=False) as opened:
+        return [d.handle for d in opened.docs() if d.handle is not None]
+
+
+def _jsonl_registry(path: Path, *lines: bytes) -> Path:
+    path.write_bytes(b"".join(json.dumps(json.loads(line)).encode() + b"\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("shape", ["tree", "jsonl"])
+def test_a_rerun_keeps_the_tool_records_the_index_names_from_prune(tmp_path: Path,
+                                                                    shape: str) -> None:
+    """Nightly: every run refreshes the originals it keeps, then `prune` drops what no run
+    has seen lately. The per-tool records of catalogs kept as they were are kept too: a
+    search never hands out a handle whose original is gone."""
+    if shape == "tree":
+        src = _tree(tmp_path / "src")
+    else:
+        src = _jsonl_registry(tmp_path / "reg.jsonl", _catalog("create_issue", server="github"),
+                              _catalog("get_forecast", server="weather"))
+    _run(tmp_path, src, incremental=True)
+    time.sleep(0.05)
+    if shape == "jsonl":  # one line changed: the file is read again, the other line reused
+        _jsonl_registry(src, _catalog("create_issue", server="github"),
+                        _catalog("get_forecast", "get_alerts", server="weather"))
+    before_rerun = int(time.time() * 1000)
+    again = _run(tmp_path, src, incremental=True)
+    assert again.reused >= 1
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        ccr.prune(store, 0, now_ms=before_rerun)  # whatever the rerun did not see goes
+        handles = _handles(tmp_path / "idx.db")
+        assert handles and all(ccr.recover(store, h) for h in handles)
+
+
+def test_a_rerun_commits_again_the_tool_records_the_store_lacks(tmp_path: Path) -> None:
+    """Tool records gone from the store (pruned by an older version, or another store) while
+    their catalogs are kept: the rerun gives them back from the catalogs' originals."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    handles = _handles(tmp_path / "idx.db")
+    url = f"lmdb://{tmp_path}/ccr"
+    with open_store(url) as store:
+        expected = {h: ccr.recover(store, h) for h in handles}
+        store.delete([h[4:].encode("ascii") for h in handles])
+        assert ccr.missing(store, [h[4:] for h in handles]) == [h[4:] for h in handles]
+    again = _run(tmp_path, src, incremental=True)
+    assert again.reused == again.documents
+    assert _handles(tmp_path / "idx.db") == handles
+    with open_store(url) as store:
+        assert {h: ccr.recover(store, h) for h in handles} == expected
+
+
+def test_a_checksum_rerun_heals_a_tampered_tool_record(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    handle = _handles(tmp_path / "idx.db")[0]
+    url = f"lmdb://{tmp_path}/ccr"
+    with open_store(url) as store:
+        original = ccr.recover(store, handle)
+        key = handle[4:].encode("ascii")
+        value = bytearray(store.get(key))  # type: ignore[arg-type]
+        value[-1] ^= 0xFF
+        store.commit([(key, bytes(value))], merge=lambda _k, _old, new: new)
+        with pytest.raises(ccr.IntegrityError):
+            ccr.recover(store, handle)
+    _run(tmp_path, src, incremental=True)  # metadata says all is well: not looked at
+    _run(tmp_path, src, incremental=True, checksum=True)
+    with open_store(url) as store:
+        assert ccr.recover(store, handle) == original

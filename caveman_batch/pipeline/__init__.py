@@ -151,7 +151,8 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             touched.flush()  # before the manifest: its rows are what name the handles
             pub.finish(summary)
             if index is not None:
-                index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()})
+                index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()},
+                             store, verify=config.checksum)
     finally:
         executor.shutdown()
         if index is not None:
