@@ -224,6 +224,7 @@ class DeferredProxy:
         self.err = err
         self.options = Options(count_tokens=False)
         self.index = ToolIndex.open(":memory:", embedder=embedder)  # hybrid, as `search`
+        self.originals: dict[str, ccr.Prepared] = {}  # committed tool originals, by digest
         self.search_definition = search_tool_definition([s.name for s in servers])
         self.init_request: rpc.Message | None = None
         self.init_answered = False
@@ -397,7 +398,7 @@ class DeferredProxy:
 
     def _serve_request(self, msg: rpc.Message) -> None:
         if msg.method == "tools/list":
-            self.announced = self._tools_result()
+            self.announced = self._tools_result(durable=True)
             self._send(rpc.response(msg.raw("id"), self.announced))
         elif msg.method == "tools/call":
             self._call(msg)
@@ -552,12 +553,33 @@ class DeferredProxy:
                                     options=self.options)
             try:
                 ccr.commit(self.store, catalog.originals)
+                self.originals.update((p.digest, p) for p in catalog.originals)
                 return catalog
             except StoreError as exc:
                 self._warn(f"upstream {server.name!r}: tools listed uncompressed, the store "
                            f"failed: {exc}")
         return build_catalog(server.name, server.prefix, pages, compressed=False,
                              options=self.options)
+
+    def _durable(self, tools: Sequence[ListedTool]) -> dict[str, str]:
+        """The handles of these tools, each refreshed in the store as it is handed out (a
+        proxy may run for longer than `prune --not-seen-for`: a handle it gives must still
+        recover), any the store has lost committed again from the original in hand; none
+        if the store fails (the tools go without their handles)."""
+        handles = {t.exposed: t.handle for t in tools if t.handle}
+        if not handles or self.store is None:
+            return handles
+        digests = sorted({h[len(ccr.HANDLE_PREFIX):] for h in handles.values()})
+        try:
+            absent = ccr.touch_held(self.store, digests)
+            if absent:
+                stamp = time.time_ns() // 1_000_000
+                ccr.commit(self.store, [ccr.restamped(self.originals[d], stamp, stamp)
+                                        for d in absent])
+        except StoreError as exc:
+            self._warn(f"tool handles left out, the store failed: {exc}")
+            return {}
+        return handles
 
     def _maybe_ready(self) -> None:
         if self.held is None or not self.init_answered:
@@ -592,11 +614,14 @@ class DeferredProxy:
         names = dict.fromkeys([*self.settings.always, *self.found])
         return [t for t in map(self._tool, names) if t is not None]
 
-    def _tools_result(self) -> str:
+    def _tools_result(self, durable: bool = False) -> str:
+        """The client's tools/list result; `durable`: to send, so its handles are made sure
+        of in the store first (_durable)."""
         tools = self._exposed()
         definitions = [self.search_definition, CALL_TOOL_DEFINITION,
                        *(t.definition for t in tools)]
-        handles = {t.exposed: t.handle for t in tools if t.handle}
+        handles = self._durable(tools) if durable else {t.exposed: t.handle for t in tools
+                                                        if t.handle}
         meta = f',"_meta":{rpc.dumps({listing.META_KEY: handles})}' if handles else ""
         return '{"tools":[' + ",".join(definitions) + "]" + meta + "}"
 
@@ -647,7 +672,7 @@ class DeferredProxy:
         tools = [t for t in (self.servers[h.server].tools.get(h.name) for h in hits) if t]
         text = "[" + ",".join(t.definition for t in tools) + "]" if tools else \
             f"No tool matches {query!r}: try other words."
-        handles = {t.exposed: t.handle for t in tools if t.handle}
+        handles = self._durable(tools)
         self._send(rpc.response(raw_id, _tool_result(text, meta=handles)))
         if self._add_found(t.exposed for t in tools):
             self._tools_changed(found=True)

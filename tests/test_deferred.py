@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from caveman_batch import deferred, rpc
+from caveman_batch import ccr, deferred, listing, rpc
 from caveman_batch.catalog import Options, serialize, parse
 from caveman_batch.cli import main
 from caveman_batch.errors import ServersFileError
 from caveman_batch.profile import profile_doc
+from caveman_batch.store import open_store
 from caveman_batch.upstreams import ServerSpec, read_servers
 
 SCRIPTED = r'''
@@ -357,6 +358,36 @@ def test_always_tools_and_search_limits(scripted: list[str]) -> None:
     assert wire.call(5, "tools/call", {"name": "nope"})["error"]["code"] == rpc.INVALID_PARAMS
     code, err = wire.close()
     assert code == 0 and "--always names no tool of a running upstream: nope" in err
+
+
+def test_handles_handed_out_stay_recoverable_across_a_prune(tmp_path: Path,
+                                                            scripted: list[str]) -> None:
+    """A proxy runs for longer than `prune --not-seen-for`: each handle it hands out (search
+    results, tools/list) is refreshed then, and committed again if the store lost it."""
+    url = f"lmdb://{tmp_path}/ccr"
+    wire = Wire(["--store", url, "--always", "echo", "--no-embed", "--", *scripted])
+    wire.start()
+
+    def search(rid: int) -> dict[str, str]:
+        found = wire.call(rid, "tools/call", {"name": "search_tools", "arguments": {
+            "query": "echo a message back", "limit": 2}})
+        return found["result"]["_meta"][listing.META_KEY]
+
+    first = search(1)
+    assert "echo" in first
+    with open_store(url) as store:
+        originals = {name: ccr.recover(store, h) for name, h in first.items()}
+        assert ccr.prune(store, 0, now_ms=time.time_ns() // 1_000_000 + 1)  # all of them go
+        assert ccr.missing(store, [h[4:] for h in first.values()])
+    assert search(2) == first
+    with open_store(url) as store:
+        assert {name: ccr.recover(store, h) for name, h in first.items()} == originals
+        ccr.prune(store, 0, now_ms=time.time_ns() // 1_000_000 + 1)
+    listed = wire.call(3, "tools/list")["result"]["_meta"][listing.META_KEY]
+    with open_store(url) as store:
+        assert ccr.recover(store, listed["echo"]) == originals["echo"]
+    code, _ = wire.close()
+    assert code == 0
 
 
 def test_an_upstream_that_never_answers_is_left_behind(tmp_path: Path, scripted: list[str]) -> None:
