@@ -180,6 +180,7 @@ def _kind_span(raw: bytes, start: int, kind: int) -> tuple[int, int]:
 class ToolEntry:
     name: str
     original: bytes  # the tool object's exact bytes in the source
+    start: int  # where they start in it
     definition: str  # the compressed tool object, compact JSON
     fields: dict[str, str]
 
@@ -248,6 +249,6 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
     entries = []
     for tool, (a, b), definition in zip(tools, spans, definitions):
         piece = raw[a:b]
-        entries.append(ToolEntry(str(tool.get("name", "")), piece, definition.decode("utf-8"),
+        entries.append(ToolEntry(str(tool.get("name", "")), piece, a, definition.decode("utf-8"),
                                  _fields(piece, tool)))
     return _label(doc, shape), entries

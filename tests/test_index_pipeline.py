@@ -75,6 +75,10 @@ def test_build_names_servers_and_stores_each_tool(tmp_path: Path) -> None:
             raw = (src / f"{doc.server}.json").read_bytes()
             original = ccr.recover(store, doc.handle)  # type: ignore[arg-type]
             assert original in raw and original.startswith(b"{") and b"\n" in original
+            # a span of its catalog's record (committed with it), no bytes of its own
+            value = store.get(doc.handle[4:].encode())  # type: ignore[index]
+            assert value is not None and ccr.span_of(ccr.decode_header(value), value) == (
+                ccr.digest_of(raw), raw.index(original))
             # the definition is the tool as the compressed output has it
             out = (tmp_path / "out" / f"{doc.server}.json").read_bytes()
             assert doc.definition.encode() in out

@@ -59,7 +59,7 @@ def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple
         record = ccr.prepare(raw, result.content_type)
         out.append((data, fields, record.digest, record.value, record.original_length))
         if tools is not None:
-            tools.add(raw if not result.broken else None, data)
+            tools.add(raw if not result.broken else None, data, record.digest)
     if tools is not None:
         out = [(*done, found) for done, found in zip(out, tools.finish())]
     return out
