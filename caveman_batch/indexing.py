@@ -191,6 +191,7 @@ class IndexBuilder:
         """One transaction for the writer thread; raises here the error of any done."""
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
+            self._pending.append(self._writer.submit(self.index.defer_merges))  # finish optimizes
         self._pending.append(self._writer.submit(self.index.apply, replace))
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()

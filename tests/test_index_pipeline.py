@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -84,6 +85,9 @@ def test_build_names_servers_and_stores_each_tool(tmp_path: Path) -> None:
             assert doc.definition.encode() in out
             assert json.loads(doc.definition)["name"] == doc.name
     assert docs[0].fields["name"] == "create issue"
+    with sqlite3.connect(tmp_path / "idx.db") as db:  # the build's deferred merging undone
+        assert dict(db.execute("SELECT k, v FROM tools_fts_config WHERE k LIKE '%merge'")) == {
+            "automerge": 4, "crisismerge": 16}
 
 
 def test_without_index_nothing_more_is_stored(tmp_path: Path) -> None:
