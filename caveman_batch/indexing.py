@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from . import ccr
+from .catalog import Located
 from .embedding import Embedder
 from .toolsearch import ToolDoc, ToolIndex
 from . import toolspans
@@ -65,10 +66,12 @@ class BatchWork:
     def __init__(self) -> None:
         self._docs: list[WorkerTools] = []
 
-    def add(self, raw: bytes | None, out: bytes, digest: str) -> None:
+    def add(self, raw: bytes | None, out: bytes, digest: str,
+            located: Located | None = None) -> None:
         """One document (raw None: a broken one, not indexed), in batch order, with the
-        digest of its own record (the one its tools' records lie in)."""
-        found = None if raw is None else index_entries(raw, out)
+        digest of its own record (the one its tools' records lie in) and where compress
+        found its tools (catalog.compress_located)."""
+        found = None if raw is None else index_entries(raw, out, located)
         if found is None:
             self._docs.append(None)
             return
