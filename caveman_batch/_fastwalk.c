@@ -144,6 +144,7 @@ typedef struct {
     PyObject *reducer;          /* borrowed */
     Py_ssize_t reduced;         /* descriptions the reducer changed */
     Py_ssize_t dropped;         /* annotation members left out */
+    PyObject *tool_spans;       /* borrowed: a list to append each tool's spans to, or NULL */
 } Walker;
 
 static void
@@ -1119,11 +1120,27 @@ tool_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
     return copy_value(w);
 }
 
-/* The plan says a tool is here: it must be an object. */
+/* The plan says a tool is here: it must be an object. With w->tool_spans, its
+   (start, end) in the input and in the output are appended there (the index's
+   per-tool records and definitions: no second walk of either). */
 static int
 tool_value(Walker *w)
 {
-    return peek(w) == '{' ? walk_object(w, tool_member, NULL) : FW_DECLINE;
+    if (peek(w) != '{') {
+        return FW_DECLINE;
+    }
+    Py_ssize_t in_start = w->pos, out_start = w->out.len;
+    int rc = walk_object(w, tool_member, NULL);
+    if (rc != FW_OK || w->tool_spans == NULL) {
+        return rc;
+    }
+    PyObject *span = Py_BuildValue("(nnnn)", in_start, w->pos, out_start, w->out.len);
+    if (span == NULL) {
+        return FW_ERROR;
+    }
+    rc = PyList_Append(w->tool_spans, span) < 0 ? FW_ERROR : FW_OK;
+    Py_DECREF(span);
+    return rc;
 }
 
 /* {"type": "function", "function": TOOL, ...}: the tool is the "function" member. */
@@ -1856,7 +1873,7 @@ make_plan(Plan *plan, PyObject *path, PyObject *kinds)
 }
 
 PyDoc_STRVAR(rewrite_doc,
-"rewrite(raw, path, kinds, drop_annotations, short_bytes, reducer, /)\n"
+"rewrite(raw, path, kinds, drop_annotations, short_bytes, reducer, spans=None, /)\n"
 "--\n"
 "\n"
 "Compress the catalog `raw` in one pass: (output, descriptions_reduced,\n"
@@ -1867,16 +1884,20 @@ PyDoc_STRVAR(rewrite_doc,
 "path: the keys from the root to the tools' container. kinds: bytes, one entry\n"
 "per element of the array there (0 data, 1 a tool, 2 a tool under \"function\");\n"
 "or the int 1 or 2 when the value at path is a single tool object.\n"
-"reducer(str) -> str is called for each description but short folded ASCII ones.");
+"reducer(str) -> str is called for each description but short folded ASCII ones.\n"
+"spans: a list to which (start, end, out_start, out_end) of each tool object, in\n"
+"the input and in the output, is appended in document order (as spans() gives\n"
+"the input's); left partly filled when the result is None.");
 
 static PyObject *
 fastwalk_rewrite(PyObject *module, PyObject *args)
 {
-    PyObject *raw, *path, *kinds, *short_obj, *reducer;
+    PyObject *raw, *path, *kinds, *short_obj, *reducer, *spans = NULL;
     int drop_annotations;
 
-    if (!PyArg_ParseTuple(args, "O!O!OpOO:rewrite", &PyBytes_Type, &raw, &PyTuple_Type,
-                          &path, &kinds, &drop_annotations, &short_obj, &reducer)) {
+    if (!PyArg_ParseTuple(args, "O!O!OpOO|O!:rewrite", &PyBytes_Type, &raw, &PyTuple_Type,
+                          &path, &kinds, &drop_annotations, &short_obj, &reducer,
+                          &PyList_Type, &spans)) {
         return NULL;
     }
     /* clipped, not refused: no string is longer than PY_SSIZE_T_MAX anyway */
@@ -1896,6 +1917,7 @@ fastwalk_rewrite(PyObject *module, PyObject *args)
     w.drop_annotations = drop_annotations;
     w.short_bytes = short_bytes;
     w.reducer = reducer;
+    w.tool_spans = spans;
 
     Plan plan;
     memset(&plan, 0, sizeof(plan));

@@ -6,12 +6,15 @@ from typing import Final
 MAX_NESTING: Final[int]  # containers open at once; deeper documents return None (= catalog.MAX_DEPTH)
 
 def rewrite(raw: bytes, path: tuple[str, ...], kinds: bytes | int, drop_annotations: bool,
-            short_bytes: int, reducer: Callable[[str], str], /) -> tuple[bytes, int, int] | None:
+            short_bytes: int, reducer: Callable[[str], str],
+            spans: list[tuple[int, int, int, int]] | None = None, /
+            ) -> tuple[bytes, int, int] | None:
     """(output, descriptions_reduced, annotations_dropped), or None to run the Python path.
 
     path: the keys from the root to the tools' container. kinds: one byte per element of
     the array there (0 data, 1 the element is a tool, 2 its "function" member is), or the
-    int 1 or 2 when the value at path is a single tool.
+    int 1 or 2 when the value at path is a single tool. spans: a list to append each
+    tool object's (start, end, out_start, out_end) to, in the input and the output.
     """
 
 def skim(raw: bytes, max_depth: int, /) -> object | None:

@@ -340,6 +340,33 @@ def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, Com
     if fast is not None:
         out, shape, ntools, reduced, dropped = fast
         return _finish(raw, out, shape, ntools, reduced, dropped, options)
+    return _reference_compress(raw, options)
+
+
+# Where the C path found a catalog's tools: the document's skim (its top levels, see
+# SKIM_DEPTH), its shape, the tools as skimmed (their top-level scalars are real, their
+# containers empty), the plan (path, kinds), and each tool's (start, end) in the input
+# and (out_start, out_end) in the rewritten output.
+Located = tuple[Any, str, list[dict[str, Any]], tuple[tuple[str, ...], bytes | int],
+                list[tuple[int, int, int, int]]]
+
+
+def compress_located(raw: bytes, options: Options = DEFAULT_OPTIONS
+                     ) -> tuple[bytes, CompressResult, Located | None]:
+    """`compress`, and where the C path found the tools (None if it did not run): what
+    the search index needs of each tool, without a second walk of either document (the
+    output spans are the rewrite's, whatever the result: a passthrough's are not its)."""
+    located: list[Any] = []
+    fast = _fast_compress(raw, options, located)
+    if fast is not None:
+        out, shape, ntools, reduced, dropped = fast
+        return (*_finish(raw, out, shape, ntools, reduced, dropped, options),
+                tuple(located))  # type: ignore[return-value]
+    return (*_reference_compress(raw, options), None)
+
+
+def _reference_compress(raw: bytes, options: Options) -> tuple[bytes, CompressResult]:
+    """The Python path (the definition of every behaviour the C path mirrors)."""
     try:
         doc = parse(raw)
         shape, ntools, walk = rewrite(doc, options)
@@ -391,8 +418,10 @@ def _finish(raw: bytes, out: bytes, shape: str, ntools: int, reduced: int, dropp
 SKIM_DEPTH: Final = 3
 
 
-def _fast_compress(raw: bytes, options: Options) -> tuple[bytes, str, int, int, int] | None:
+def _fast_compress(raw: bytes, options: Options, located: list[Any] | None = None
+                   ) -> tuple[bytes, str, int, int, int] | None:
     """The C path: (output, shape, tools, descriptions reduced, annotations dropped), or None.
+    `located`, if given, is filled with what `Located` says (when the result is not None).
 
     _fastwalk.skim parses as strictly as the C walker, building only the top SKIM_DEPTH
     levels (all locate_tools looks at); locate_tools on its result gives the plan. None
@@ -412,10 +441,14 @@ def _fast_compress(raw: bytes, options: Options) -> tuple[bytes, str, int, int, 
     plan = _plan(doc, shape, tools)
     if plan is None:
         return None
+    spans: list[tuple[int, int, int, int]] = []
     done = fastwalk.rewrite(raw, plan[0], plan[1], options.drop_annotations,
-                            options.short_bytes, _reducer(options))
+                            options.short_bytes, _reducer(options),
+                            *(() if located is None else (spans,)))
     if done is None:
         return None
+    if located is not None:
+        located.extend((doc, shape, tools, plan, spans))
     out, reduced, dropped = done
     return out, shape, len(tools), reduced, dropped
 

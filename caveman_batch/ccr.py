@@ -9,7 +9,16 @@ Its value is a small versioned header followed by the zstd-compressed original:
 
 Every read decompresses and re-hashes; a record that does not hash back to its key
 is refused as tampered, never returned, and the next commit of the same original
-heals it. Preparing a record is pure (a worker can do it); committing is the
+heals it.
+
+A span record (codec 2) holds no bytes of its own: its payload names another record
+(the digest of a catalog's original, committed in the same transaction) and the offset
+of its original in that one's bytes; reading it reads those bytes, slices and re-hashes
+(a tool of a catalog, stored by `compress --index`: a few dozen bytes instead of a zstd
+frame each). A span only ever names a record that holds its bytes, a later commit of the
+same original re-points it to the newest record holding it (or makes it whole), `prune`
+never drops a record a span it keeps lies in, and `migrate` copies spans after the
+records they lie in. Preparing a record is pure (a worker can do it); committing is the
 parent's job.
 
 A record's last-seen time is the later of its header's and of a small entry beside it,
@@ -43,12 +52,14 @@ from .store import DELETE, Store
 MAGIC: Final = b"CCR"
 FORMAT_VERSION: Final = 1
 CODEC_ZSTD: Final = 1
+CODEC_SPAN: Final = 2  # the payload names the record the original lies in, and where
 ZSTD_LEVEL: Final = 3
 HANDLE_PREFIX: Final = "ccr_"
 MIN_PREFIX_HEX: Final = 8
 _DIGEST_HEX: Final = 64  # a whole sha256, in hex
 _HEADER = struct.Struct(">3sBBBHQQQ")
 _LAST_SEEN: Final = struct.Struct(">Q")
+_SPAN: Final = struct.Struct(">64sQ")  # a span's payload: the whole's digest (hex), the offset
 _LAST_SEEN_AT: Final = _HEADER.size - _LAST_SEEN.size  # the header's last field
 _HEX_RE = re.compile(r"[0-9a-f]{8,64}")
 SEEN_PREFIX: Final = b"~seen/"  # "~" sorts after every hex digit: all records, then these
@@ -205,11 +216,22 @@ def prepare_many(originals: Sequence[bytes], content_type: str = "application/js
     return list(_pool.map(lambda o: prepare(o, content_type, now_ms=stamp), originals))
 
 
+def prepare_span(digest: str, length: int, whole: str, offset: int,
+                 content_type: str = "application/json", *, now_ms: int | None = None) -> Prepared:
+    """The record of the original `digest` (of `length` bytes) that lies at `offset` in
+    the original `whole` (pure; the caller commits the two in one transaction)."""
+    stamp = _now_ms() if now_ms is None else now_ms
+    payload = _SPAN.pack(whole.encode("ascii"), offset)
+    return Prepared(digest, encode_record(length, content_type, stamp, stamp, payload, CODEC_SPAN),
+                    length)
+
+
 def encode_record(
-    length: int, content_type: str, first_ms: int, last_ms: int, payload: bytes
+    length: int, content_type: str, first_ms: int, last_ms: int, payload: bytes,
+    codec: int = CODEC_ZSTD,
 ) -> bytes:
     ctype = content_type.encode("ascii")[:255]
-    head = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, len(ctype), 0, length, first_ms, last_ms)
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, codec, len(ctype), 0, length, first_ms, last_ms)
     return head + ctype + payload
 
 
@@ -222,7 +244,7 @@ def decode_header(value: bytes) -> Header:
         raise ValueError("bad magic")
     if version != FORMAT_VERSION:
         raise ValueError(f"unsupported format version {version}")
-    if codec != CODEC_ZSTD:
+    if codec not in (CODEC_ZSTD, CODEC_SPAN):
         raise ValueError(f"unknown codec {codec}")
     offset = _HEADER.size + clen
     if len(value) < offset:
@@ -276,7 +298,65 @@ def _inflated_digest(header: Header, value: bytes) -> tuple[int, str]:
     return length, hasher.hexdigest()
 
 
+def span_of(header: Header, value: bytes) -> tuple[str, int] | None:
+    """(digest of the record a span record's original lies in, its offset there), or
+    None for a record that holds its own bytes; ValueError for a malformed span."""
+    if header.codec != CODEC_SPAN:
+        return None
+    payload = value[header.payload_offset:]
+    if len(payload) != _SPAN.size:
+        raise ValueError(f"a span payload of {len(payload)} bytes")
+    whole, offset = _SPAN.unpack(payload)
+    if not _is_digest_key(whole):
+        raise ValueError("a span naming no record")
+    return whole.decode("ascii"), offset
+
+
+class SpanTargetMissing(ValueError):
+    """The record a span lies in is not in the store."""
+
+
+def _span_bytes(store: Store | None, header: Header, value: bytes) -> bytes:
+    """A span record's original: its length of bytes at its offset in the record it
+    names (inflated up to there, never past it; not re-hashed here)."""
+    whole, offset = span_of(header, value)  # type: ignore[misc]
+    if store is None:
+        raise ValueError("a span record read without its store")
+    container = store.get(whole.encode("ascii"))
+    if container is None:
+        raise SpanTargetMissing(f"the record it lies in, {make_handle(whole)}, is gone")
+    outer = decode_header(container)
+    if outer.codec != CODEC_ZSTD:
+        raise ValueError("a span lying in a record that holds no bytes of its own")
+    length = header.original_length
+    if offset + length > outer.original_length:
+        raise ValueError(f"a span past the end of {make_handle(whole)}")
+    reader = _codecs.decompressor.stream_reader(_bounded_payload(outer, container))
+    while offset:  # forward, a chunk at a time (a stream reader's seek reads as much)
+        skipped = len(reader.read(min(offset, _WHOLE_MAX)))
+        if not skipped:
+            raise ValueError(f"{make_handle(whole)} ends before the span")
+        offset -= skipped
+    parts, want = [], length
+    while want:
+        chunk = reader.read(want)
+        if not chunk:
+            break
+        parts.append(chunk)
+        want -= len(chunk)
+    return b"".join(parts)
+
+
+def _original(store: Store | None, header: Header, value: bytes) -> bytes:
+    if header.codec == CODEC_SPAN:
+        return _span_bytes(store, header, value)
+    return _inflate(header, value)
+
+
 def _corrupt(handle: str, exc: Exception) -> IntegrityError:
+    if isinstance(exc, SpanTargetMissing):
+        return IntegrityError(f"record {handle} lies in a record that is gone ({exc}); refused",
+                              handle, "span target missing")
     return IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt")
 
 
@@ -288,12 +368,13 @@ def _mismatch(handle: str) -> IntegrityError:
     )
 
 
-def open_record(digest: str, value: bytes) -> tuple[Header, bytes]:
-    """Decode and verify a record; IntegrityError (with a reason) if it fails."""
+def open_record(digest: str, value: bytes, store: Store | None = None) -> tuple[Header, bytes]:
+    """Decode and verify a record (a span's bytes read from `store`); IntegrityError
+    (with a reason) if it fails."""
     handle = make_handle(digest)
     try:
         header = decode_header(value)
-        original = _inflate(header, value)
+        original = _original(store, header, value)
     except (ValueError, zstandard.ZstdError) as exc:
         raise _corrupt(handle, exc) from exc
     if len(original) != header.original_length or digest_of(original) != digest:
@@ -301,12 +382,17 @@ def open_record(digest: str, value: bytes) -> tuple[Header, bytes]:
     return header, original
 
 
-def verify_record(digest: str, value: bytes) -> Header:
-    """`open_record` without keeping the original: memory stays bounded by a chunk."""
+def verify_record(digest: str, value: bytes, store: Store | None = None) -> Header:
+    """`open_record` without keeping the original: memory stays bounded by a chunk (a
+    span's: by its own length)."""
     handle = make_handle(digest)
     try:
         header = decode_header(value)
-        length, found = _inflated_digest(header, value)
+        if header.codec == CODEC_SPAN:
+            original = _span_bytes(store, header, value)
+            length, found = len(original), digest_of(original)
+        else:
+            length, found = _inflated_digest(header, value)
     except (ValueError, zstandard.ZstdError) as exc:
         raise _corrupt(handle, exc) from exc
     if length != header.original_length or found != digest:
@@ -323,7 +409,7 @@ def _refreshed(old: bytes, new: bytes, oh: Header | None = None, nh: Header | No
     if (first, last) == (oh.first_stored_ms, oh.last_seen_ms):
         return old
     payload = old[oh.payload_offset:]
-    return encode_record(oh.original_length, oh.content_type, first, last, payload)
+    return encode_record(oh.original_length, oh.content_type, first, last, payload, oh.codec)
 
 
 def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
@@ -340,6 +426,10 @@ def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         # heals without inflating anything.
         if oh.original_length != nh.original_length:
             return new
+        if oh.codec == CODEC_SPAN and old[oh.payload_offset:] != new[nh.payload_offset:]:
+            # re-pointed to the newest record holding it (committed with it), or whole
+            # now: the new payload, with both's times
+            return _refreshed(new, old, nh, oh)
         if old[oh.payload_offset:] != new[nh.payload_offset:]:
             # tampered, another level or zstd version: verify the hard way, inflating no
             # more than the new (known good) original's length, and keeping none of it
@@ -458,7 +548,7 @@ def recover(store: Store, handle: str) -> bytes:
     value = store.get(digest.encode("ascii"))
     if value is None:  # never stored, or pruned between listing and reading
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    return open_record(digest, value)[1]
+    return open_record(digest, value, store)[1]
 
 
 def info(store: Store, handle: str) -> RecordInfo:
@@ -466,7 +556,7 @@ def info(store: Store, handle: str) -> RecordInfo:
     value = store.get(digest.encode("ascii"))
     if value is None:
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    header, _ = open_record(digest, value)
+    header, _ = open_record(digest, value, store)
     return _record_info(digest, header, len(value), _seen_ms(store.get(_seen_key(digest))))
 
 
@@ -527,7 +617,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             audit.records += 1
         digest = key.decode("ascii")
         try:
-            header = verify_record(digest, value)
+            header = verify_record(digest, value, store)
         except IntegrityError as exc:
             if audit is not None:
                 audit.excluded[exc.reason] = audit.excluded.get(exc.reason, 0) + 1
@@ -557,21 +647,33 @@ def prune(
 
     The age is re-checked inside the delete transaction, so a batch that touches a
     record while prune runs keeps it: each record's ~seen entry is looked at just
-    before the record itself, in the same transaction.
+    before the record itself, in the same transaction. A record that a span record
+    kept lies in is kept too, whatever its age (spans are decided first, in the same
+    transaction): no span is left naming bytes that are gone.
     """
     cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
     seen = _seen_entries(store)
-    stale = []
+    stale, spans = [], []
+    live_wholes: set[str] = set()  # records a span that stays lies in
+    stale_spans: dict[bytes, list[bytes]] = {}  # record key -> the stale spans lying in it
     for d, h, v in iter_verified(store):
         seen_ms = seen.pop(d, 0)
-        if max(h.last_seen_ms, seen_ms) < cutoff:
-            stale.append(_record_info(d, h, len(v), seen_ms))
+        old = max(h.last_seen_ms, seen_ms) < cutoff
+        whole = span_of(h, v)  # (verified: well formed)
+        if whole is not None and not old:
+            live_wholes.add(whole[0])
+        elif whole is not None:
+            stale_spans.setdefault(whole[0].encode("ascii"), []).append(d.encode("ascii"))
+        if old:
+            (spans if whole is not None else stale).append(_record_info(d, h, len(v), seen_ms))
+    stale = spans + [r for r in stale if r.handle[len(HANDLE_PREFIX):] not in live_wholes]
     # left: entries whose record is gone (or that name none), whatever their time
     orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen}
     if dry_run or not (stale or orphans):
         return stale
     fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
     dropped: set[bytes] = set()
+    kept: set[bytes] = set()  # records stale at the scan kept in the transaction (spans first)
 
     def drop_if_stale(key: bytes, old: bytes | None, _new: bytes) -> object:
         if old is None:
@@ -583,12 +685,15 @@ def prune(
                 fresh.add(key[len(SEEN_PREFIX):])
                 return None
             return DELETE
-        if key in fresh:
+        if key in fresh or not kept.isdisjoint(stale_spans.get(key, ())):
+            kept.add(key)
             return None
         try:
             if decode_header(old).last_seen_ms >= cutoff:
+                kept.add(key)
                 return None
         except ValueError:
+            kept.add(key)
             return None
         dropped.add(key)
         return DELETE
@@ -604,19 +709,35 @@ def prune(
 
 def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
     """Copy every verified record of `source` into `target` (times preserved: a later
-    ~seen time is written into the copy's header)."""
+    ~seen time is written into the copy's header). Span records go last, each only if
+    the record it lies in was copied (a span is never written before its bytes)."""
     report = Audit(source.url)
     seen = _seen_entries(source)
+    copied: set[str] = set()
+    spans: list[tuple[bytes, bytes, str]] = []
     batch: list[tuple[bytes, bytes]] = []
     for digest, header, value in iter_verified(source, report):
         later = seen.get(digest, 0)
         if later > header.last_seen_ms:
             value = b"".join((value[:_LAST_SEEN_AT], _LAST_SEEN.pack(later),
                               value[_LAST_SEEN_AT + _LAST_SEEN.size:]))
+        whole = span_of(header, value)
+        if whole is not None:
+            spans.append((digest.encode("ascii"), value, whole[0]))
+            continue
+        copied.add(digest)
         batch.append((digest.encode("ascii"), value))
         if len(batch) >= batch_size:
             target.commit(batch, merge=merge_record)
             batch = []
-    if batch:
-        target.commit(batch, merge=merge_record)
+    for key, value, whole in spans:
+        if whole in copied:
+            batch.append((key, value))
+        else:  # it verified, but the record it lies in did not, whole
+            handle = make_handle(key.decode("ascii"))
+            report.excluded["span target not copied"] = report.excluded.get(
+                "span target not copied", 0) + 1
+            report.failures.append({"handle": handle, "reason": "span target not copied"})
+    for at in range(0, len(batch), batch_size):
+        target.commit(batch[at:at + batch_size], merge=merge_record)
     return report

@@ -1,10 +1,10 @@
 """`compress --index PATH`: the pipeline's side of the tool-search index.
 
 Workers compute, per document, what the index needs (`BatchWork`: the catalog's label,
-and per tool its exact original bytes as a CCR record, compressed on threads beside the
-worker's own loop, its compressed definition and its search text: see toolspans). The
-parent, the only writer, commits the per-tool originals in the same transaction as the
-catalog's own (`records`), then writes the batch's catalogs to the index in one
+and per tool its exact original bytes as a CCR span record, which names the catalog's
+own record and where the tool lies in it (no zstd frame per tool), its compressed
+definition and its search text: see toolspans). The parent, the only writer, commits
+the per-tool records in the same transaction as the catalog's own (`records`), then writes the batch's catalogs to the index in one
 transaction (`add`), in input order, on a thread of its own (SQLite releases the GIL:
 the index is written while the next batch is compressed); at the end (`finish`) it
 removes the catalogs this run's inputs no longer hold and records which source files
@@ -27,6 +27,7 @@ one run gets "@line" (or "@item") added.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import deque
@@ -39,104 +40,60 @@ from typing import Any
 import orjson
 
 from . import ccr, toolspans
+from .catalog import Located
 from .embedding import Embedder
 from .errors import IntegrityError, UnknownHandleError
 from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
-from .toolspans import ToolEntry, index_entries
+from .toolspans import index_entries
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
 # (name, digest, record value, original length, definition, search fields).
 WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, str]]]] | None
 
 
-# A registry repeats its tools (the same server under many names, versions that change a
-# few tools): each distinct tool object's record is prepared once per process.
-_RECORDS: dict[bytes, ccr.Prepared] = {}
-_RECORDS_MAX = 8192
 # Batches handed to the index's writer thread and not yet written, at most (beyond this,
 # add waits: a writer slower than the workers must not hold the whole run in memory).
 _IN_FLIGHT = 2
-# Tool records handed to a thread at a time: each hand-over costs the worker's own thread
-# (one per document: 0.18 s of its CPU over the 10 MB registry's 1,036 catalogs, 0.16 s
-# this way, under load).
-_RECORDS_PER_JOB = 64
 # Tool records of kept catalogs refreshed (or found absent) per store transaction.
 _TOUCH_BATCH = 4096
 
 
 def clear_cache() -> None:
     """Empty the per-process caches (as a new process has them)."""
-    _RECORDS.clear()
     toolspans.clear_cache()
-
-
-def _prepare_all(originals: list[bytes]) -> list[ccr.Prepared]:
-    return [ccr.prepare(original) for original in originals]
-
-
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
-
-
-def _zstd_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(max(2, os.cpu_count() or 1),
-                                                 thread_name_prefix="index-records"))
-    return _pool[1]
 
 
 class BatchWork:
     """Pure: the index's part of one batch's work, document by document (`add`), then
-    all of it (`finish`). Each tool's record is compressed on a thread (zstd and sha256
-    release the GIL) while the batch's next documents are compressed."""
+    all of it (`finish`). A tool's record is a span of its catalog's (ccr.prepare_span):
+    its sha256 and where it lies, a few dozen bytes committed with the catalog's."""
 
     def __init__(self) -> None:
-        self._docs: list[tuple[str | None, list[ToolEntry]] | None] = []
-        self._pending: dict[bytes, tuple[Future[list[ccr.Prepared]], int]] = {}
-        self._new: dict[bytes, None] = {}  # originals not yet handed to a thread
+        self._docs: list[WorkerTools] = []
 
-    def add(self, raw: bytes | None, out: bytes) -> None:
-        """One document (raw None: a broken one, not indexed), in batch order."""
-        found = None if raw is None else index_entries(raw, out)
-        self._docs.append(found)
+    def add(self, raw: bytes | None, out: bytes, digest: str,
+            located: Located | None = None) -> None:
+        """One document (raw None: a broken one, not indexed), in batch order, with the
+        digest of its own record (the one its tools' records lie in) and where compress
+        found its tools (catalog.compress_located)."""
+        found = None if raw is None else index_entries(raw, out, located)
         if found is None:
+            self._docs.append(None)
             return
-        for entry in found[1]:
+        label, entries = found
+        tools = []
+        for entry in entries:
             original = entry.original
-            if original not in _RECORDS and original not in self._pending:
-                self._new[original] = None
-        if len(self._new) >= _RECORDS_PER_JOB:
-            self._submit()
-
-    def _submit(self) -> None:
-        new = list(self._new)
-        self._new.clear()
-        job = _zstd_pool().submit(_prepare_all, new)
-        self._pending.update((original, (job, at)) for at, original in enumerate(new))
+            record = ccr.prepare_span(hashlib.sha256(original).hexdigest(), len(original),
+                                      digest, entry.start)
+            tools.append((entry.name, record.digest, record.value, record.original_length,
+                          entry.definition, entry.fields))
+        self._docs.append((label, tools))
 
     def finish(self) -> list[WorkerTools]:
         """What the index needs of each document added, in order."""
-        if self._new:
-            self._submit()
-        ready = {original: job.result()[at] for original, (job, at) in self._pending.items()}
-        done: list[WorkerTools] = []
-        for found in self._docs:
-            if found is None:
-                done.append(None)
-                continue
-            label, entries = found
-            tools = []
-            for entry in entries:
-                original = entry.original
-                record = ready[original] if original in ready else _RECORDS[original]
-                tools.append((entry.name, record.digest, record.value, record.original_length,
-                              entry.definition, entry.fields))
-            done.append((label, tools))
-        if len(_RECORDS) + len(ready) > _RECORDS_MAX:
-            _RECORDS.clear()
-        _RECORDS.update(ready)
-        return done
+        return self._docs
 
 
 def _stem(rel: str) -> str:
@@ -251,6 +208,7 @@ class IndexBuilder:
         """One transaction for the writer thread; raises here the error of any done."""
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
+            self._pending.append(self._writer.submit(self.index.defer_merges))  # finish optimizes
         self._pending.append(self._writer.submit(self.index.apply, replace))
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()

@@ -23,7 +23,7 @@ from typing import Any, Final
 import orjson
 
 from . import _accel
-from .catalog import TOOLS_PATH, Passthrough, _plan, locate_tools, parse, serialize
+from .catalog import TOOLS_PATH, Located, Passthrough, _plan, locate_tools, parse, serialize
 from .toolsearch import search_fields
 
 _WS: Final = re.compile(rb"[ \t\r\n]*+")
@@ -180,6 +180,7 @@ def _kind_span(raw: bytes, start: int, kind: int) -> tuple[int, int]:
 class ToolEntry:
     name: str
     original: bytes  # the tool object's exact bytes in the source
+    start: int  # where they start in it
     definition: str  # the compressed tool object, compact JSON
     fields: dict[str, str]
 
@@ -198,9 +199,9 @@ def _label(doc: Any, shape: str) -> str | None:
     return None
 
 
-# A registry repeats its tools: each distinct tool object's search text is built once
-# per process (a dict, emptied when full).
-_FIELDS: dict[bytes, dict[str, str]] = {}
+# A registry repeats its tools: each distinct tool object's name and search text are
+# built once per process (a dict, emptied when full).
+_FIELDS: dict[bytes, tuple[str, dict[str, str]]] = {}
 _FIELDS_MAX: Final = 8192
 
 
@@ -208,20 +209,30 @@ def clear_cache() -> None:
     _FIELDS.clear()
 
 
-def _fields(piece: bytes, tool: dict[str, Any]) -> dict[str, str]:
-    fields = _FIELDS.get(piece)
-    if fields is None:
+def _described(piece: bytes, tool: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
+    """A tool's name and search text, from its parsed object (`tool`), or parsed here
+    from its own bytes (`piece`) when not known yet."""
+    found = _FIELDS.get(piece)
+    if found is None:
+        if tool is None:
+            tool = load(piece)
         if len(_FIELDS) >= _FIELDS_MAX:
             _FIELDS.clear()
-        fields = _FIELDS[piece] = search_fields(tool)
-    return fields
+        found = _FIELDS[piece] = (str(tool.get("name", "")), search_fields(tool))
+    return found
 
 
-def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] | None:
+def index_entries(raw: bytes, out: bytes, located: Located | None = None
+                  ) -> tuple[str | None, list[ToolEntry]] | None:
     """(label, entries) of one document for the index, or None if it holds no tools.
 
     Search text comes from the original tools, definitions from the output (compact:
-    a passthrough's tools are re-serialized, number literals as written)."""
+    a passthrough's tools are re-serialized, number literals as written). `located`:
+    where compress's C path found the tools (catalog.compress_located), so that neither
+    document is walked or parsed whole again."""
+    if located is not None and located[2] and len(located[2]) == len(located[4]):
+        return _entries(raw, out, located[0], located[1], [s[:2] for s in located[4]],
+                        [out[c:d] for _, _, c, d in located[4]], None)
     try:
         doc = load(raw)
         shape, tools = locate_tools(doc)
@@ -234,20 +245,29 @@ def index_entries(raw: bytes, out: bytes) -> tuple[str | None, list[ToolEntry]] 
     if plan is None or spans is None:
         return None
     if out is raw or out == raw:
+        return _entries(raw, out, doc, shape, spans, [], tools)
+    # the compressor keeps a catalog's shape: where the C walker finds the original's
+    # plan in the output, those are its tools (the output need not be parsed again)
+    out_spans = _fast_spans(out, *plan) or tool_spans(out)
+    if out_spans is None or len(out_spans) != len(tools):
+        return None
+    return _entries(raw, out, doc, shape, spans, [out[a:b] for a, b in out_spans], tools)
+
+
+def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int, int]],
+             definitions: list[bytes], tools: list[dict[str, Any]] | None
+             ) -> tuple[str | None, list[ToolEntry]] | None:
+    """The entries of tools at `spans` in raw, their definitions in the output (ignored
+    for a passthrough: re-serialized here); `tools` parsed (None: each tool is parsed
+    from its own bytes, only when its search text is not known yet)."""
+    if out is raw or out == raw:
         try:
             definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
         except Passthrough:
             return None  # a lone surrogate: no UTF-8 text to index
-    else:
-        # the compressor keeps a catalog's shape: where the C walker finds the original's
-        # plan in the output, those are its tools (the output need not be parsed again)
-        out_spans = _fast_spans(out, *plan) or tool_spans(out)
-        if out_spans is None or len(out_spans) != len(tools):
-            return None
-        definitions = [out[a:b] for a, b in out_spans]
     entries = []
-    for tool, (a, b), definition in zip(tools, spans, definitions):
+    for at, ((a, b), definition) in enumerate(zip(spans, definitions)):
         piece = raw[a:b]
-        entries.append(ToolEntry(str(tool.get("name", "")), piece, definition.decode("utf-8"),
-                                 _fields(piece, tool)))
+        name, fields = _described(piece, None if tools is None else tools[at])
+        entries.append(ToolEntry(name, piece, a, definition.decode("utf-8"), fields))
     return _label(doc, shape), entries

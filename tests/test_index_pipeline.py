@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -75,11 +76,18 @@ def test_build_names_servers_and_stores_each_tool(tmp_path: Path) -> None:
             raw = (src / f"{doc.server}.json").read_bytes()
             original = ccr.recover(store, doc.handle)  # type: ignore[arg-type]
             assert original in raw and original.startswith(b"{") and b"\n" in original
+            # a span of its catalog's record (committed with it), no bytes of its own
+            value = store.get(doc.handle[4:].encode())  # type: ignore[index]
+            assert value is not None and ccr.span_of(ccr.decode_header(value), value) == (
+                ccr.digest_of(raw), raw.index(original))
             # the definition is the tool as the compressed output has it
             out = (tmp_path / "out" / f"{doc.server}.json").read_bytes()
             assert doc.definition.encode() in out
             assert json.loads(doc.definition)["name"] == doc.name
     assert docs[0].fields["name"] == "create issue"
+    with sqlite3.connect(tmp_path / "idx.db") as db:  # the build's deferred merging undone
+        assert dict(db.execute("SELECT k, v FROM tools_fts_config WHERE k LIKE '%merge'")) == {
+            "automerge": 4, "crisismerge": 16}
 
 
 def test_without_index_nothing_more_is_stored(tmp_path: Path) -> None:

@@ -193,3 +193,35 @@ def test_the_fast_path_ranks_as_every_match_would(index: ToolIndex) -> None:
     for query in ("issue", "request city", "code repositories", "get", "weather forecast city"):
         for k in (1, 2, 5):
             assert index.search(query, k) == index._hits(match_expression(query), k, None)
+
+
+def _segments(index: ToolIndex) -> int:
+    """How many segments an index's FTS5 table has (its 'integrity-check' would say too)."""
+    return sum(1 for _ in index._db.execute(
+        "SELECT DISTINCT id >> 37 FROM tools_fts_data WHERE id >> 37 > 0"))
+
+
+def test_a_build_defers_merging_until_its_optimize(tmp_path: Path) -> None:
+    """defer_merges: every transaction leaves its own segment (FTS5 merges none as it
+    goes); optimize merges them into one and puts FTS5's defaults back. Searches rank
+    alike whatever the segments."""
+    with ToolIndex.open(tmp_path / "fresh.db") as fresh:
+        fresh.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
+        fresh.replace_server("weather", _docs("weather", WEATHER), catalog_sha256="b" * 64)
+        expected = {q: fresh.search(q, k=10) for q in ("issue", "request city", "get")}
+    with ToolIndex.open(tmp_path / "built.db") as built:
+        built.defer_merges()
+        for i in range(6):  # default merging would have merged these 12 transactions' segments
+            built.replace_server(f"github{i}", _docs(f"github{i}", GITHUB))
+            built.remove_server(f"github{i}")
+        built.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
+        built.replace_server("weather", _docs("weather", WEATHER), catalog_sha256="b" * 64)
+        settings = dict(built._db.execute("SELECT k, v FROM tools_fts_config WHERE k LIKE '%merge'"))
+        assert settings == {"automerge": 0, "crisismerge": 128}
+        assert _segments(built) == 14
+        assert {q: built.search(q, k=10) for q in expected} == expected
+        built.optimize()
+        settings = dict(built._db.execute("SELECT k, v FROM tools_fts_config WHERE k LIKE '%merge'"))
+        assert settings == {"automerge": 4, "crisismerge": 16}
+        assert _segments(built) == 1
+        assert {q: built.search(q, k=10) for q in expected} == expected

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from caveman_batch import _accel
-from caveman_batch.catalog import _plan, compress, locate_tools, parse, serialize
+from caveman_batch import _accel, toolspans
+from caveman_batch.catalog import _plan, compress, compress_located, locate_tools, parse, serialize
 from caveman_batch.toolspans import _fast_spans, _spans, index_entries, load, tool_spans
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +97,37 @@ def test_every_corpus_catalog(corpora: Path) -> None:
             assert [e.definition.encode() for e in entries[1]] == [serialize(t) for t in tools]
             checked += 1
     assert checked > 800
+
+
+def _entries_as_located(raw: bytes) -> Any:
+    """index_entries from compress's C path (catalog.compress_located), its cache empty
+    first, and again from the cache; and as a whole parse finds them."""
+    out, _, located = compress_located(raw)
+    toolspans.clear_cache()
+    expected = index_entries(raw, out)
+    toolspans.clear_cache()
+    found = index_entries(raw, out, located)
+    assert index_entries(raw, out, located) == found
+    return located, found, expected
+
+
+def test_the_c_path_locates_what_a_whole_parse_does_in_every_corpus_catalog(
+        corpora: Path) -> None:
+    """Names, bytes, offsets, definitions and search text alike, each tool parsed from
+    its own bytes (its text not known yet) or not at all (known)."""
+    located_ones = 0
+    for path in sorted(corpora.rglob("*.json")):
+        located, found, expected = _entries_as_located(path.read_bytes())
+        assert found == expected, path
+        located_ones += located is not None and expected is not None
+    assert located_ones > 800
+
+
+@LAW
+@given(encoded(catalogs()))
+def test_random_catalogs_are_located_alike(raw: bytes) -> None:
+    _, found, expected = _entries_as_located(raw)
+    assert found == expected
 
 
 @LAW

@@ -439,7 +439,7 @@ def _unverified(store: Store, digests: Iterable[str]) -> set[str]:
         try:
             if value is None:
                 raise KeyError(digest)
-            ccr.open_record(digest, value)
+            ccr.open_record(digest, value, store)
         except (KeyError, IntegrityError):
             bad.add(digest)
     return bad

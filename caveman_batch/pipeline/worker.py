@@ -11,7 +11,7 @@ import time
 from typing import Any, Final
 
 from .. import __version__, ccr, fsio
-from ..catalog import Options, compress
+from ..catalog import Options, compress, compress_located
 from ..errors import UsageError
 
 def _worker_init(parent: int) -> None:
@@ -53,13 +53,16 @@ def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple
 
         tools = indexing.BatchWork()
     for raw in raws:
-        data, result = compress(raw, options)
+        if index:  # and where the C path found the tools: no second walk for the index
+            data, result, located = compress_located(raw, options)
+        else:
+            (data, result), located = compress(raw, options), None
         fields = (*(getattr(result, name) for name in _RESULT_FIELDS),
                   hashlib.sha256(data).hexdigest())  # here, not in the busy parent
         record = ccr.prepare(raw, result.content_type)
         out.append((data, fields, record.digest, record.value, record.original_length))
         if tools is not None:
-            tools.add(raw if not result.broken else None, data)
+            tools.add(raw if not result.broken else None, data, record.digest, located)
     if tools is not None:
         out = [(*done, found) for done, found in zip(out, tools.finish())]
     return out

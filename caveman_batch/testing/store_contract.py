@@ -409,6 +409,118 @@ class StoreContract:
             assert all(ccr.recover(target, h) == b"%d" % i for i, h in enumerate(handles))
 
 
+    # -- span records: a tool of a catalog, stored as where it lies in the catalog's ----
+
+    def test_span_record_recovers_its_bytes_from_the_record_it_lies_in(self, store: Store) -> None:
+        catalog, tool = _catalog_with(b'{"name":"t1"}')
+        span = _span(tool, catalog)
+        ccr.commit(store, [ccr.prepare(catalog), span])
+        assert ccr.recover(store, span.handle) == tool
+        assert len(store.get(span.key) or b"") < 150  # no bytes of its own
+        info = ccr.info(store, span.handle)
+        assert (info.original_length, info.content_type) == (len(tool), "application/json")
+        report = ccr.audit(store)
+        assert (report.records, report.verified) == (2, 2)
+        assert report.original_bytes == len(catalog) + len(tool)
+        big = b"[" + b"0," * 900_000 + b'{"name":"late"}]'  # past a chunk of its record
+        late = big[big.index(b'{"name"'):-1]
+        ccr.commit(store, [ccr.prepare(big), _span(late, big)])
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(late)) == late
+
+    def test_span_refused_when_its_record_is_gone_or_its_bytes_changed(self, store: Store) -> None:
+        catalog, tool = _catalog_with(b'{"name":"t1"}')
+        span = _span(tool, catalog)
+        ccr.commit(store, [ccr.prepare(catalog), span])
+        liar = ccr.prepare_span(ccr.digest_of(b"other"), len(tool), ccr.digest_of(catalog),
+                                catalog.index(tool))
+        past = ccr.prepare_span(ccr.digest_of(b"past"), 4, ccr.digest_of(catalog), len(catalog) - 2)
+        ccr.commit(store, [liar, past])
+        with pytest.raises(IntegrityError) as caught:
+            ccr.recover(store, liar.handle)
+        assert caught.value.reason == "digest mismatch"
+        with pytest.raises(IntegrityError):
+            ccr.recover(store, past.handle)
+        assert ccr.audit(store).excluded == {"digest mismatch": 1, "corrupt": 1}
+        store.delete([ccr.digest_of(catalog).encode()])
+        with pytest.raises(IntegrityError) as caught:
+            ccr.recover(store, span.handle)
+        assert caught.value.reason == "span target missing"
+        assert ccr.audit(store).excluded == {"span target missing": 3}
+
+    def test_span_re_points_to_the_newest_record_holding_it(self, store: Store) -> None:
+        tool = b'{"name":"shared"}'
+        (first, _), (second, _) = _catalog_with(tool, b"a"), _catalog_with(tool, b"bb")
+        ccr.commit(store, [ccr.prepare(first, now_ms=1_000), _span(tool, first, 1_000)])
+        ccr.commit(store, [ccr.prepare(second, now_ms=5_000), _span(tool, second, 5_000)])
+        value = store.get(ccr.digest_of(tool).encode()) or b""
+        assert ccr.span_of(ccr.decode_header(value), value) == (ccr.digest_of(second),
+                                                                 second.index(tool))
+        info = ccr.info(store, "ccr_" + ccr.digest_of(tool))
+        assert (info.first_stored, info.last_seen) == (1.0, 5.0)
+        store.delete([ccr.digest_of(first).encode()])
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(tool)) == tool
+        ccr.commit(store, [ccr.prepare(tool, now_ms=7_000)])  # stored whole: whole it stays
+        ccr.commit(store, [ccr.prepare(second, now_ms=8_000), _span(tool, second, 8_000)])
+        value = store.get(ccr.digest_of(tool).encode()) or b""
+        assert ccr.decode_header(value).codec == ccr.CODEC_ZSTD
+        assert ccr.info(store, "ccr_" + ccr.digest_of(tool)).last_seen == 8.0
+        store.delete([ccr.digest_of(second).encode()])
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(tool)) == tool
+
+    def test_prune_never_drops_a_record_a_kept_span_lies_in(self, store: Store,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        day = 24 * 3_600_000
+        catalogs = {name: _catalog_with(b'{"name":"%s"}' % name, name) for name in
+                    (b"live", b"both", b"busy", b"tool")}
+        for name, (catalog, tool) in catalogs.items():
+            ccr.commit(store, [ccr.prepare(catalog, now_ms=1_000), _span(tool, catalog, 1_000)])
+        digest = {name: (ccr.digest_of(c), ccr.digest_of(t)) for name, (c, t) in catalogs.items()}
+        ccr.touch(store, [digest[b"live"][1]], now_ms=9 * day)  # the span seen, its catalog not
+        ccr.touch(store, [digest[b"tool"][0]], now_ms=9 * day)  # the catalog seen, its span not
+        scan = ccr.iter_verified
+
+        def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
+            yield from scan(s, audit)
+            ccr.touch(s, [digest[b"busy"][1]], now_ms=10 * day)  # a span touched mid-prune
+
+        monkeypatch.setattr(ccr, "iter_verified", scan_then_touch)
+        dropped = ccr.prune(store, 7 * 86_400, now_ms=10 * day)
+        gone = {"ccr_" + digest[b"both"][0], "ccr_" + digest[b"both"][1], "ccr_" + digest[b"tool"][1]}
+        assert {r.handle for r in dropped} == gone
+        for name in (b"live", b"busy"):
+            assert ccr.recover(store, "ccr_" + digest[name][1]) == catalogs[name][1]
+            assert ccr.recover(store, "ccr_" + digest[name][0]) == catalogs[name][0]
+        assert ccr.recover(store, "ccr_" + digest[b"tool"][0]) == catalogs[b"tool"][0]
+        assert all(store.get(h[4:].encode()) is None for h in gone)
+
+    def test_migrate_writes_spans_after_the_records_they_lie_in(self, store: Store) -> None:
+        pairs = [_catalog_with(b'{"name":"t%d"}' % i, b"%d" % i) for i in range(5)]
+        for catalog, tool in pairs:
+            ccr.commit(store, [ccr.prepare(catalog), _span(tool, catalog)])
+        broken, lost = _catalog_with(b'{"name":"lost"}', b"x")
+        ccr.commit(store, [ccr.prepare(broken), _span(lost, broken)])
+        key = ccr.digest_of(broken).encode()
+        value = store.get(key) or b""
+        store.put(key, value[:-1] + bytes([value[-1] ^ 1]))  # its tail (a checksum) flipped
+        commits: list[list[bytes]] = []
+        with open_store("memory://") as target:
+            write = target.commit
+
+            def watched(items: Any, merge: Any = None) -> None:
+                commits.append([k for k, _ in items])
+                write(items, merge)
+
+            target.commit = watched  # type: ignore[method-assign]
+            report = ccr.migrate(store, target, batch_size=2)
+            written = [k for batch in commits for k in batch]
+            for catalog, tool in pairs:
+                assert ccr.recover(target, "ccr_" + ccr.digest_of(tool)) == tool
+                assert written.index(ccr.digest_of(catalog).encode()) < written.index(
+                    ccr.digest_of(tool).encode())
+            assert target.get(ccr.digest_of(lost).encode()) is None
+            assert report.excluded.get("span target not copied") == 1
+
+
     # -- hostile records: decompression bombs, foreign keys ------------------
 
     @pytest.mark.parametrize("declared", [1 << 40, 256 << 20, None])
@@ -510,3 +622,13 @@ def bounded_allocations(limit: int = 16 << 20) -> Iterator[None]:
     finally:
         tracemalloc.stop()
     assert peak < limit, f"peak allocation {peak:,} bytes"
+
+
+def _catalog_with(tool: bytes, name: bytes = b"c") -> tuple[bytes, bytes]:
+    """A catalog's bytes holding `tool` (not first), and the tool."""
+    return b'{"server":"%s","tools":[{"name":"first"}, %s]}\n' % (name, tool), tool
+
+
+def _span(tool: bytes, catalog: bytes, now_ms: int | None = None) -> ccr.Prepared:
+    return ccr.prepare_span(ccr.digest_of(tool), len(tool), ccr.digest_of(catalog),
+                            catalog.index(tool), now_ms=now_ms)
