@@ -13,8 +13,11 @@ from ._lines import rx
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
                       ".cc", ".cpp", ".hpp", ".rb", ".php", ".cs", ".swift", ".scala")
 _IMPORT = rx(r"^(?:import |from [\w.]+ import |#include |use |package |require\(|using )")
-_DEF = rx(r"^[ \t]*(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected |static |async "
-          r"|abstract |final |default )*(?:def |class |function |fn |func |interface |struct "
+#: possessive (`*+`): no keyword starts with a blank and no final keyword is a prefix one, so
+#: giving back indentation or a prefix never makes a line match, and trying (every indented line
+#: of a file, an alternation per blank) cost most of the cut
+_DEF = rx(r"^[ \t]*+(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected |static |async "
+          r"|abstract |final |default )*+(?:def |class |function |fn |func |interface |struct "
           r"|enum |trait |impl |type |const [\w$]+ = (?:async )?\(|module ))")
 #: a C-family function definition's head: at the margin, a name then "(", and no ";" after it
 #: (a prototype, a call or a declaration ends with one); looked for only in text that has an
