@@ -38,7 +38,8 @@ def _groups(text: str, lines: list[str]) -> Groups:
     """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines)
-    return _ls_counted(lines)
+    doc = Doc.of(text)
+    return _ls_counted(lines, _maybe_in(doc) if doc.lines is lines else None)
 
 
 def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
@@ -82,28 +83,52 @@ def _is_header(line: str) -> bool:
     return (line.endswith(":") and "/" in line or line == ".:") and not (line[:1] in _MODES and _LONG.match(line))
 
 
-def _ls_counted(lines: list[str]) -> Groups:
+def _maybe(lines: list[str]) -> list[int]:
+    """The lines that may not be entries: blank ones, `total N`, ones ending with ":" (a header)
+    or with " ." or " .." (`ls -l`'s `.` and `..`), each line looked at (the definition)."""
+    return sorted({*compress(count(), map(not_, lines)),
+                   *compress(count(), map(str.startswith, lines, repeat("total "))),
+                   *compress(count(), map(str.endswith, lines, repeat(_MAYBE_ENDS)))})
+
+
+_MAYBE_ENDS: Final = (":", " .", " ..")
+_TOTAL = rx(r"^total ")
+
+
+def _maybe_in(doc: Doc) -> list[int]:
+    """`_maybe(doc.lines)` from searches of the whole text (C), no method call a line."""
+    return sorted({*doc.blank(), *doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+
+
+def _ls_counted(lines: list[str], maybe: list[int] | None = None) -> Groups:
     """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
     names, in order.
 
-    Only the lines that may not be entries are looked at one by one (found in C: blank ones,
-    `total N`, ones ending with ":" or with " ." or " .."), and only the names shown are cut
-    out: a block's count is its lines less those that list nothing."""
-    maybe = sorted({*compress(count(), map(not_, lines)),
-                    *compress(count(), map(str.startswith, lines, repeat("total "))),
-                    *compress(count(), map(str.endswith, lines, repeat((":", " .", " .."))))})
-    headers = [i for i in maybe if _is_header(lines[i])]
-    nothing = [i for i in maybe if _entry(lines[i]) is None and not _is_header(lines[i])]
+    Only the lines that may not be entries are looked at one by one (`maybe`: those of
+    `_maybe`), and only the names shown are cut out: a block's count is its lines less those
+    that list nothing."""
+    headers: list[int] = []
+    nothing: list[int] = []
+    for i in _maybe(lines) if maybe is None else maybe:
+        line = lines[i]
+        if _is_header(line):
+            headers.append(i)
+        elif _entry(line) is None:
+            nothing.append(i)
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
         name = _entry(line)
         if name is not None:
             parent, _, leaf = name.rstrip("/").rpartition("/")
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
+    most = _PER_DIR[0]
     for start, end in pairwise([*headers, len(lines)]):
-        group = groups.setdefault(lines[start][:-1], [0, []])
-        k = end - start - 1 - count_between(nothing, start + 1, end)
-        _add(group, k, _names(lines, start + 1, end, _PER_DIR[0] - len(group[1])))
+        group = groups.get(lines[start][:-1])
+        if group is None:
+            group = groups[lines[start][:-1]] = [0, []]
+        group[0] += end - start - 1 - count_between(nothing, start + 1, end)
+        if len(group[1]) < most:  # a directory listed again: its first names are known
+            group[1] += _names(lines, start + 1, end, most - len(group[1]))
     return groups
 
 

@@ -1,0 +1,51 @@
+"""The whole-text shortcuts the cuts take for speed give the answers of the line-by-line rules
+they stand for: the lines found by searching the text (blank ones, ones ending with a suffix,
+a pattern's lines with their numbers counted in C), the `ls -R` lines that may list nothing,
+and the cuts' views built on them."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caveman_batch.payload.cuts import tree
+from caveman_batch.payload.view import Doc
+
+_PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
+           "\r", "é", "😀", " ", "x:", ".:", "-rw-r--r-- 1 me me 120 Jan  1 12:00 .",
+           "drwxr-xr-x 2 me me 4096 Jan  1  2020 ..")
+_texts = st.lists(st.sampled_from(_PIECES), max_size=50).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts, st.lists(st.sampled_from((":", " .", " ..", "a", "é:", "\r", "")), max_size=3).map(tuple))
+def test_ending_with_is_endswith(text: str, suffixes: tuple[str, ...]) -> None:
+    doc = Doc(text)
+    assert doc.ending_with(suffixes) == [i for i, line in enumerate(doc.lines) if line.endswith(suffixes)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts)
+def test_blank_and_line_index_are_the_lines(text: str) -> None:
+    doc = Doc(text)
+    assert doc.blank() == [i for i, line in enumerate(doc.lines) if not line]
+    offsets = sorted({min(k * 7, len(text)) for k in range(len(text) // 7 + 1)})
+    assert doc.line_index(offsets) == [text.count("\n", 0, at) for at in offsets]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts, st.sampled_from((r"^total ", r"^$", r"^[^\n]*:$", r"^\.", r"^[ \t]*+\S")))
+def test_grep_counts_lines_as_the_lazy_search(text: str, pattern: str) -> None:
+    compiled = re.compile(pattern, re.MULTILINE)
+    assert Doc(text).grep(compiled) == list(Doc(text).igrep(compiled))
+    assert Doc(text).grep(compiled) == [i for i, line in enumerate(Doc(text).lines) if compiled.match(line)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts)
+def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
+    doc = Doc(text)
+    assert tree._maybe_in(doc) == tree._maybe(doc.lines)
+    assert tree._ls_counted(doc.lines, tree._maybe_in(doc)) == tree._ls_counted(doc.lines)
