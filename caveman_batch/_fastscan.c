@@ -53,6 +53,48 @@ typedef struct {
         }                                                                           \
     } while (0)
 
+/* SCAN for latin-1 text (most tool output): its pairs of chars index a bit table of all
+ * 65,536 pairs directly (8 KB), and four positions are tested at once, so a run of
+ * positions where no needle starts costs a few instructions each; the chain of a pair
+ * is walked only where a needle really starts with it. */
+#define PAIRBIT(p) (pairs[(p) >> 6] >> ((p) & 63) & 1)
+#define SCAN_LATIN1()                                                               \
+    do {                                                                            \
+        const Py_UCS1 *s = (const Py_UCS1 *)data;                                   \
+        Py_ssize_t i = 0, last = len - 1;                                           \
+        while (i < last && remaining > 0) {                                        \
+            if (i + 4 <= last) {                                                    \
+                unsigned p0 = (unsigned)s[i] << 8 | s[i + 1];                       \
+                unsigned p1 = (unsigned)s[i + 1] << 8 | s[i + 2];                   \
+                unsigned p2 = (unsigned)s[i + 2] << 8 | s[i + 3];                   \
+                unsigned p3 = (unsigned)s[i + 3] << 8 | s[i + 4];                   \
+                if (!(PAIRBIT(p0) | PAIRBIT(p1) | PAIRBIT(p2) | PAIRBIT(p3))) {     \
+                    i += 4;                                                         \
+                    continue;                                                       \
+                }                                                                   \
+            }                                                                       \
+            unsigned p = (unsigned)s[i] << 8 | s[i + 1];                           \
+            if (PAIRBIT(p)) {                                                       \
+                Py_ssize_t *link = &head[PAIR(s[i], s[i + 1])];                     \
+                while (*link >= 0) {                                                \
+                    Py_ssize_t j = *link;                                           \
+                    const Needle *nd = &nd_all[j];                                  \
+                    int hit = nd->len <= len - i;                                   \
+                    for (Py_ssize_t k = 0; hit && k < nd->len; k++)                 \
+                        hit = (Py_UCS4)s[i + k] == nd->chars[k];                    \
+                    if (hit) {                                                      \
+                        found[j] = 1;                                               \
+                        remaining--;                                                \
+                        *link = next[j];                                            \
+                    } else {                                                        \
+                        link = &next[j];                                            \
+                    }                                                               \
+                }                                                                   \
+            }                                                                       \
+            i++;                                                                    \
+        }                                                                           \
+    } while (0)
+
 static PyObject *
 present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -79,7 +121,11 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     char *found = PyMem_Calloc(n ? n : 1, 1);
     Py_ssize_t *head = PyMem_Malloc(BUCKETS * sizeof(Py_ssize_t));
     uint64_t occupied[BUCKETS / 64] = {0};  /* a bit per bucket: most pairs start no needle */
-    if (nd_all == NULL || next == NULL || found == NULL || head == NULL) {
+    uint64_t *pairs = NULL;  /* latin-1 text: a bit per pair of chars a needle starts with */
+    int latin1 = PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND;
+    if (latin1)
+        pairs = PyMem_Calloc(65536 / 64, sizeof(uint64_t));
+    if (nd_all == NULL || next == NULL || found == NULL || head == NULL || (latin1 && pairs == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -100,6 +146,8 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             found[j] = PyUnicode_FindChar(text, c, 0, len, 1) >= 0;
             continue;
         }
+        if (latin1 && (PyUnicode_READ_CHAR(needle, 0) > 0xff || PyUnicode_READ_CHAR(needle, 1) > 0xff))
+            continue;  /* starts with a char latin-1 text does not hold: never found */
         nd_all[j].chars = PyUnicode_AsUCS4Copy(needle);
         if (nd_all[j].chars == NULL)
             goto done;
@@ -108,12 +156,16 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         next[j] = head[b];
         head[b] = j;
         occupied[b / 64] |= (uint64_t)1 << (b % 64);
+        if (latin1) {
+            unsigned p = (unsigned)nd_all[j].chars[0] << 8 | nd_all[j].chars[1];
+            pairs[p >> 6] |= (uint64_t)1 << (p & 63);
+        }
         remaining++;
     }
     const void *data = PyUnicode_DATA(text);
     switch (PyUnicode_KIND(text)) {
     case PyUnicode_1BYTE_KIND:
-        SCAN(Py_UCS1);
+        SCAN_LATIN1();
         break;
     case PyUnicode_2BYTE_KIND:
         SCAN(Py_UCS2);
@@ -139,6 +191,7 @@ done:
     PyMem_Free(next);
     PyMem_Free(found);
     PyMem_Free(head);
+    PyMem_Free(pairs);
     return result;
 }
 

@@ -1,15 +1,17 @@
 """The whole-text shortcuts the cuts take for speed give the answers of the line-by-line rules
 they stand for: the lines found by searching the text (blank ones, ones ending with a suffix,
 a pattern's lines with their numbers counted in C), the `ls -R` lines that may list nothing,
-and the cuts' views built on them."""
+and the census's scan of latin-1 text, four positions at a time."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from caveman_batch import _accel
 from caveman_batch.payload.cuts import tree
 from caveman_batch.payload.view import Doc
 
@@ -49,3 +51,14 @@ def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
     doc = Doc(text)
     assert tree._maybe_in(doc) == tree._maybe(doc.lines)
     assert tree._ls_counted(doc.lines, tree._maybe_in(doc)) == tree._ls_counted(doc.lines)
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\né\xff", max_size=14), st.lists(st.integers(0, 13), max_size=3),
+       st.text(alphabet="ab\né\xff\u0101", min_size=1, max_size=4))
+def test_present_in_latin1_text_at_every_position(text: str, starts: list[int], other: str) -> None:
+    """The latin-1 scan tests positions four at a time: a needle at any position, the last
+    ones too, is found, and one that is not there is not."""
+    needles = (*(text[i:i + k] for i in starts for k in (2, 3, 4)), other, other + "b", "\u0101a")
+    assert _accel.fastscan.present(text, needles) == tuple(n in text for n in needles)
