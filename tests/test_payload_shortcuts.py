@@ -1,7 +1,8 @@
 """The whole-text shortcuts the cuts take for speed give the answers of the line-by-line rules
 they stand for: the lines found by searching the text (blank ones, ones ending with a suffix,
-a pattern's lines with their numbers counted in C), the `ls -R` lines that may list nothing,
-and the census's scan of latin-1 text, four positions at a time."""
+a pattern's lines with their numbers counted in C, a pattern's lines read only where a needle
+is), the `ls -R` lines that may list nothing, and the census's scan of latin-1 text, four
+positions at a time."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
-from caveman_batch.payload.cuts import tree
+from caveman_batch.payload.cuts import build, tree
 from caveman_batch.payload.view import Doc
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
@@ -62,3 +63,29 @@ def test_present_in_latin1_text_at_every_position(text: str, starts: list[int], 
     ones too, is found, and one that is not there is not."""
     needles = (*(text[i:i + k] for i in starts for k in (2, 3, 4)), other, other + "b", "\u0101a")
     assert _accel.fastscan.present(text, needles) == tuple(n in text for n in needles)
+
+
+_BUILD_LINES = ("a.c:1:2: error: x", "a.c:1:2: error:", "a.c:1:2: fatal error: y", "error[E0308]: z", "error: ",
+                "a.ts(1,2): error TS2322: t", "✘ [ERROR] e", "ERROR in ./a", "x.c:(.text+0x1f): undefined reference to f",
+                "a.c:3:4: warning: w", "warning[W]: v", "▲ [WARNING] u", "WARNING in b", "a.c:5:6: note: n",
+                "an error here", "warning", "no note: here", "  error: indented", "3 errors", "", "é", "ERROR")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_BUILD_LINES), max_size=40), st.integers(0, 200), st.booleans())
+def test_lines_read_where_a_needle_is_are_the_pattern_s(lines: list[str], misses: int, newline: bool) -> None:
+    """`Doc.iled` finds the lines `igrep` does, also past the misses that hand it to the plain
+    search (`misses` lines that hold a needle and do not match, before the rest)."""
+    text = "\n".join(["an error here"] * misses + lines) + ("\n" if newline else "")
+    for pattern, needles in ((build._ERROR, build._ERROR_LINES), (build._WARNING, build._WARNING_LINES)):
+        assert list(Doc(text).iled(pattern, needles)) == list(Doc(text).igrep(pattern))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("a.c", ":1", ":2:", " ", "error", "ERROR", "warning", "WARNING", "note", ":", "[", "]",
+                                 "(", ")", ".text+0x1f", "undefined reference to ", "TS12", "✘ ", "▲ ", " in ", "E0", ":1:2: note:")),
+                max_size=12).map("".join))
+def test_every_build_line_holds_a_needle(line: str) -> None:
+    """What `Doc.iled` leans on: a line the build cut's patterns match holds one of their needles."""
+    for pattern, needles in ((build._ERROR, build._ERROR_LINES), (build._WARNING, build._WARNING_LINES)):
+        assert not pattern.match(line) or any(n in line for n in needles)

@@ -216,6 +216,44 @@ class Doc:
             return iter(self.grep(pattern, needles))
         return self._lines_at(self.positions(pattern))
 
+    def iled(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> Iterator[int]:
+        """`igrep(pattern)`, lazily, for a pattern every line of which holds one of `needles`
+        (substrings without a newline): only the lines a needle is on are matched, found by one
+        search for the needles (C), so a pattern that reads every char of every line costs
+        the needles' occurrences, as far as the caller reads. Needles on many lines that do not
+        match (a Python step each) hand the rest to the plain search."""
+        present = tuple(n for n in needles if self.has(n))  # the census: an absent needle is no search
+        if not present:
+            return
+        text, locate = self.text, _alternation(present).search
+        line = counted = misses = 0
+        dense = max(_DENSE, len(text) // _DENSE_CHARS)
+        hit = locate(text)
+        while hit is not None:
+            start = text.rfind("\n", 0, hit.start()) + 1
+            end = text.find("\n", hit.end())
+            line += text.count("\n", counted, start)
+            counted = start
+            if pattern.match(text, start, len(text) if end < 0 else end):
+                yield line
+            else:
+                misses += 1
+                if misses > dense:  # the newline before this line is at its own offset in nl_text
+                    yield from self._lines_from(_at_line_start(pattern).finditer(self.nl_text, start), line, start)
+                    return
+            if end < 0:
+                return
+            hit = locate(text, end)
+
+    def _lines_from(self, found: Iterator[re.Match[str]], line: int, start: int) -> Iterator[int]:
+        """The line of each match in `nl_text` at or past `start`, the newline before `line`."""
+        count, last, n = self.nl_text.count, start, len(self.lines)
+        for pos in map(re.Match.start, found):
+            line += count("\n", last, pos)
+            last = pos
+            if line < n:
+                yield line
+
     def _lines_at(self, offsets: Iterable[int]) -> Iterator[int]:
         line, last, count, nl, n = 0, -1, self.nl_text.count, "\n", len(self.lines)
         for pos in offsets:
@@ -294,6 +332,12 @@ class NumberedDoc(Doc):
 
 #: the newline before an empty line (itself followed by one; the popped last line is never empty)
 _BLANK: Final = re.compile(r"\n(?=\n)")
+
+
+@cache
+def _alternation(needles: tuple[str, ...]) -> re.Pattern[str]:
+    """A search for any of `needles` (literals)."""
+    return re.compile("|".join(map(re.escape, needles)))
 
 
 def _newlines_before(offsets: list[int], within: str) -> list[int]:
