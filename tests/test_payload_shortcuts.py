@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
-from caveman_batch.payload.cuts import build, tree
+from caveman_batch.payload.cuts import build, stacktrace, tree
 from caveman_batch.payload.view import Doc
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
@@ -89,3 +89,21 @@ def test_every_build_line_holds_a_needle(line: str) -> None:
     """What `Doc.iled` leans on: a line the build cut's patterns match holds one of their needles."""
     for pattern, needles in ((build._ERROR, build._ERROR_LINES), (build._WARNING, build._WARNING_LINES)):
         assert not pattern.match(line) or any(n in line for n in needles)
+
+
+_TRACE_LINES = ("Traceback (most recent call last):", '  File "a.py", line 1, in f', "ValueError: bad", "KeyError",
+                "thread 'main' panicked at src/main.rs:2:5:", "boom", "panic: x", "Caused by: y", "a.b.MyException",
+                "Exception in thread main", "fatal error: z", "TypeError: t", "During handling of the above",
+                "The above exception was", "    at f (a.js:1:2)", "an Error inside", "ok", "", "SystemExit", "Warning")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TRACE_LINES), max_size=60), st.integers(0, 120))
+def test_trace_messages_read_lazily_are_the_pattern_s(lines: list[str], misses: int) -> None:
+    """The messages, read where a needle is and lazily, are the lines the message pattern matches
+    and each line after a rust `panicked at` (what the cut shows first)."""
+    doc = Doc("\n".join(["an Error inside"] * misses + lines))
+    found = [i for i, line in enumerate(doc.lines) if stacktrace._MESSAGE.match(line)]
+    after = [i + 1 for i in found if i + 1 < len(doc.lines) and "panicked at " in doc.lines[i]]
+    assert list(stacktrace._messages(doc)) == sorted({*found, *after})
+    assert all(any(n in doc.lines[i] for n in stacktrace._MESSAGE_NEEDLES) for i in found)

@@ -9,13 +9,13 @@ gets the laws (budget held, whole lines, counted omissions) for free.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, cached_property
 from itertools import accumulate, islice, repeat
-from operator import add, sub
+from operator import add
 from typing import Any, Final
 
 from .. import _accel
