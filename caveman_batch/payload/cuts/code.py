@@ -69,10 +69,11 @@ def _outline(doc: Doc, c_family: bool) -> list[Run]:
     # the ends and the middle (levels 0, 1), the other imports (mostly one block: cheap), then
     # the definitions between, ever finer, then the methods
     prio = [1 + level if level <= 1 else 3 + level for level in _spread(len(top))]
+    last = max(prio, default=3) + 1  # once: in the generator below it was a pass over `prio` a method
     return [*((0, i, i + 1) for i in imports[:1]),
             *((p, i, i + 1) for p, i in zip(prio, top)),
             *((3, i, i + 1) for i in imports[1:]),
-            *((max(prio, default=3) + 1, i, i + 1) for i in nested)]
+            *((last, i, i + 1) for i in nested)]
 
 
 def _spread(n: int) -> list[int]:
