@@ -13,11 +13,15 @@
  *
  * Characters are compared as code points whatever the strings' storage kinds
  * (latin-1, UCS-2, UCS-4), as `in` does; an empty needle is in every text.
+ *
+ * plain(text) is view._ANSI.sub("", text): a coloured build log holds an escape every few
+ * chars, and the regex engine's cost per match was most of its reduce.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BUCKETS 4096
 #define PAIR(a, b) ((((Py_UCS4)(a) * 131u) ^ (Py_UCS4)(b)) % BUCKETS)
@@ -195,7 +199,89 @@ done:
     return result;
 }
 
+/* The end (exclusive) of the ANSI escape that starts at `i` (text[i] is ESC), or i when none
+ * does: the three alternatives of view._ANSI, tried in its order,
+ *   ESC [ [0-?]* [ -/]* [@-~]        (CSI: colours, cursor moves; the sets are disjoint, so
+ *                                     the greedy reading is the only one that can match)
+ *   ESC ] [^BEL ESC]* (BEL | ESC \)? (OSC: titles, links; always matches)
+ *   ESC [@-Z\\-_]                    (two-char escapes) */
+static Py_ssize_t
+escape_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i)
+{
+    if (i + 1 >= n)
+        return i;
+    Py_UCS4 c = PyUnicode_READ(kind, data, i + 1);
+    if (c == '[') {
+        Py_ssize_t j = i + 2;
+        while (j < n && (c = PyUnicode_READ(kind, data, j)) >= 0x30 && c <= 0x3f)
+            j++;
+        while (j < n && (c = PyUnicode_READ(kind, data, j)) >= 0x20 && c <= 0x2f)
+            j++;
+        if (j < n && (c = PyUnicode_READ(kind, data, j)) >= 0x40 && c <= 0x7e)
+            return j + 1;
+        return i;  /* '[' is no two-char escape */
+    }
+    if (c == ']') {
+        Py_ssize_t j = i + 2;
+        while (j < n && (c = PyUnicode_READ(kind, data, j)) != 0x07 && c != 0x1b)
+            j++;
+        if (j < n && c == 0x07)
+            return j + 1;
+        if (j + 1 < n && c == 0x1b && PyUnicode_READ(kind, data, j + 1) == '\\')
+            return j + 2;
+        return j;
+    }
+    if ((c >= 0x40 && c <= 0x5a) || (c >= 0x5c && c <= 0x5f))
+        return i + 2;
+    return i;
+}
+
+/* plain(text) -> view._ANSI.sub("", text): every escape a terminal eats, taken out. */
+static PyObject *
+plain(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "plain(text: str)");
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t first = PyUnicode_FindChar(text, 0x1b, 0, n, 1);
+    if (first == -2)
+        return NULL;
+    if (first < 0)
+        return Py_NewRef(text);
+    int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    char *out = PyMem_Malloc(n * kind);
+    if (out == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t kept = 0, from = 0, i = first;
+    while (i >= 0 && i < n) {  /* i: an ESC; copy what lies before it, skip the escape */
+        Py_ssize_t end = escape_end(kind, data, n, i);
+        if (end > i) {
+            memcpy(out + kept * kind, data + from * kind, (i - from) * kind);
+            kept += i - from;
+            from = end;
+        } else {
+            end = i + 1;  /* a lone ESC stays */
+        }
+        i = end < n ? PyUnicode_FindChar(text, 0x1b, end, n, 1) : -1;
+        if (i == -2) {
+            PyMem_Free(out);
+            return NULL;
+        }
+    }
+    memcpy(out + kept * kind, data + from * kind, (n - from) * kind);
+    kept += n - from;
+    PyObject *result = PyUnicode_FromKindAndData(kind, out, kept);  /* narrowed when it can be */
+    PyMem_Free(out);
+    return result;
+}
+
 static PyMethodDef fastscan_methods[] = {
+    {"plain", (PyCFunction)plain, METH_O, "plain(text) -> the text without its ANSI escape codes."},
     {"present", (PyCFunction)(void (*)(void))present, METH_FASTCALL,
      "present(text, needles) -> tuple(needle in text for needle in needles), in one pass."},
     {NULL, NULL, 0, NULL},

@@ -1,8 +1,8 @@
 """The whole-text shortcuts the cuts take for speed give the answers of the line-by-line rules
 they stand for: the lines found by searching the text (blank ones, ones ending with a suffix,
 a pattern's lines with their numbers counted in C, a pattern's lines read only where a needle
-is), the `ls -R` lines that may list nothing, and the census's scan of latin-1 text, four
-positions at a time."""
+is), the `ls -R` lines that may list nothing, the census's scan of latin-1 text, four
+positions at a time, and ANSI codes taken out in C."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from caveman_batch import _accel
 from caveman_batch.payload.cuts import build, stacktrace, tree
+from caveman_batch.payload import view
 from caveman_batch.payload.view import Doc
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
@@ -66,7 +67,8 @@ def test_present_in_latin1_text_at_every_position(text: str, starts: list[int], 
 
 
 _BUILD_LINES = ("a.c:1:2: error: x", "a.c:1:2: error:", "a.c:1:2: fatal error: y", "error[E0308]: z", "error: ",
-                "a.ts(1,2): error TS2322: t", "✘ [ERROR] e", "ERROR in ./a", "x.c:(.text+0x1f): undefined reference to f",
+                "a.ts(1,2): error TS2322: t", "✘ [ERROR] e", "ERROR in ./a",
+                "x.c:(.text+0x1f): undefined reference to f",
                 "a.c:3:4: warning: w", "warning[W]: v", "▲ [WARNING] u", "WARNING in b", "a.c:5:6: note: n",
                 "an error here", "warning", "no note: here", "  error: indented", "3 errors", "", "é", "ERROR")
 
@@ -83,7 +85,8 @@ def test_lines_read_where_a_needle_is_are_the_pattern_s(lines: list[str], misses
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(("a.c", ":1", ":2:", " ", "error", "ERROR", "warning", "WARNING", "note", ":", "[", "]",
-                                 "(", ")", ".text+0x1f", "undefined reference to ", "TS12", "✘ ", "▲ ", " in ", "E0", ":1:2: note:")),
+                                 "(", ")", ".text+0x1f", "undefined reference to ", "TS12", "✘ ", "▲ ", " in ",
+                                 "E0", ":1:2: note:")),
                 max_size=12).map("".join))
 def test_every_build_line_holds_a_needle(line: str) -> None:
     """What `Doc.iled` leans on: a line the build cut's patterns match holds one of their needles."""
@@ -107,3 +110,18 @@ def test_trace_messages_read_lazily_are_the_pattern_s(lines: list[str], misses: 
     after = [i + 1 for i in found if i + 1 < len(doc.lines) and "panicked at " in doc.lines[i]]
     assert list(stacktrace._messages(doc)) == sorted({*found, *after})
     assert all(any(n in doc.lines[i] for n in stacktrace._MESSAGE_NEEDLES) for i in found)
+
+
+_ANSI_PIECES = ("\x1b", "\x1b[", "\x1b]", "\x1b\\", "[", "]", "0", "1;31", "?", " ", "/", "m", "K", "@", "~",
+                "\x7f", "\x07", "\\", "Z", "_", "^", "a", "é", "😀", "\u0101", "\n", "title", ";", "8;;http://x")
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_ANSI_PIECES), max_size=40).map("".join))
+def test_ansi_codes_taken_out_in_c_are_the_pattern_s(text: str) -> None:
+    """`plain` in C is `_ANSI.sub` (the definition), on texts dense with escapes and their parts,
+    of every storage kind; the result is the narrowest str, so it equals the regex's."""
+    got = _accel.fastscan.plain(text)
+    assert got == view._ANSI.sub("", text)
+    assert view.plain(text) == view._ANSI.sub("", text)
