@@ -15,7 +15,7 @@ from operator import itemgetter, ne, not_
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, count_between, fits, line_hits
+from ..view import Doc, census, count_between, fits, line_hits
 from ._lines import rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
@@ -211,7 +211,8 @@ class TreeCut:
         ("./", "/usr/") and hardly any reads like something else (grep's `path:12:`, a log,
         `key: value`). Counted over the whole text, a search from newline to newline."""
         first = text[:text.find("\n")] if "\n" in text else text
-        entries = text.count("\n") + 1 - text.count("\n\n")
+        doc = Doc.of(text)
+        entries = text.count("\n") + 1 - _counted(doc, _BLANK_LINE)
         if entries < _MIN_ENTRIES:
             return False
         if first.endswith(":") and " " not in first and line_hits(_LS_HEADER, text, 2):
@@ -222,7 +223,7 @@ class TreeCut:
         starting = text.count("\n" + root) + (text.startswith(root))
         if starting * 50 < entries * 49:
             return False
-        odd = text.count(": ") + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
+        odd = _counted(doc, _KEY_VALUE) + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
         return odd * 100 <= entries
 
     def cut(self, text: str, limits: Limits) -> str | None:
@@ -238,6 +239,17 @@ class TreeCut:
             if fits(view, limits):
                 return view
         return _render_dirs(groups, total, limits)
+
+
+#: two-char substrings the tree detection counts: the census says first whether there are any
+_BLANK_LINE, _KEY_VALUE = census("\n\n", ": ")
+
+
+def _counted(doc: Doc, needle: str) -> int:
+    """`doc.text.count(needle)`, no pass when the census says there is none (most texts: a
+    two-char count costs what three one-char ones do). The census reads the text behind a
+    newline: a needle that starts with one is also there when the text starts with its rest."""
+    return doc.text.count(needle) if doc.has(needle) else 0
 
 
 def _root(first: str) -> str | None:
