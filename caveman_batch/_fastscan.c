@@ -4,12 +4,13 @@
  * exactly: payload detection asks some forty such questions of every tool output
  * (does it hold "diff --git ", "\nRan ", "error[", ...), and asked one by one each
  * is a pass over the whole text (str.find); most of the answers are no.  Here the
- * text is read once: at each position, only the needles whose first two chars hash
- * as the two chars there do (a bucket per hash) are compared, and a needle found is
- * taken out of its bucket, so the scan stops as soon as every needle is found.  (A
- * bucket per first char alone is several times slower: a third of the needles start
- * with a newline, and are compared at every line.)  A one-char needle is looked for
- * alone (PyUnicode_FindChar).
+ * text is read once: each needle is filed under one pair of its chars (the one least
+ * often seen in the text's start, see pair_counts), and at each position only the needles
+ * filed under a pair that hashes as the two chars there (a bucket per hash) are compared
+ * with the text around it; a needle found is taken out of its bucket, so the scan stops
+ * as soon as every needle is found.  (A bucket per first char alone is several times
+ * slower: a third of the needles start with a newline, and are compared at every line.)
+ * A one-char needle is looked for alone (PyUnicode_FindChar).
  *
  * Characters are compared as code points whatever the strings' storage kinds
  * (latin-1, UCS-2, UCS-4), as `in` does; an empty needle is in every text.
@@ -29,7 +30,67 @@
 typedef struct {
     Py_UCS4 *chars;
     Py_ssize_t len;
+    Py_ssize_t off;  /* where in the needle the pair it is filed under starts */
 } Needle;
+
+/* The pairs of the first SAMPLE chars of the text, counted: each needle is filed under its
+ * pair least often seen there, so the scan stops at fewer places where the needle turns out
+ * not to be ("error: " under "r:" in a log full of ": "; "\ndiff --git " under " -"). The
+ * first pair of a needle is no better a guess than any other. */
+#define SAMPLE 32768
+
+static uint16_t *
+pair_counts(int kind, const void *data, Py_ssize_t len)
+{
+    uint16_t *counts = PyMem_Calloc(65536, sizeof(uint16_t));
+    if (counts == NULL)
+        return NULL;
+    Py_ssize_t n = len < SAMPLE ? len : SAMPLE;
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {
+        Py_UCS4 a = PyUnicode_READ(kind, data, i), b = PyUnicode_READ(kind, data, i + 1);
+        unsigned p = kind == PyUnicode_1BYTE_KIND ? a << 8 | b : PAIR(a, b);
+        if (counts[p] < UINT16_MAX)
+            counts[p]++;
+    }
+    return counts;
+}
+
+static Py_ssize_t
+rarest_pair(const Py_UCS4 *chars, Py_ssize_t len, const uint16_t *counts, int latin1)
+{
+    Py_ssize_t best = 0;
+    unsigned seen = UINT16_MAX + 1u;
+    for (Py_ssize_t k = 0; k + 1 < len; k++) {
+        unsigned p = latin1 ? chars[k] << 8 | chars[k + 1] : PAIR(chars[k], chars[k + 1]);
+        if (counts[p] < seen) {
+            seen = counts[p];
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* Compare the needles filed under the pair at `i` (bucket `b`) with the text around it;
+ * unlink each found from its bucket. */
+#define WALK(b, i)                                                                  \
+    do {                                                                            \
+        Py_ssize_t *link = &head[b];                                                \
+        while (*link >= 0) {                                                        \
+            Py_ssize_t j = *link;                                                   \
+            const Needle *nd = &nd_all[j];                                          \
+            Py_ssize_t at = (i) - nd->off;                                          \
+            int hit = at >= 0 && nd->len <= len - at;                               \
+            for (Py_ssize_t k = 0; hit && k < nd->len; k++)                         \
+                hit = (Py_UCS4)s[at + k] == nd->chars[k];                           \
+            if (hit) {                                                              \
+                found[j] = 1;                                                       \
+                remaining--;                                                        \
+                *link = next[j];                                                    \
+            } else {                                                                \
+                link = &next[j];                                                    \
+            }                                                                       \
+        }                                                                           \
+    } while (0)
 
 /* Scan `len` chars of kind TYPE at `data`; unlink each needle found from its bucket. */
 #define SCAN(TYPE)                                                                  \
@@ -37,23 +98,8 @@ typedef struct {
         const TYPE *s = (const TYPE *)data;                                         \
         for (Py_ssize_t i = 0; i + 1 < len && remaining > 0; i++) {                \
             size_t b = PAIR(s[i], s[i + 1]);                                        \
-            if (!(occupied[b / 64] >> (b % 64) & 1))                                \
-                continue;                                                           \
-            Py_ssize_t *link = &head[b];                                            \
-            while (*link >= 0) {                                                    \
-                Py_ssize_t j = *link;                                               \
-                const Needle *nd = &nd_all[j];                                      \
-                int hit = nd->len <= len - i;                                       \
-                for (Py_ssize_t k = 0; hit && k < nd->len; k++)                     \
-                    hit = (Py_UCS4)s[i + k] == nd->chars[k];                        \
-                if (hit) {                                                          \
-                    found[j] = 1;                                                   \
-                    remaining--;                                                    \
-                    *link = next[j];                                                \
-                } else {                                                            \
-                    link = &next[j];                                                \
-                }                                                                   \
-            }                                                                       \
+            if (occupied[b / 64] >> (b % 64) & 1)                                   \
+                WALK(b, i);                                                         \
         }                                                                           \
     } while (0)
 
@@ -78,23 +124,8 @@ typedef struct {
                 }                                                                   \
             }                                                                       \
             unsigned p = (unsigned)s[i] << 8 | s[i + 1];                           \
-            if (PAIRBIT(p)) {                                                       \
-                Py_ssize_t *link = &head[PAIR(s[i], s[i + 1])];                     \
-                while (*link >= 0) {                                                \
-                    Py_ssize_t j = *link;                                           \
-                    const Needle *nd = &nd_all[j];                                  \
-                    int hit = nd->len <= len - i;                                   \
-                    for (Py_ssize_t k = 0; hit && k < nd->len; k++)                 \
-                        hit = (Py_UCS4)s[i + k] == nd->chars[k];                    \
-                    if (hit) {                                                      \
-                        found[j] = 1;                                               \
-                        remaining--;                                                \
-                        *link = next[j];                                            \
-                    } else {                                                        \
-                        link = &next[j];                                            \
-                    }                                                               \
-                }                                                                   \
-            }                                                                       \
+            if (PAIRBIT(p))                                                         \
+                WALK(PAIR(s[i], s[i + 1]), i);                                      \
             i++;                                                                    \
         }                                                                           \
     } while (0)
@@ -129,7 +160,9 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int latin1 = PyUnicode_KIND(text) == PyUnicode_1BYTE_KIND;
     if (latin1)
         pairs = PyMem_Calloc(65536 / 64, sizeof(uint64_t));
-    if (nd_all == NULL || next == NULL || found == NULL || head == NULL || (latin1 && pairs == NULL)) {
+    uint16_t *counts = pair_counts(PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text));
+    if (nd_all == NULL || next == NULL || found == NULL || head == NULL || (latin1 && pairs == NULL)
+        || counts == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -150,18 +183,19 @@ present(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             found[j] = PyUnicode_FindChar(text, c, 0, len, 1) >= 0;
             continue;
         }
-        if (latin1 && (PyUnicode_READ_CHAR(needle, 0) > 0xff || PyUnicode_READ_CHAR(needle, 1) > 0xff))
-            continue;  /* starts with a char latin-1 text does not hold: never found */
+        if (latin1 && PyUnicode_MAX_CHAR_VALUE(needle) > 0xff)
+            continue;  /* holds a char latin-1 text does not: never found */
         nd_all[j].chars = PyUnicode_AsUCS4Copy(needle);
         if (nd_all[j].chars == NULL)
             goto done;
         nd_all[j].len = m;
-        Py_ssize_t b = PAIR(nd_all[j].chars[0], nd_all[j].chars[1]);
+        Py_ssize_t k = nd_all[j].off = rarest_pair(nd_all[j].chars, m, counts, latin1);
+        Py_ssize_t b = PAIR(nd_all[j].chars[k], nd_all[j].chars[k + 1]);
         next[j] = head[b];
         head[b] = j;
         occupied[b / 64] |= (uint64_t)1 << (b % 64);
         if (latin1) {
-            unsigned p = (unsigned)nd_all[j].chars[0] << 8 | nd_all[j].chars[1];
+            unsigned p = (unsigned)nd_all[j].chars[k] << 8 | nd_all[j].chars[k + 1];
             pairs[p >> 6] |= (uint64_t)1 << (p & 63);
         }
         remaining++;
@@ -196,6 +230,7 @@ done:
     PyMem_Free(found);
     PyMem_Free(head);
     PyMem_Free(pairs);
+    PyMem_Free(counts);
     return result;
 }
 
