@@ -9,9 +9,10 @@ unscaled outputs beside it, so every revision reads the same bytes. `compare` ti
 checkout (a `git worktree add /tmp/pay-REV REV` with its C accelerators built in place:
 `python setup.py build_ext --inplace -q`) in a subprocess of its own with PYTHONPATH at that
 checkout: every output is reduced once untimed (imports, compiled patterns), then once timed
-in process CPU time, at the 2,000-char budget. Rounds alternate between the checkouts; each
-output's median over the rounds is summed per checkout, and the table per output shows where
-the time goes. The first checkout is the reference of the ratios.
+in process CPU time, at the 2,000-char budget, after a garbage collection (no output pays
+for the garbage of those before it). Rounds alternate between the checkouts; each output's
+median over the rounds is summed per checkout, and the table per output shows where the
+time goes. The first checkout is the reference of the ratios.
 
 `digest CORPUS_DIR` prints one sha256 over every view (scaled outputs at 2,000 chars, unscaled
 at 2,000 and at the default budget) of the checkout on PYTHONPATH: two checkouts that print
@@ -21,6 +22,7 @@ the same make the same views on this corpus.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -70,6 +72,7 @@ def time_all(folder: Path) -> dict[str, float]:
         reduce(data, hint, Budget(BUDGET))
     spent = {}
     for name, data, hint in corpus:
+        gc.collect()  # no output pays for the garbage of the ones before it
         start = time.process_time()
         reduce(data, hint, Budget(BUDGET))
         spent[name] = time.process_time() - start
