@@ -125,3 +125,12 @@ def test_ansi_codes_taken_out_in_c_are_the_pattern_s(text: str) -> None:
     got = _accel.fastscan.plain(text)
     assert got == view._ANSI.sub("", text)
     assert view.plain(text) == view._ANSI.sub("", text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(("  ", " ", "code", "$x", "'k'", '"k"', "[a]", ":", ": 'E1',", ",", "\r", "x", "é", "{")),
+                max_size=10).map("".join))
+def test_error_object_fields_are_found_up_to_their_colon(line: str) -> None:
+    """The node error object's field lines, matched up to their first colon, are those the field
+    pattern matches (its rest after the colon takes any rest of a line)."""
+    assert bool(stacktrace._OBJECT_FIELD_LINE.match(line)) == bool(stacktrace._OBJECT_FIELD.match(line))

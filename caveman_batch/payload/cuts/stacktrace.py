@@ -171,7 +171,7 @@ class StackCut(LineCut):
             return True
         if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
-        fields = len(_at_line_start(_OBJECT_FIELD).findall(doc.nl_text))
+        fields = len(_at_line_start(_OBJECT_FIELD_LINE).findall(doc.nl_text))
         return frames >= _fifth(lines - fields)
 
     def cut(self, text: str, limits: Limits) -> str | None:
@@ -199,6 +199,9 @@ def _fifth(lines: int) -> int:
 
 _OBJECT_AFTER_FRAMES = rx(r"^[ \t]+at [^\n]* \{\r?$")
 _OBJECT_FIELD = rx(r"^  [\w$'\"\[][^\n]*:[^\n]*,?\r?$")
+#: the lines _OBJECT_FIELD matches (its tail after the colon matches any rest of a line): up to
+#: the first colon, with no reading to the line's end and back
+_OBJECT_FIELD_LINE = rx(r"^  [\w$'\"\[][^\n:]*+:")
 
 CUT = StackCut(
     name="stacktrace",
