@@ -52,7 +52,8 @@ def test_grep_counts_lines_as_the_lazy_search(text: str, pattern: str) -> None:
 def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
     doc = Doc(text)
     assert tree._maybe_in(doc) == tree._maybe(doc.lines)
-    assert tree._ls_counted(doc.lines, tree._maybe_in(doc)) == tree._ls_counted(doc.lines)
+    assert tree._ls_counted(doc.lines, tree._marks_in(doc)) == tree._ls_counted(doc.lines)
+    assert tree._marks_in(doc) == tree._marks(doc.lines, tree._maybe(doc.lines))
 
 
 @pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")

@@ -10,12 +10,14 @@ counted.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections.abc import Iterable
 from itertools import compress, count, islice, pairwise, repeat
-from operator import itemgetter, ne, not_
+from operator import add, itemgetter, ne, not_, sub
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, census, count_between, fits, line_hits
+from ..view import Doc, census, fits, line_hits
 from ._lines import rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
@@ -39,7 +41,7 @@ def _groups(text: str, lines: list[str]) -> Groups:
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines)
     doc = Doc.of(text)
-    return _ls_counted(lines, _maybe_in(doc) if doc.lines is lines else None)
+    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None)
 
 
 def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
@@ -100,35 +102,58 @@ def _maybe_in(doc: Doc) -> list[int]:
     return sorted({*doc.blank(), *doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
 
 
-def _ls_counted(lines: list[str], maybe: list[int] | None = None) -> Groups:
-    """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
-    names, in order.
+#: (the block headers, the lines that list nothing): what `ls -R` lines are not entries
+Marks = tuple[list[int], list[int]]
 
-    Only the lines that may not be entries are looked at one by one (`maybe`: those of
-    `_maybe`), and only the names shown are cut out: a block's count is its lines less those
-    that list nothing."""
+
+def _marks(lines: list[str], maybe: Iterable[int], blank: list[int] | None = None) -> Marks:
+    """The headers and the lines that list nothing among the lines `maybe` (of `_maybe`), each
+    looked at, and the `blank` lines (which list nothing) if given apart."""
     headers: list[int] = []
     nothing: list[int] = []
-    for i in _maybe(lines) if maybe is None else maybe:
+    for i in maybe:
         line = lines[i]
         if _is_header(line):
             headers.append(i)
         elif _entry(line) is None:
             nothing.append(i)
+    return headers, sorted([*nothing, *blank]) if blank else nothing
+
+
+def _marks_in(doc: Doc) -> Marks:
+    """`_marks(doc.lines, _maybe(doc.lines))`, the lines found by searches of the whole text
+    (C) and the blank ones not looked at one by one (a blank line is never a header)."""
+    others = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    return _marks(doc.lines, others, doc.blank())
+
+
+def _ls_counted(lines: list[str], marks: Marks | None = None) -> Groups:
+    """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
+    names, in order.
+
+    Only the lines that may not be entries are looked at one by one (`marks`: what `_marks`
+    makes of those of `_maybe`), and only the names shown are cut out: a block's count is
+    its lines less those that list nothing, bisected in C for every block at once."""
+    headers, nothing = _marks(lines, _maybe(lines)) if marks is None else marks
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
         name = _entry(line)
         if name is not None:
             parent, _, leaf = name.rstrip("/").rpartition("/")
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
-    most = _PER_DIR[0]
-    for start, end in pairwise([*headers, len(lines)]):
-        group = groups.get(lines[start][:-1])
+    firsts = list(map(add, headers, repeat(1)))  # each block's first line after its header
+    ends = [*headers[1:], len(lines)]
+    hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
+    entries = map(sub, map(sub, ends, firsts), hidden)
+    names = map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers))  # "a/b:" -> "a/b"
+    most, get = _PER_DIR[0], groups.get
+    for directory, k, start, end in zip(names, entries, firsts, ends):
+        group = get(directory)
         if group is None:
-            group = groups[lines[start][:-1]] = [0, []]
-        group[0] += end - start - 1 - count_between(nothing, start + 1, end)
+            group = groups[directory] = [0, []]
+        group[0] += k
         if len(group[1]) < most:  # a directory listed again: its first names are known
-            group[1] += _names(lines, start + 1, end, most - len(group[1]))
+            group[1] += _names(lines, start, end, most - len(group[1]))
     return groups
 
 
