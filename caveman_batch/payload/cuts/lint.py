@@ -103,9 +103,10 @@ _ARROW = rx(r"^[ \t]*--> [^ \t\n]")
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
 _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
 _FULL_FORM: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[3:]) + ")")
-#: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
+#: what every line of the short forms holds: eslint's severity, ruff's `: F401 ` (of `:1:2: F401 `:
+#: led by a literal, which the regex engine jumps to, where `:\d` stopped at every time stamp), ✖
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
-                         re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
+                         re.compile(r": [A-Z]{1,4}\d{2,4} "), "✖ ")
 census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
 #: what every eslint problem line holds: its severity between blanks
 _SEVERITIES: Final = _SHORT_NEEDLES[:6]
