@@ -135,3 +135,15 @@ def test_error_object_fields_are_found_up_to_their_colon(line: str) -> None:
     """The node error object's field lines, matched up to their first colon, are those the field
     pattern matches (its rest after the colon takes any rest of a line)."""
     assert bool(stacktrace._OBJECT_FIELD_LINE.match(line)) == bool(stacktrace._OBJECT_FIELD.match(line))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_texts, st.lists(st.sampled_from(("a", ":", "total", " .", "é", "\na", "\n.", "x", "😀")), min_size=1,
+                        max_size=3).map(tuple))
+def test_grep_by_needles_is_the_lines_holding_one(text: str, needles: tuple[str, ...]) -> None:
+    """`Doc.grep` with needles: the lines holding one (behind the newline that starts them) that
+    the pattern is found in, whether the census or a search says which needles are there."""
+    pattern = re.compile(r"[a.:]", re.MULTILINE)
+    doc = Doc(text)
+    want = [i for i, line in enumerate(doc.lines) if any(n in "\n" + line for n in needles) and pattern.search(line)]
+    assert doc.grep(pattern, needles) == want

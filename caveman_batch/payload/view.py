@@ -266,20 +266,21 @@ class Doc:
                 yield line - 1
 
     def _search(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> list[int]:
-        found: set[int] = set()
+        found: set[int] = set()  # offsets in nl_text of the newline before each line holding a needle
         text = self.nl_text
-        for needle in needles:
-            hits = []
+        for needle in filter(self.has, needles):  # the census: a needle it says is absent costs no pass
             pos = text.find(needle)
             while pos >= 0:
-                hits.append(text.rfind("\n", 0, pos + 1))
+                found.add(text.rfind("\n", 0, pos + 1))
                 pos = text.find("\n", pos + len(needle))
                 if pos < 0:
                     break
                 pos = text.find(needle, pos)
-            found.update(self._lines_at(sorted(set(hits))))
-        search, lines = pattern.search, self.lines
-        return sorted(i for i in found if search(lines[i]))
+        lines = _newlines_before(sorted(found), text)
+        if lines and lines[-1] >= len(self.lines):  # the text's last newline starts no line
+            lines.pop()
+        search, rows = pattern.search, self.lines
+        return [i for i in lines if search(rows[i])]
 
     def _grep_all(self, pattern: re.Pattern[str]) -> list[int]:
         """`list(self.igrep(pattern))`, each line's number counted in C (`_newlines_before`)."""
