@@ -236,13 +236,15 @@ class TreeCut:
         ("./", "/usr/") and hardly any reads like something else (grep's `path:12:`, a log,
         `key: value`). Counted over the whole text, a search from newline to newline."""
         first = text[:text.find("\n")] if "\n" in text else text
+        ls_like, root = first.endswith(":") and " " not in first, _root(first)
+        if not ls_like and root is None:  # neither form can claim it: nothing to count
+            return False
         doc = Doc.of(text)
         entries = text.count("\n") + 1 - _counted(doc, _BLANK_LINE)
         if entries < _MIN_ENTRIES:
             return False
-        if first.endswith(":") and " " not in first and line_hits(_LS_HEADER, text, 2):
+        if ls_like and line_hits(_LS_HEADER, text, 2):
             return True
-        root = _root(first)
         if root is None:
             return False
         starting = text.count("\n" + root) + (text.startswith(root))
