@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from caveman_batch import _accel
 from caveman_batch.payload.cuts import build, stacktrace, tree
 from caveman_batch.payload import view
-from caveman_batch.payload.view import Doc
+from caveman_batch.payload.model import Limits
+from caveman_batch.payload.view import Doc, fits, shared
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
            "\r", "é", "😀", " ", "x:", ".:", "-rw-r--r-- 1 me me 120 Jan  1 12:00 .",
@@ -129,7 +130,8 @@ def test_ansi_codes_taken_out_in_c_are_the_pattern_s(text: str) -> None:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from(("  ", " ", "code", "$x", "'k'", '"k"', "[a]", ":", ": 'E1',", ",", "\r", "x", "é", "{")),
+@given(st.lists(st.sampled_from(("  ", " ", "code", "$x", "'k'", '"k"', "[a]", ":", ": 'E1',", ",", "\r", "x", "é",
+                                 "{")),
                 max_size=10).map("".join))
 def test_error_object_fields_are_found_up_to_their_colon(line: str) -> None:
     """The node error object's field lines, matched up to their first colon, are those the field
@@ -147,3 +149,34 @@ def test_grep_by_needles_is_the_lines_holding_one(text: str, needles: tuple[str,
     doc = Doc(text)
     want = [i for i, line in enumerate(doc.lines) if any(n in "\n" + line for n in needles) and pattern.search(line)]
     assert doc.grep(pattern, needles) == want
+
+
+def _tree_view_plain(text: str, limits: Limits) -> str | None:
+    """The tree cut with every directory's names read, each rendering tried in turn."""
+    groups = tree._groups(text, Doc(text).lines)
+    total = sum(n for n, _ in groups.values())
+    for per_dir in tree._PER_DIR:
+        view = tree._render(groups, per_dir, total)
+        if fits(view, limits):
+            return view
+    return tree._render_dirs(groups, total, limits)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["./a", "./b/c", "./d" * 20, "."]),
+                          st.lists(st.sampled_from(["x", "y.py", "z" * 30, "total 4", ""]), max_size=8)), max_size=40),
+       st.booleans(), st.integers(-40, 400))
+def test_tree_views_read_names_only_when_a_line_per_directory_may_fit(blocks: list[tuple[str, list[str]]], ls: bool,
+                                                                       spare: int) -> None:
+    """No name is read when not even one line per directory fits: the views are those made
+    with every name read (ls -R blocks and find paths), at budgets around the size of the
+    directories alone (`spare` chars more or fewer)."""
+    if ls:
+        text = "\n\n".join(f"{d}:\n" + "\n".join(names) for d, names in blocks)
+    else:
+        text = "\n".join(f"{d}/{name}" for d, names in blocks for name in names if name)
+    groups = tree._groups(text, Doc(text).lines)
+    least = tree._render(groups, 0, sum(n for n, _ in groups.values()))
+    limits = Limits(max(40, len(least) + spare), None, None)
+    with shared(text):
+        assert tree.CUT.cut(text, limits) == _tree_view_plain(text, limits)

@@ -36,12 +36,20 @@ _LONG = re.compile(r"[-dlcbpsD][-rwxsStT]{9}[.+@]? +\d+ +\S+ +\S+ +[\d, ]+ +\S+ 
 Groups = dict[str, list]  # type: ignore[type-arg]
 
 
-def _groups(text: str, lines: list[str]) -> Groups:
-    """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
+def _groups(text: str, lines: list[str], room: int | None = None) -> Groups:
+    """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory; the first
+    names of each only if a rendering of the directories alone could fit in `room` chars
+    (none that shows a name is tried otherwise)."""
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
-        return _find_groups(lines)
+        return _find_groups(lines, room)
     doc = Doc.of(text)
-    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None)
+    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None, room)
+
+
+def _names_wanted(directories: set[str], room: int | None) -> bool:
+    """Whether one line per directory (at least its name and "/ (1 entry)") may fit in `room`
+    chars: else no rendering that shows an entry's name is made."""
+    return room is None or sum(map(len, directories)) + 12 * len(directories) <= room + 1
 
 
 def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
@@ -127,7 +135,7 @@ def _marks_in(doc: Doc) -> Marks:
     return _marks(doc.lines, others, doc.blank())
 
 
-def _ls_counted(lines: list[str], marks: Marks | None = None) -> Groups:
+def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None = None) -> Groups:
     """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
     names, in order.
 
@@ -145,9 +153,9 @@ def _ls_counted(lines: list[str], marks: Marks | None = None) -> Groups:
     ends = [*headers[1:], len(lines)]
     hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
     entries = map(sub, map(sub, ends, firsts), hidden)
-    names = map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers))  # "a/b:" -> "a/b"
-    most, get = _PER_DIR[0], groups.get
-    for directory, k, start, end in zip(names, entries, firsts, ends):
+    directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
+    most, get = _PER_DIR[0] if _names_wanted(set(directories), room) else 0, groups.get
+    for directory, k, start, end in zip(directories, entries, firsts, ends):
         group = get(directory)
         if group is None:
             group = groups[directory] = [0, []]
@@ -174,7 +182,7 @@ def _add(group: list, k: int, names: list[str]) -> None:  # type: ignore[type-ar
     group[1].extend(names[:_PER_DIR[0] - len(group[1])])
 
 
-def _find_groups(lines: list[str]) -> Groups:
+def _find_groups(lines: list[str], room: int | None = None) -> Groups:
     """`find` output: consecutive paths mostly share a parent, so work a run at a time.
 
     The parents come from one C-level pass, the runs from comparing neighbours in C;
@@ -183,7 +191,8 @@ def _find_groups(lines: list[str]) -> Groups:
     parents = list(map(itemgetter(0), map(str.rpartition, entries, repeat("/"))))
     edges = [0, *compress(count(1), map(ne, parents, islice(parents, 1, None))), len(entries)]
     groups: Groups = {}
-    most = _PER_DIR[0]
+    distinct = set(parents)  # a path with no folder is in "."
+    most = _PER_DIR[0] if _names_wanted(distinct - {""} | ({"."} if "" in distinct else set()), room) else 0
     for a, b in pairwise(edges):
         if a == b:
             continue
@@ -191,9 +200,9 @@ def _find_groups(lines: list[str]) -> Groups:
         if group is None:
             group = groups[parents[a] or "."] = [0, []]
         group[0] += b - a
-        names = group[1]
-        if len(names) < most:
-            names.extend(e.rpartition("/")[2] for e in entries[a:min(b, a + most - len(names))])
+        shown = group[1]
+        if len(shown) < most:
+            shown.extend(e.rpartition("/")[2] for e in entries[a:min(b, a + most - len(shown))])
     return groups
 
 
@@ -254,7 +263,9 @@ class TreeCut:
         return odd * 100 <= entries
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
+        # the lines reduce split (empty ones are skipped); no name is read when not even one line
+        # per directory fits
+        groups = _groups(text, Doc.of(text).lines, limits.chars)
         total = sum(n for n, _ in groups.values())
         # with no entry shown, a rendering's lines are some of every other one's (the head and
         # a line per directory): when it does not fit, no rendering does (13k folders: 6 built)
