@@ -2,3 +2,6 @@
 
 def present(text: str, needles: tuple[str, ...], /) -> tuple[bool, ...]:
     """tuple(needle in text for needle in needles), in one pass over text."""
+
+def plain(text: str, /) -> str:
+    """The text without its ANSI escape codes (view._ANSI.sub("", text))."""

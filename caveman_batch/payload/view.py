@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, cached_property
-from itertools import accumulate, islice
+from itertools import accumulate, islice, repeat
 from operator import add
 from typing import Any, Final
 
@@ -35,7 +35,10 @@ _ANSI: Final = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\
 def plain(text: str) -> str:
     """`text` without ANSI escape codes (`text` itself when it has none): what detection and
     the cuts read, so `gcc -fdiagnostics-color` is the build output it is."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
+    if "\x1b" not in text:
+        return text
+    fast = _accel.fastscan
+    return fast.plain(text) if fast is not None else _ANSI.sub("", text)  # type: ignore[no-any-return]
 
 
 def count_lines(text: str) -> int:
@@ -151,6 +154,32 @@ class Doc:
         self._cursor = (line, pos)
         return pos
 
+    def line_index(self, offsets: Iterable[int]) -> list[int]:
+        """The line each of the sorted `offsets` in `text` falls in."""
+        return _newlines_before(list(offsets), self.text)
+
+    def ending_with(self, suffixes: tuple[str, ...]) -> list[int]:
+        """`[i for i, line in enumerate(lines) if line.endswith(suffixes)]` for suffixes without a
+        newline, from searches of the whole text (`suffix + "\n"`, which never overlap themselves):
+        a method called line by line cost ten times more."""
+        if "" in suffixes:  # every string ends with the empty one
+            return list(range(len(self.lines)))
+        text, found = self.text, []
+        for suffix in suffixes:
+            found += map(re.Match.start, re.finditer(re.escape(suffix + "\n"), text))
+        lines = self.line_index(sorted(found))
+        last = len(self.lines) - 1
+        if not text.endswith("\n") and self.lines[last].endswith(suffixes):  # no newline ends it
+            lines.append(last)
+        return sorted(set(lines))
+
+    def blank(self) -> list[int]:
+        """The indexes of the empty lines, from one search of the text (C)."""
+        if not self.text:
+            return [0]
+        # the newline before each line sits at the line's own offset in nl_text
+        return _newlines_before(list(map(re.Match.start, _BLANK.finditer(self.nl_text))), self.nl_text)
+
     def count(self, needle: str) -> int:
         """How often `needle` occurs in the whole text (remembered)."""
         found = self._counts.get(needle)
@@ -190,6 +219,44 @@ class Doc:
             return iter(self.grep(pattern, needles))
         return self._lines_at(self.positions(pattern))
 
+    def iled(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> Iterator[int]:
+        """`igrep(pattern)`, lazily, for a pattern every line of which holds one of `needles`
+        (substrings without a newline): only the lines a needle is on are matched, found by one
+        search for the needles (C), so a pattern that reads every char of every line costs
+        the needles' occurrences, as far as the caller reads. Needles on many lines that do not
+        match (a Python step each) hand the rest to the plain search."""
+        present = tuple(n for n in needles if self.has(n))  # the census: an absent needle is no search
+        if not present:
+            return
+        text, locate = self.text, _alternation(present).search
+        line = counted = misses = 0
+        dense = max(_DENSE, len(text) // _DENSE_CHARS)
+        hit = locate(text)
+        while hit is not None:
+            start = text.rfind("\n", 0, hit.start()) + 1
+            end = text.find("\n", hit.end())
+            line += text.count("\n", counted, start)
+            counted = start
+            if pattern.match(text, start, len(text) if end < 0 else end):
+                yield line
+            else:
+                misses += 1
+                if misses > dense:  # the newline before this line is at its own offset in nl_text
+                    yield from self._lines_from(_at_line_start(pattern).finditer(self.nl_text, start), line, start)
+                    return
+            if end < 0:
+                return
+            hit = locate(text, end)
+
+    def _lines_from(self, found: Iterator[re.Match[str]], line: int, start: int) -> Iterator[int]:
+        """The line of each match in `nl_text` at or past `start`, the newline before `line`."""
+        count, last, n = self.nl_text.count, start, len(self.lines)
+        for pos in map(re.Match.start, found):
+            line += count("\n", last, pos)
+            last = pos
+            if line < n:
+                yield line
+
     def _lines_at(self, offsets: Iterable[int]) -> Iterator[int]:
         line, last, count, nl, n = 0, -1, self.nl_text.count, "\n", len(self.lines)
         for pos in offsets:
@@ -199,27 +266,35 @@ class Doc:
                 yield line - 1
 
     def _search(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> list[int]:
-        found: set[int] = set()
+        found: set[int] = set()  # offsets in nl_text of the newline before each line holding a needle
         text = self.nl_text
-        for needle in needles:
-            hits = []
+        for needle in filter(self.has, needles):  # the census: a needle it says is absent costs no pass
             pos = text.find(needle)
             while pos >= 0:
-                hits.append(text.rfind("\n", 0, pos + 1))
+                found.add(text.rfind("\n", 0, pos + 1))
                 pos = text.find("\n", pos + len(needle))
                 if pos < 0:
                     break
                 pos = text.find(needle, pos)
-            found.update(self._lines_at(sorted(set(hits))))
-        search, lines = pattern.search, self.lines
-        return sorted(i for i in found if search(lines[i]))
+        lines = _newlines_before(sorted(found), text)
+        if lines and lines[-1] >= len(self.lines):  # the text's last newline starts no line
+            lines.pop()
+        search, rows = pattern.search, self.lines
+        return [i for i in lines if search(rows[i])]
+
+    def _grep_all(self, pattern: re.Pattern[str]) -> list[int]:
+        """`list(self.igrep(pattern))`, each line's number counted in C (`_newlines_before`)."""
+        found = _newlines_before(list(self.positions(pattern)), self.nl_text)
+        if found and found[-1] >= len(self.lines):  # the text's last newline starts no line
+            found.pop()
+        return found
 
     def grep(self, pattern: re.Pattern[str], needles: tuple[str, ...] = ()) -> list[int]:
         """`igrep` as a list, remembered (a lead line and gap markers may ask twice)."""
         key = (pattern.pattern, needles)
         found = self._greps.get(key)
         if found is None:
-            found = self._search(pattern, needles) if needles else list(self.igrep(pattern))
+            found = self._search(pattern, needles) if needles else self._grep_all(pattern)
             self._greps[key] = found
         return found
 
@@ -257,6 +332,23 @@ class NumberedDoc(Doc):
     @cached_property
     def text(self) -> str:  # type: ignore[override]
         return "\n".join(self.lines[:])
+
+
+#: the newline before an empty line (itself followed by one; the popped last line is never empty)
+_BLANK: Final = re.compile(r"\n(?=\n)")
+
+
+@cache
+def _alternation(needles: tuple[str, ...]) -> re.Pattern[str]:
+    """A search for any of `needles` (literals)."""
+    return re.compile("|".join(map(re.escape, needles)))
+
+
+def _newlines_before(offsets: list[int], within: str) -> list[int]:
+    """How many newlines precede each of the sorted `offsets` in `within`: the counts between
+    neighbours, summed, each in C (a map: no Python step an offset, where a loop over thousands
+    of hits cost more than the search that found them)."""
+    return list(accumulate(map(within.count, repeat("\n"), [0, *offsets], offsets)))
 
 
 _SHARED: ContextVar[Doc | None] = ContextVar("caveman_batch_payload_doc", default=None)
@@ -319,7 +411,7 @@ def hit_count(pattern: re.Pattern[str], part: str, most: int) -> int:
         found = _at_line_start(pattern).finditer(Doc.of(part).nl_text)
     else:
         found = pattern.finditer(part)
-    return sum(1 for _ in islice(found, most))
+    return len(list(islice(found, most)))  # consumed in C, no Python step a match
 
 
 def line_hits(pattern: re.Pattern[str], part: str, least: int) -> bool:

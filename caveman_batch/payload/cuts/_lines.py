@@ -55,7 +55,7 @@ class LineCut:
     probes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        census(*self.probes, *self.signal_needles)
+        census(*self.probes, *self.signal_needles, *(n for _, needles in self.gap_needles for n in needles))
 
     def detect(self, text: str, hint: Hint) -> bool:
         """`min_hits` lines of the whole text match `signal`: one search from newline to
@@ -100,8 +100,9 @@ class LineCut:
         if not self.gap_counts and not self.gap_needles:
             return None, None
         hits = [(name, doc.grep(p, self.needles.get(p.pattern, ()))) for name, p in self.gap_counts]
-        # a needle that is nowhere in the text is not counted gap by gap
-        present = [(name, tuple(n for n in needles if doc.count(n))) for name, needles in self.gap_needles]
+        # a needle that is nowhere in the text (the census says, without a pass) is not counted
+        present = [(name, tuple(n for n in needles if doc.has(n) and doc.count(n)))
+                   for name, needles in self.gap_needles]
         present = [(name, needles) for name, needles in present if needles]
 
         def label(start: int, end: int) -> str:

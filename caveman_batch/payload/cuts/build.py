@@ -43,6 +43,10 @@ _SUMMARY = rx(
 #: substrings are on (found by str.find, in C)
 _ERROR_NEEDLES: Final = census("error: ", "error[", "error TS", "[ERROR]", "ERROR in ", "undefined reference to ")
 _WARNING_NEEDLES: Final = census("warning: ", "warning[", "[WARNING]", "WARNING in ", "note:")
+#: what every line _ERROR (_WARNING) matches holds, with or without the text around it: the
+#: cut reads only the lines these are on (`Doc.iled`)
+_ERROR_LINES: Final = census("error", "ERROR", "undefined reference to ")
+_WARNING_LINES: Final = census("warning", "WARNING", "note:")
 _FRAME = re.compile(r"[ \t]|\d+ *\||~|\^|\|")
 _FRAME_MAX: Final = 12
 #: repeated messages the lead groups, and the locations it names for each
@@ -113,9 +117,10 @@ class _Messages:
     must not cost a pass in Python); the repeats are found lazily, as far as the picker
     asks, and a repeated message's count past those is one C-level count."""
 
-    def __init__(self, doc: Doc, pattern: re.Pattern[str], words: tuple[str, ...], scan: int) -> None:
-        self.doc, self.pattern, self.words = doc, pattern, words
-        self.lines = list(islice(doc.igrep(pattern), scan))
+    def __init__(self, doc: Doc, pattern: re.Pattern[str], words: tuple[str, ...], scan: int,
+                 needles: tuple[str, ...]) -> None:
+        self.doc, self.pattern, self.words, self.needles = doc, pattern, words, needles
+        self.lines = list(islice(doc.iled(pattern, needles), scan))
         self.messages = [_message(doc.lines[i], words) for i in self.lines]
         self.complete = len(self.lines) < scan  # every line of the kind is among them
         seen: set[str] = set()
@@ -126,7 +131,7 @@ class _Messages:
         """The other lines, in order, lazily: those read first, then (searched again only if
         the picker gets that far) the ones after them."""
         first = set(self.first)
-        rest = () if self.complete else islice(self.doc.igrep(self.pattern), len(self.lines), None)
+        rest = () if self.complete else islice(self.doc.iled(self.pattern, self.needles), len(self.lines), None)
         return chain((i for i in self.lines if i not in first), rest)
 
     def last(self) -> list[int]:
@@ -182,10 +187,10 @@ class BuildCut(LineCut):
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
         scan = max(_SCAN_MIN, limits.chars // _SCAN_CHARS)
-        errors = _Messages(doc, _ERROR, _ERROR_WORDS, scan)  # once, for the lead and the runs
+        errors = _Messages(doc, _ERROR, _ERROR_WORDS, scan, _ERROR_LINES)  # once, for the lead and the runs
         # warnings are read up front (and grouped) only when the text has any (the census
         # says): else they are searched only if the picker gets to them
-        warnings = (_Messages(doc, _WARNING, _WARNING_WORDS, scan)
+        warnings = (_Messages(doc, _WARNING, _WARNING_WORDS, scan, _WARNING_LINES)
                     if doc.holds(_WARNING_WORDS) else None)
         lead = errors.lead(_GROUPS) + (warnings.lead(_GROUPS // 2) if warnings else [])
         view = pick(doc, by_priority(self._streams(doc, errors, warnings)), limits, lead=lead,
@@ -208,8 +213,8 @@ class BuildCut(LineCut):
                         (8, lambda: warnings.runs(warnings.repeats(), 8)),
                         (9, lambda: _frame_runs(doc, warnings.repeats(), 9))]
         else:
-            streams += [(3, partial(_hits, doc, _WARNING, (), 3, 0)),
-                        (4, lambda: _frame_runs(doc, doc.igrep(_WARNING), 4))]
+            streams += [(3, lambda: ((3, i, i + 1) for i in doc.iled(_WARNING, _WARNING_LINES))),
+                        (4, lambda: _frame_runs(doc, doc.iled(_WARNING, _WARNING_LINES), 4))]
         return streams
 
 

@@ -13,8 +13,11 @@ from ._lines import rx
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
                       ".cc", ".cpp", ".hpp", ".rb", ".php", ".cs", ".swift", ".scala")
 _IMPORT = rx(r"^(?:import |from [\w.]+ import |#include |use |package |require\(|using )")
-_DEF = rx(r"^[ \t]*(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected |static |async "
-          r"|abstract |final |default )*(?:def |class |function |fn |func |interface |struct "
+#: possessive (`*+`): no keyword starts with a blank and no final keyword is a prefix one, so
+#: giving back indentation or a prefix never makes a line match, and trying (every indented line
+#: of a file, an alternation per blank) cost most of the cut
+_DEF = rx(r"^[ \t]*+(?:(?:export |pub(?:\([\w:]+\))? |public |private |protected |static |async "
+          r"|abstract |final |default )*+(?:def |class |function |fn |func |interface |struct "
           r"|enum |trait |impl |type |const [\w$]+ = (?:async )?\(|module ))")
 #: a C-family function definition's head: at the margin, a name then "(", and no ";" after it
 #: (a prototype, a call or a declaration ends with one); looked for only in text that has an
@@ -66,10 +69,11 @@ def _outline(doc: Doc, c_family: bool) -> list[Run]:
     # the ends and the middle (levels 0, 1), the other imports (mostly one block: cheap), then
     # the definitions between, ever finer, then the methods
     prio = [1 + level if level <= 1 else 3 + level for level in _spread(len(top))]
+    last = max(prio, default=3) + 1  # once: in the generator below it was a pass over `prio` a method
     return [*((0, i, i + 1) for i in imports[:1]),
             *((p, i, i + 1) for p, i in zip(prio, top)),
             *((3, i, i + 1) for i in imports[1:]),
-            *((max(prio, default=3) + 1, i, i + 1) for i in nested)]
+            *((last, i, i + 1) for i in nested)]
 
 
 def _spread(n: int) -> list[int]:

@@ -54,11 +54,13 @@ def _counts(doc: Doc) -> tuple[Counter[str], Found]:
     """Problems per rule, and which forms (ruff, eslint, clippy) had any; `findall` builds
     the matches in C (most of the cost here)."""
     text = doc.nl_text
-    ruff = _RUFF_RULES.findall(text) if ": " in text else []  # a list of strings: counted in C
+    # each form searched only where the census says the text holds what its every line does
+    # (a digit then ": "; "--> "; a blank, then eslint's severity, then a blank)
+    ruff = _RUFF_RULES.findall(text) if doc.holds(_RUFF_LITERALS) else []  # a list of strings: counted in C
     counts = Counter(ruff)
-    full = [rule for rule, _ in _RUFF_FULL_ALL.findall(text)] if "--> " in text else []
+    full = [rule for rule, _ in _RUFF_FULL_ALL.findall(text)] if doc.has("--> ") else []
     counts.update(full)
-    eslint = Counter(_ESLINT_REST.findall(text))
+    eslint = Counter(_ESLINT_REST.findall(text)) if doc.holds(_SEVERITIES) else Counter()
     for rest, n in eslint.items():  # each distinct message once
         counts[_eslint_rule(rest)] += n
     clippy = []
@@ -100,10 +102,14 @@ _SIGNAL: Final = re.compile("|".join(f"^{line}" for line in _SIGNAL_LINES) + "|c
 _ARROW = rx(r"^[ \t]*--> [^ \t\n]")
 _SIGNAL_AT_LINES: Final = rx("^(?:" + "|".join(_SIGNAL_LINES) + ")")
 _SIGNAL_AT_LINES_SHORT: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[:3]) + ")")
-#: what every line of the short forms holds: eslint's severity, ruff's `:1:2: F401 `, ✖
+_FULL_FORM: Final = rx("^(?:" + "|".join(_SIGNAL_LINES[3:]) + ")")
+#: what every line of the short forms holds: eslint's severity, ruff's `: F401 ` (of `:1:2: F401 `:
+#: led by a literal, which the regex engine jumps to, where `:\d` stopped at every time stamp), ✖
 _SHORT_NEEDLES: Final = (" error ", " error\t", " warning ", " warning\t", "\terror", "\twarning",
-                         re.compile(r":\d+:\d+: [A-Z]{1,4}\d{2,4} "), "✖ ")
+                         re.compile(r": [A-Z]{1,4}\d{2,4} "), "✖ ")
 census(*(n for n in _SHORT_NEEDLES if isinstance(n, str)), "clippy::", "--> ")
+#: what every eslint problem line holds: its severity between blanks
+_SEVERITIES: Final = _SHORT_NEEDLES[:6]
 #: what a ruff concise line (`a.py:1:2: F401 `) holds, a digit then ": ": a text with none is
 #: not searched for its needle (the one that is a pattern, not a literal)
 _RUFF_LITERALS: Final = census(*(f"{d}: " for d in "0123456789"))
@@ -115,15 +121,28 @@ _SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles, literals) for line, ne
     strict=True))
 
 
-def _short_hits(text: str, least: int) -> bool:
-    """`needle_hits(_SIGNAL_AT_LINES_SHORT, text, _SHORT_NEEDLES, least)`, a form at a time: the
-    first `least` lines of each form together are `least` lines if the text has them."""
+def _short_lines(text: str, least: int) -> set[int]:
+    """Where (offsets in `text`) `least` of the lines `_SIGNAL_AT_LINES_SHORT` matches start, a
+    form at a time, or all of them when there are fewer: the first `least` lines of each form
+    together are `least` lines if the text has them."""
     found: set[int] = set()
     doc = Doc.of(text)
     for pattern, needles, literals in _SHORT_FORMS:
         if literals and not doc.holds(literals):
             continue
         found |= needle_lines(pattern, text, needles, least)
+        if len(found) >= least:
+            break
+    return found
+
+
+def _with_full_form(text: str, short: set[int], least: int) -> bool:
+    """Whether `least` lines match `_SIGNAL_AT_LINES`, given every line its short forms match
+    (`short`, fewer than `least`): those and the lines of ruff's full form (a rule code at the
+    line's start: cheap to search, where the short forms read every char of every line)."""
+    found = set(short)
+    for at in Doc.of(text).positions(_FULL_FORM):  # the newline before a line: the line's offset
+        found.add(at)
         if len(found) >= least:
             return True
     return False
@@ -137,10 +156,11 @@ class LintCut(LineCut):
         doc = Doc.of(text)
         if doc.has("clippy::"):
             return len(self.signal.findall(text)) >= self.min_hits
-        if _short_hits(text, self.min_hits):
+        short = _short_lines(text, self.min_hits)
+        if len(short) >= self.min_hits:
             return True
         return (doc.has("--> ") and line_hits(_ARROW, text, self.min_hits)
-                and line_hits(_SIGNAL_AT_LINES, text, self.min_hits))
+                and _with_full_form(text, short, self.min_hits))
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
         counts, where = _rules(doc)

@@ -14,8 +14,8 @@ from ..view import (
     Doc,
     Run,
     _at_line_start,
-    count_between,
     census,
+    count_between,
     count_lines,
     finish,
     hit_count,
@@ -28,7 +28,7 @@ _GO_FRAMES: Final = r"goroutine \d+ \[|[ \t]+[^ \t\n]+\.go:\d+"  # also searched
 _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
 #: _FRAME for a text with neither literal of Go's frames (most): no indented line's first
 #: word is read to the end for a ".go:"
-_FRAME_NOT_GO = rx(r"^(?:[ \t]+File \"|[ \t]+at )")
+_FRAME_NOT_GO = rx(r"^[ \t]++(?:File \"|at )")  # possessive: neither word starts with a blank
 _GO_NEEDLES: Final = census("goroutine ", ".go:", " {\n")[:2]
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
@@ -42,26 +42,26 @@ _MESSAGE = rx(
     r"|The above exception|thread '[^'\n]*'(?: \(\d+\))? panicked at )"
 )
 
+#: what every line _MESSAGE matches holds (`Doc.iled` reads only those lines)
+_MESSAGE_NEEDLES: Final = census("Traceback (most recent call last):", "Error", "Exception", "Exit", "Interrupt",
+                                 "Warning", "panic: ", "Caused by: ", "fatal error: ", "During handling",
+                                 "The above exception", "panicked at ")
+
 
 _GO_FRAME = rx(r"^(?:" + _GO_FRAMES + ")")
 
 
 def _frames(doc: Doc) -> list[int]:
-    """The indexes of the lines `_FRAME` matches, by str methods over the lines.
+    """The indexes of the lines `_FRAME` matches.
 
-    A blank-led line whose rest starts with 'File "' or 'at ' is a frame: the lines
-    holding either come from two C-level passes, several times cheaper than the regex
-    tried at every line, and only those are looked at. Go's frames are searched only
-    when the text has them."""
+    A blank-led line whose rest starts with 'File "' or 'at ' is a frame: where they are
+    most lines, str methods mapped over the lines find them, else one search of the text.
+    Go's frames are searched only when the text has them."""
     lines = doc.lines
     if (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
         found = _led_frames(lines)
-    else:
-        holding = set(compress(count(), map(contains, lines, repeat('File "'))))
-        if "at " in doc.text:  # absent from most Python traces: one scan instead of a pass per line
-            holding.update(compress(count(), map(contains, lines, repeat("at "))))
-        found = [i for i in sorted(holding)
-                 if lines[i][0] in " \t" and lines[i].lstrip(" \t").startswith(('File "', "at "))]
+    else:  # one search, the lines counted in C: a str method a line cost more
+        found = doc.grep(_FRAME_NOT_GO)
     if "goroutine " in doc.text or ".go:" in doc.text:
         found = sorted({*found, *doc.igrep(_GO_FRAME)})
     return found
@@ -93,7 +93,7 @@ class _Frames:
     def __init__(self, doc: Doc, frames: list[int], dep: list[int]) -> None:
         self.lines, self.n = doc.lines, len(doc)
         self.starts, self.dep = set(frames), set(dep)
-        self.own = [i for i in frames if i not in self.dep]
+        self.own = sorted(self.starts - self.dep) if self.dep else frames
 
     def end(self, i: int) -> int:
         """Where frame `i` ends (exclusive)."""
@@ -140,14 +140,20 @@ def _counted(n: int, what: str) -> str:
     return f"{n:,} {what}{'s' if n != 1 else ''}"
 
 
-def _messages(doc: Doc) -> list[int]:
-    """The message lines; a rust panic says what happened on the line after `panicked at`."""
-    found = doc.grep(_MESSAGE)
+def _messages(doc: Doc) -> Iterator[int]:
+    """The message lines, in order, lazily (the view shows a few: the rest are never searched
+    for); a rust panic says what happened on the line after `panicked at`."""
+    found = doc.iled(_MESSAGE, _MESSAGE_NEEDLES)
     if "panicked at " not in doc.text:
-        return found
-    lines = doc.lines
-    after = [i + 1 for i in found if i + 1 < len(lines) and "panicked at " in lines[i]]
-    return sorted({*found, *after})
+        yield from found
+        return
+    lines, last = doc.lines, -1
+    for i in found:
+        if i > last:
+            yield i
+        if i + 1 < len(lines) and "panicked at " in lines[i]:
+            yield i + 1
+            last = i + 1
 
 
 class StackCut(LineCut):
@@ -165,7 +171,7 @@ class StackCut(LineCut):
             return True
         if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
-        fields = len(_at_line_start(_OBJECT_FIELD).findall(doc.nl_text))
+        fields = len(_at_line_start(_OBJECT_FIELD_LINE).findall(doc.nl_text))
         return frames >= _fifth(lines - fields)
 
     def cut(self, text: str, limits: Limits) -> str | None:
@@ -193,6 +199,9 @@ def _fifth(lines: int) -> int:
 
 _OBJECT_AFTER_FRAMES = rx(r"^[ \t]+at [^\n]* \{\r?$")
 _OBJECT_FIELD = rx(r"^  [\w$'\"\[][^\n]*:[^\n]*,?\r?$")
+#: the lines _OBJECT_FIELD matches (its tail after the colon matches any rest of a line): up to
+#: the first colon, with no reading to the line's end and back
+_OBJECT_FIELD_LINE = rx(r"^  [\w$'\"\[][^\n:]*+:")
 
 CUT = StackCut(
     name="stacktrace",

@@ -10,12 +10,14 @@ counted.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections.abc import Iterable
 from itertools import compress, count, islice, pairwise, repeat
-from operator import itemgetter, ne, not_
+from operator import add, itemgetter, ne, not_, sub
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, count_between, fits, line_hits
+from ..view import Doc, census, fits, line_hits
 from ._lines import rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
@@ -34,11 +36,20 @@ _LONG = re.compile(r"[-dlcbpsD][-rwxsStT]{9}[.+@]? +\d+ +\S+ +\S+ +[\d, ]+ +\S+ 
 Groups = dict[str, list]  # type: ignore[type-arg]
 
 
-def _groups(text: str, lines: list[str]) -> Groups:
-    """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory."""
+def _groups(text: str, lines: list[str], room: int | None = None) -> Groups:
+    """`find` paths (a/b/c) or `ls -R` blocks ("a/b:" then names) by directory; the first
+    names of each only if a rendering of the directories alone could fit in `room` chars
+    (none that shows a name is tried otherwise)."""
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
-        return _find_groups(lines)
-    return _ls_counted(lines)
+        return _find_groups(lines, room)
+    doc = Doc.of(text)
+    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None, room)
+
+
+def _names_wanted(directories: set[str], room: int | None) -> bool:
+    """Whether one line per directory (at least its name and "/ (1 entry)") may fit in `room`
+    chars: else no rendering that shows an entry's name is made."""
+    return room is None or sum(map(len, directories)) + 12 * len(directories) <= room + 1
 
 
 def _ls_groups(lines: list[str]) -> dict[str, list[str]]:
@@ -82,28 +93,75 @@ def _is_header(line: str) -> bool:
     return (line.endswith(":") and "/" in line or line == ".:") and not (line[:1] in _MODES and _LONG.match(line))
 
 
-def _ls_counted(lines: list[str]) -> Groups:
+def _maybe(lines: list[str]) -> list[int]:
+    """The lines that may not be entries: blank ones, `total N`, ones ending with ":" (a header)
+    or with " ." or " .." (`ls -l`'s `.` and `..`), each line looked at (the definition)."""
+    return sorted({*compress(count(), map(not_, lines)),
+                   *compress(count(), map(str.startswith, lines, repeat("total "))),
+                   *compress(count(), map(str.endswith, lines, repeat(_MAYBE_ENDS)))})
+
+
+_MAYBE_ENDS: Final = (":", " .", " ..")
+_TOTAL = rx(r"^total ")
+
+
+def _maybe_in(doc: Doc) -> list[int]:
+    """`_maybe(doc.lines)` from searches of the whole text (C), no method call a line."""
+    return sorted({*doc.blank(), *doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+
+
+#: (the block headers, the lines that list nothing): what `ls -R` lines are not entries
+Marks = tuple[list[int], list[int]]
+
+
+def _marks(lines: list[str], maybe: Iterable[int], blank: list[int] | None = None) -> Marks:
+    """The headers and the lines that list nothing among the lines `maybe` (of `_maybe`), each
+    looked at, and the `blank` lines (which list nothing) if given apart."""
+    headers: list[int] = []
+    nothing: list[int] = []
+    for i in maybe:
+        line = lines[i]
+        if _is_header(line):
+            headers.append(i)
+        elif _entry(line) is None:
+            nothing.append(i)
+    return headers, sorted([*nothing, *blank]) if blank else nothing
+
+
+def _marks_in(doc: Doc) -> Marks:
+    """`_marks(doc.lines, _maybe(doc.lines))`, the lines found by searches of the whole text
+    (C) and the blank ones not looked at one by one (a blank line is never a header)."""
+    others = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    return _marks(doc.lines, others, doc.blank())
+
+
+def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None = None) -> Groups:
     """`_ls_groups` as the cut keeps it: each directory's count of entries and its first few
     names, in order.
 
-    Only the lines that may not be entries are looked at one by one (found in C: blank ones,
-    `total N`, ones ending with ":" or with " ." or " .."), and only the names shown are cut
-    out: a block's count is its lines less those that list nothing."""
-    maybe = sorted({*compress(count(), map(not_, lines)),
-                    *compress(count(), map(str.startswith, lines, repeat("total "))),
-                    *compress(count(), map(str.endswith, lines, repeat((":", " .", " .."))))})
-    headers = [i for i in maybe if _is_header(lines[i])]
-    nothing = [i for i in maybe if _entry(lines[i]) is None and not _is_header(lines[i])]
+    Only the lines that may not be entries are looked at one by one (`marks`: what `_marks`
+    makes of those of `_maybe`), and only the names shown are cut out: a block's count is
+    its lines less those that list nothing, bisected in C for every block at once."""
+    headers, nothing = _marks(lines, _maybe(lines)) if marks is None else marks
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
         name = _entry(line)
         if name is not None:
             parent, _, leaf = name.rstrip("/").rpartition("/")
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
-    for start, end in pairwise([*headers, len(lines)]):
-        group = groups.setdefault(lines[start][:-1], [0, []])
-        k = end - start - 1 - count_between(nothing, start + 1, end)
-        _add(group, k, _names(lines, start + 1, end, _PER_DIR[0] - len(group[1])))
+    firsts = list(map(add, headers, repeat(1)))  # each block's first line after its header
+    ends = [*headers[1:], len(lines)]
+    hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
+    entries = map(sub, map(sub, ends, firsts), hidden)
+    directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
+    most, get = _PER_DIR[0] if _names_wanted(set(directories), room) else 0, groups.get
+    for directory, k, start, end in zip(directories, entries, firsts, ends):
+        group = get(directory)
+        if group is None:
+            group = groups[directory] = [0, []]
+        group[0] += k
+        if len(group[1]) < most:  # a directory listed again: its first names are known
+            group[1] += _names(lines, start, end, most - len(group[1]))
     return groups
 
 
@@ -124,7 +182,7 @@ def _add(group: list, k: int, names: list[str]) -> None:  # type: ignore[type-ar
     group[1].extend(names[:_PER_DIR[0] - len(group[1])])
 
 
-def _find_groups(lines: list[str]) -> Groups:
+def _find_groups(lines: list[str], room: int | None = None) -> Groups:
     """`find` output: consecutive paths mostly share a parent, so work a run at a time.
 
     The parents come from one C-level pass, the runs from comparing neighbours in C;
@@ -133,7 +191,8 @@ def _find_groups(lines: list[str]) -> Groups:
     parents = list(map(itemgetter(0), map(str.rpartition, entries, repeat("/"))))
     edges = [0, *compress(count(1), map(ne, parents, islice(parents, 1, None))), len(entries)]
     groups: Groups = {}
-    most = _PER_DIR[0]
+    distinct = set(parents)  # a path with no folder is in "."
+    most = _PER_DIR[0] if _names_wanted(distinct - {""} | ({"."} if "" in distinct else set()), room) else 0
     for a, b in pairwise(edges):
         if a == b:
             continue
@@ -141,9 +200,9 @@ def _find_groups(lines: list[str]) -> Groups:
         if group is None:
             group = groups[parents[a] or "."] = [0, []]
         group[0] += b - a
-        names = group[1]
-        if len(names) < most:
-            names.extend(e.rpartition("/")[2] for e in entries[a:min(b, a + most - len(names))])
+        shown = group[1]
+        if len(shown) < most:
+            shown.extend(e.rpartition("/")[2] for e in entries[a:min(b, a + most - len(shown))])
     return groups
 
 
@@ -186,22 +245,27 @@ class TreeCut:
         ("./", "/usr/") and hardly any reads like something else (grep's `path:12:`, a log,
         `key: value`). Counted over the whole text, a search from newline to newline."""
         first = text[:text.find("\n")] if "\n" in text else text
-        entries = text.count("\n") + 1 - text.count("\n\n")
+        ls_like, root = first.endswith(":") and " " not in first, _root(first)
+        if not ls_like and root is None:  # neither form can claim it: nothing to count
+            return False
+        doc = Doc.of(text)
+        entries = text.count("\n") + 1 - _counted(doc, _BLANK_LINE)
         if entries < _MIN_ENTRIES:
             return False
-        if first.endswith(":") and " " not in first and line_hits(_LS_HEADER, text, 2):
+        if ls_like and line_hits(_LS_HEADER, text, 2):
             return True
-        root = _root(first)
         if root is None:
             return False
         starting = text.count("\n" + root) + (text.startswith(root))
         if starting * 50 < entries * 49:
             return False
-        odd = text.count(": ") + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
+        odd = _counted(doc, _KEY_VALUE) + text.count("\t") + len(_GREP_LIKE.findall(text))  # each in C
         return odd * 100 <= entries
 
     def cut(self, text: str, limits: Limits) -> str | None:
-        groups = _groups(text, Doc.of(text).lines)  # the lines reduce split (empty ones are skipped)
+        # the lines reduce split (empty ones are skipped); no name is read when not even one line
+        # per directory fits
+        groups = _groups(text, Doc.of(text).lines, limits.chars)
         total = sum(n for n, _ in groups.values())
         # with no entry shown, a rendering's lines are some of every other one's (the head and
         # a line per directory): when it does not fit, no rendering does (13k folders: 6 built)
@@ -213,6 +277,17 @@ class TreeCut:
             if fits(view, limits):
                 return view
         return _render_dirs(groups, total, limits)
+
+
+#: two-char substrings the tree detection counts: the census says first whether there are any
+_BLANK_LINE, _KEY_VALUE = census("\n\n", ": ")
+
+
+def _counted(doc: Doc, needle: str) -> int:
+    """`doc.text.count(needle)`, no pass when the census says there is none (most texts: a
+    two-char count costs what three one-char ones do). The census reads the text behind a
+    newline: a needle that starts with one is also there when the text starts with its rest."""
+    return doc.text.count(needle) if doc.has(needle) else 0
 
 
 def _root(first: str) -> str | None:

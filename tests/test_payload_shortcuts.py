@@ -1,0 +1,182 @@
+"""The whole-text shortcuts the cuts take for speed give the answers of the line-by-line rules
+they stand for: the lines found by searching the text (blank ones, ones ending with a suffix,
+a pattern's lines with their numbers counted in C, a pattern's lines read only where a needle
+is), the `ls -R` lines that may list nothing, the census's scan of latin-1 text, four
+positions at a time, and ANSI codes taken out in C."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caveman_batch import _accel
+from caveman_batch.payload.cuts import build, stacktrace, tree
+from caveman_batch.payload import view
+from caveman_batch.payload.model import Limits
+from caveman_batch.payload.view import Doc, fits, shared
+
+_PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
+           "\r", "é", "😀", " ", "x:", ".:", "-rw-r--r-- 1 me me 120 Jan  1 12:00 .",
+           "drwxr-xr-x 2 me me 4096 Jan  1  2020 ..")
+_texts = st.lists(st.sampled_from(_PIECES), max_size=50).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts, st.lists(st.sampled_from((":", " .", " ..", "a", "é:", "\r", "")), max_size=3).map(tuple))
+def test_ending_with_is_endswith(text: str, suffixes: tuple[str, ...]) -> None:
+    doc = Doc(text)
+    assert doc.ending_with(suffixes) == [i for i, line in enumerate(doc.lines) if line.endswith(suffixes)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts)
+def test_blank_and_line_index_are_the_lines(text: str) -> None:
+    doc = Doc(text)
+    assert doc.blank() == [i for i, line in enumerate(doc.lines) if not line]
+    offsets = sorted({min(k * 7, len(text)) for k in range(len(text) // 7 + 1)})
+    assert doc.line_index(offsets) == [text.count("\n", 0, at) for at in offsets]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts, st.sampled_from((r"^total ", r"^$", r"^[^\n]*:$", r"^\.", r"^[ \t]*+\S")))
+def test_grep_counts_lines_as_the_lazy_search(text: str, pattern: str) -> None:
+    compiled = re.compile(pattern, re.MULTILINE)
+    assert Doc(text).grep(compiled) == list(Doc(text).igrep(compiled))
+    assert Doc(text).grep(compiled) == [i for i, line in enumerate(Doc(text).lines) if compiled.match(line)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts)
+def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
+    doc = Doc(text)
+    assert tree._maybe_in(doc) == tree._maybe(doc.lines)
+    assert tree._ls_counted(doc.lines, tree._marks_in(doc)) == tree._ls_counted(doc.lines)
+    assert tree._marks_in(doc) == tree._marks(doc.lines, tree._maybe(doc.lines))
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\né\xff", max_size=14), st.lists(st.integers(0, 13), max_size=3),
+       st.text(alphabet="ab\né\xff\u0101", min_size=1, max_size=4))
+def test_present_in_latin1_text_at_every_position(text: str, starts: list[int], other: str) -> None:
+    """The latin-1 scan tests positions four at a time: a needle at any position, the last
+    ones too, is found, and one that is not there is not."""
+    needles = (*(text[i:i + k] for i in starts for k in (2, 3, 4)), other, other + "b", "\u0101a")
+    assert _accel.fastscan.present(text, needles) == tuple(n in text for n in needles)
+
+
+_BUILD_LINES = ("a.c:1:2: error: x", "a.c:1:2: error:", "a.c:1:2: fatal error: y", "error[E0308]: z", "error: ",
+                "a.ts(1,2): error TS2322: t", "✘ [ERROR] e", "ERROR in ./a",
+                "x.c:(.text+0x1f): undefined reference to f",
+                "a.c:3:4: warning: w", "warning[W]: v", "▲ [WARNING] u", "WARNING in b", "a.c:5:6: note: n",
+                "an error here", "warning", "no note: here", "  error: indented", "3 errors", "", "é", "ERROR")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_BUILD_LINES), max_size=40), st.integers(0, 200), st.booleans())
+def test_lines_read_where_a_needle_is_are_the_pattern_s(lines: list[str], misses: int, newline: bool) -> None:
+    """`Doc.iled` finds the lines `igrep` does, also past the misses that hand it to the plain
+    search (`misses` lines that hold a needle and do not match, before the rest)."""
+    text = "\n".join(["an error here"] * misses + lines) + ("\n" if newline else "")
+    for pattern, needles in ((build._ERROR, build._ERROR_LINES), (build._WARNING, build._WARNING_LINES)):
+        assert list(Doc(text).iled(pattern, needles)) == list(Doc(text).igrep(pattern))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(("a.c", ":1", ":2:", " ", "error", "ERROR", "warning", "WARNING", "note", ":", "[", "]",
+                                 "(", ")", ".text+0x1f", "undefined reference to ", "TS12", "✘ ", "▲ ", " in ",
+                                 "E0", ":1:2: note:")),
+                max_size=12).map("".join))
+def test_every_build_line_holds_a_needle(line: str) -> None:
+    """What `Doc.iled` leans on: a line the build cut's patterns match holds one of their needles."""
+    for pattern, needles in ((build._ERROR, build._ERROR_LINES), (build._WARNING, build._WARNING_LINES)):
+        assert not pattern.match(line) or any(n in line for n in needles)
+
+
+_TRACE_LINES = ("Traceback (most recent call last):", '  File "a.py", line 1, in f', "ValueError: bad", "KeyError",
+                "thread 'main' panicked at src/main.rs:2:5:", "boom", "panic: x", "Caused by: y", "a.b.MyException",
+                "Exception in thread main", "fatal error: z", "TypeError: t", "During handling of the above",
+                "The above exception was", "    at f (a.js:1:2)", "an Error inside", "ok", "", "SystemExit", "Warning")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TRACE_LINES), max_size=60), st.integers(0, 120))
+def test_trace_messages_read_lazily_are_the_pattern_s(lines: list[str], misses: int) -> None:
+    """The messages, read where a needle is and lazily, are the lines the message pattern matches
+    and each line after a rust `panicked at` (what the cut shows first)."""
+    doc = Doc("\n".join(["an Error inside"] * misses + lines))
+    found = [i for i, line in enumerate(doc.lines) if stacktrace._MESSAGE.match(line)]
+    after = [i + 1 for i in found if i + 1 < len(doc.lines) and "panicked at " in doc.lines[i]]
+    assert list(stacktrace._messages(doc)) == sorted({*found, *after})
+    assert all(any(n in doc.lines[i] for n in stacktrace._MESSAGE_NEEDLES) for i in found)
+
+
+_ANSI_PIECES = ("\x1b", "\x1b[", "\x1b]", "\x1b\\", "[", "]", "0", "1;31", "?", " ", "/", "m", "K", "@", "~",
+                "\x7f", "\x07", "\\", "Z", "_", "^", "a", "é", "😀", "\u0101", "\n", "title", ";", "8;;http://x")
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_ANSI_PIECES), max_size=40).map("".join))
+def test_ansi_codes_taken_out_in_c_are_the_pattern_s(text: str) -> None:
+    """`plain` in C is `_ANSI.sub` (the definition), on texts dense with escapes and their parts,
+    of every storage kind; the result is the narrowest str, so it equals the regex's."""
+    got = _accel.fastscan.plain(text)
+    assert got == view._ANSI.sub("", text)
+    assert view.plain(text) == view._ANSI.sub("", text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(("  ", " ", "code", "$x", "'k'", '"k"', "[a]", ":", ": 'E1',", ",", "\r", "x", "é",
+                                 "{")),
+                max_size=10).map("".join))
+def test_error_object_fields_are_found_up_to_their_colon(line: str) -> None:
+    """The node error object's field lines, matched up to their first colon, are those the field
+    pattern matches (its rest after the colon takes any rest of a line)."""
+    assert bool(stacktrace._OBJECT_FIELD_LINE.match(line)) == bool(stacktrace._OBJECT_FIELD.match(line))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_texts, st.lists(st.sampled_from(("a", ":", "total", " .", "é", "\na", "\n.", "x", "😀")), min_size=1,
+                        max_size=3).map(tuple))
+def test_grep_by_needles_is_the_lines_holding_one(text: str, needles: tuple[str, ...]) -> None:
+    """`Doc.grep` with needles: the lines holding one (behind the newline that starts them) that
+    the pattern is found in, whether the census or a search says which needles are there."""
+    pattern = re.compile(r"[a.:]", re.MULTILINE)
+    doc = Doc(text)
+    want = [i for i, line in enumerate(doc.lines) if any(n in "\n" + line for n in needles) and pattern.search(line)]
+    assert doc.grep(pattern, needles) == want
+
+
+def _tree_view_plain(text: str, limits: Limits) -> str | None:
+    """The tree cut with every directory's names read, each rendering tried in turn."""
+    groups = tree._groups(text, Doc(text).lines)
+    total = sum(n for n, _ in groups.values())
+    for per_dir in tree._PER_DIR:
+        view = tree._render(groups, per_dir, total)
+        if fits(view, limits):
+            return view
+    return tree._render_dirs(groups, total, limits)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["./a", "./b/c", "./d" * 20, "."]),
+                          st.lists(st.sampled_from(["x", "y.py", "z" * 30, "total 4", ""]), max_size=8)), max_size=40),
+       st.booleans(), st.integers(-40, 400))
+def test_tree_views_read_names_only_when_a_line_per_directory_may_fit(blocks: list[tuple[str, list[str]]], ls: bool,
+                                                                       spare: int) -> None:
+    """No name is read when not even one line per directory fits: the views are those made
+    with every name read (ls -R blocks and find paths), at budgets around the size of the
+    directories alone (`spare` chars more or fewer)."""
+    if ls:
+        text = "\n\n".join(f"{d}:\n" + "\n".join(names) for d, names in blocks)
+    else:
+        text = "\n".join(f"{d}/{name}" for d, names in blocks for name in names if name)
+    groups = tree._groups(text, Doc(text).lines)
+    least = tree._render(groups, 0, sum(n for n, _ in groups.values()))
+    limits = Limits(max(40, len(least) + spare), None, None)
+    with shared(text):
+        assert tree.CUT.cut(text, limits) == _tree_view_plain(text, limits)
