@@ -15,7 +15,7 @@ import orjson
 from .. import converge, fsio
 from ..errors import OutputError
 from ..inputs import Document, Sink, SinkEnd
-from .incremental import ReusedStream, _Previous, _Span
+from .incremental import ReusedRun, ReusedStream, _Previous, _Span
 from .model import TMP_DIR, Config, Result, Summary, _Tally
 
 class _Publisher:
@@ -71,19 +71,28 @@ class _Publisher:
                                     copying.rows)
             copying.rows = 0
 
+        def carry(rel: str, record: dict[str, Any], span: _Span) -> None:
+            self.records[rel] = record
+            record["first_row"] = self.rows  # (its own: popped from the previous fingerprint)
+            if span.rows and copying.rows and span.start == copying.end:
+                copying.end, copying.rows = span.end, copying.rows + span.rows
+            elif span.rows:
+                copy()
+                copying.start, copying.end, copying.rows = span.start, span.end, span.rows
+            self.rows += span.rows
+
         for item, result in zip(batch, results):
             with _as_output_error(self.out):
+                if isinstance(item, ReusedRun):
+                    for rel, record, span in zip(item.rels, item.records, item.spans):
+                        carry(rel, record, span)
+                    self.stats.update(zip(item.rels, item.stats))
+                    summary.add_reused_all(item.records)
+                    continue
                 if isinstance(item, ReusedStream):
-                    self.records[item.rel] = dict(item.record, first_row=self.rows)
+                    carry(item.rel, item.record, item.span)
                     if item.stats is not None:
                         self.stats[item.rel] = item.stats
-                    span = item.span
-                    if span.rows and copying.rows and span.start == copying.end:
-                        copying.end, copying.rows = span.end, copying.rows + span.rows
-                    elif span.rows:
-                        copy()
-                        copying.start, copying.end, copying.rows = span.start, span.end, span.rows
-                    self.rows += span.rows
                     summary.add_reused(item.record["totals"], item.record["errors"])
                     continue
                 copy()
