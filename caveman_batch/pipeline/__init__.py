@@ -34,7 +34,7 @@ from ..store import open_store
 from .commit import _commit, _index, _Touches
 from .dispatch import _dispatch
 from .executors import open_executor, scheduler_address
-from .incremental import ReusedStream, _load_previous, _Previous
+from .incremental import ReusedStream, _load_previous, _Previous, stat_ahead
 from .model import LOCK_FILE, TMP_DIR, Config, Result, Summary
 from .publish import _Publisher
 from .sources import _batches, _items
@@ -144,6 +144,7 @@ def _run(config: Config, progress: Progress | None,
     found = discover(config.sources, config.out, follow_symlinks=config.follow_symlinks)
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
+    identities = stat_ahead(config, found.entries)  # beside what follows, on a thread
     out = _prepare_out(config.out)
     tmp = out / TMP_DIR
     previous = _Previous()
@@ -155,6 +156,7 @@ def _run(config: Config, progress: Progress | None,
             if config.incremental:
                 with kept():
                     previous = _load_previous(config, store, found.entries)
+                previous.identities = identities
                 pub.converge.knows_streams(previous.fingerprint_streams)
             previous.index = index
             batches = _batches(_items(found, config, previous, tmp))
