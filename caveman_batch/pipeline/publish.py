@@ -18,14 +18,19 @@ from ..inputs import Document, Sink, SinkEnd
 from .incremental import ReusedRun, ReusedStream, _Previous, _Span
 from .model import TMP_DIR, Config, Result, Summary, _Tally
 
+_MANIFEST_BUFFER = 1 << 20
+
+
 class _Publisher:
     """The only writer of OUT: files by rename, streams renamed when complete."""
 
     def __init__(self, out: Path, tmp: Path, config: Config) -> None:
         self.out, self.tmp, self.config = out, tmp, config
+        self.out_str = str(out)
         self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
-        self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
+        # written in 1 MiB writes, not 8 KiB ones (2,369 writes for a 16k-file tree's 8.7 MB)
+        self.manifest: BinaryIO = open(self.manifest_tmp, "wb", buffering=_MANIFEST_BUFFER)
         self.manifest_sha256 = hashlib.sha256()
         self.manifest_bytes = 0
         self.rows = 0
@@ -208,10 +213,28 @@ class _Publisher:
                                   "totals": tally.totals, "errors": tally.errors}
 
     def _folder(self, folder: str) -> None:
-        """mkdir -p, once per folder (a tree of thousands of files has a few hundred)."""
-        if folder not in self.folders:
+        """mkdir -p, once per folder (a tree of thousands of files has thousands). A folder
+        whose parent this run made or found is made by one mkdir: makedirs would stat the
+        parent first (5,249 stats of a 16,589-file tree's first run)."""
+        if folder in self.folders:
+            return
+        parent = os.path.dirname(folder)
+        if parent in self.folders or parent == self.out_str:
+            try:
+                os.mkdir(folder)
+            except FileExistsError:
+                if not os.path.isdir(folder):
+                    raise
+        else:
             os.makedirs(folder, exist_ok=True)
+            self._found_above(parent)
+        self.folders.add(folder)
+
+    def _found_above(self, folder: str) -> None:
+        """folder and those above it, up to OUT, are there now (made by makedirs)."""
+        while folder not in self.folders and folder.startswith(self.out_str + "/"):
             self.folders.add(folder)
+            folder = os.path.dirname(folder)
 
     def _stat(self, sink: Sink, target: Path | str, identity: list[int] | None = None) -> None:
         """The stat cache's entry for a source whose identity settled when it was opened, and
