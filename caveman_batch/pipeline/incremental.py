@@ -387,6 +387,9 @@ class ReusedRun:
     spans: list[_Span] = field(default_factory=list)
     stats: list[list[list[int]]] = field(default_factory=list)  # [source, output] identity each
     documents: int = 0
+    # each source's rows start where the one before's end, in the manifest's bytes and in
+    # its records' first_row: carried in one go (a settled tree's are)
+    adjacent: bool = True
 
 
 _RUN_SOURCES: Final = 4096  # sources in one ReusedRun at most (progress goes on between)
@@ -426,6 +429,7 @@ def _unchanged_run(entries: list[tuple[str | None, str, str]], at: int, config: 
     ahead = previous.identities.result() if previous.identities is not None else None
     out = f"{config.out}/"
     run = ReusedRun()
+    first_row = end = -1  # where the run's next source's rows start (if adjacent)
     for i in range(at, min(at + _RUN_SOURCES, len(entries))):
         source, rel, _ = entries[i]
         known = stats.get(rel)
@@ -444,6 +448,11 @@ def _unchanged_run(entries: list[tuple[str | None, str, str]], at: int, config: 
         except (TypeError, IndexError, KeyError):
             break
         del streams[rel]  # once
+        if run.rels and (record["first_row"] != first_row or (span.rows and span.start != end)):
+            run.adjacent = False
+        first_row = record["first_row"] + span.rows
+        if span.rows:
+            end = span.end
         run.rels.append(rel)
         run.records.append(record)
         run.spans.append(span)

@@ -89,8 +89,11 @@ class _Publisher:
         for item, result in zip(batch, results):
             with _as_output_error(self.out):
                 if isinstance(item, ReusedRun):
-                    for rel, record, span in zip(item.rels, item.records, item.spans):
-                        carry(rel, record, span)
+                    if item.adjacent:
+                        self._carry_adjacent(item, copying, copy)
+                    else:
+                        for rel, record, span in zip(item.rels, item.records, item.spans):
+                            carry(rel, record, span)
                     self.stats.update(zip(item.rels, item.stats))
                     summary.add_reused_all(item.records)
                     continue
@@ -113,6 +116,25 @@ class _Publisher:
         with _as_output_error(self.out):
             copy()
             self._rename_files()
+
+    def _carry_adjacent(self, run: ReusedRun, copying: _Span, copy: Any) -> None:
+        """publish's carry() of each source of a run whose rows lie one after another (see
+        ReusedRun.adjacent): their rows as one span, their first_row moved all alike (not
+        at all when nothing before them moved, as in a settled tree)."""
+        spans = [span for span in run.spans if span.rows]
+        if spans:
+            start, end = spans[0].start, spans[-1].end
+            if copying.rows and start == copying.end:
+                copying.end, copying.rows = end, copying.rows + run.documents
+            else:
+                copy()
+                copying.start, copying.end, copying.rows = start, end, run.documents
+        moved = self.rows - run.records[0]["first_row"]
+        if moved:
+            for record in run.records:
+                record["first_row"] += moved
+        self.records.update(zip(run.rels, run.records))
+        self.rows += run.documents
 
     def _rename_files(self) -> None:
         """The batch's files into OUT by rename, once their originals are committed (the
