@@ -2123,11 +2123,17 @@ fastwalk_identities(PyObject *self, PyObject *args)
         }
         encoded[i] = PyUnicode_EncodeFSDefault(path);  /* as os.stat (surrogateescape) */
         if (encoded[i] == NULL) {
-            goto done;
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                goto done;
+            }
+            PyErr_Clear();  /* a lone surrogate: os.stat raises it, a ValueError: None */
         }
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (encoded[i] == NULL) {
+            continue;
+        }
         const char *name = PyBytes_AS_STRING(encoded[i]);
         /* a NUL inside: os.stat raises ValueError, which fsio.identities reads as None */
         found[i] = (Py_ssize_t)strlen(name) == PyBytes_GET_SIZE(encoded[i])

@@ -37,7 +37,7 @@ def _every_kind(tmp_path: Path) -> list[str]:
     (tmp_path / odd).write_bytes(b"[]")
     return [str(tmp_path / name) for name in
             ("file.json", "empty.json", "folder", "link.json", "dangling.json", "gone.json", odd)] + [
-        "", "nul\0inside", str(tmp_path / "file.json" / "below")]
+        "", "nul\0inside", str(tmp_path / "file.json" / "below"), str(tmp_path / "lone\ud800.json")]
 
 
 def test_identities_are_the_python_paths(tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ def test_identities_are_the_python_paths(tmp_path: Path) -> None:
     assert fastwalk is not None
     got = fastwalk.identities(paths)
     assert got == _python(paths)
-    assert [g is None for g in got] == [False, False, False, False, True, True, False, True, True, True]
+    assert [g is None for g in got] == [False, False, False, False, True, True, False, True, True, True, True]
     st = os.stat(paths[0])
     assert got[0] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     assert got[3] == got[0]  # a symlink followed
