@@ -138,9 +138,10 @@ class _Previous:
 
 
 _ROWS_CHUNK: Final = 1 << 20
-# Each ask is one write transaction (fsync'd): a tree of 16k files in two, not five (its
-# touch: ~0.10 s, not ~0.14); what is held meanwhile is a digest and a span per original.
-_PRESENCE_BATCH: Final = 16384
+# Each ask is one write transaction (fsync'd): a tree of 16k files in one, not five (its
+# touch: ~0.10 s, not ~0.14); what is held meanwhile is a digest and a span per original
+# (~6 MB at most).
+_PRESENCE_BATCH: Final = 32768
 
 
 def _load_previous(config: Config, store: Store,
@@ -149,7 +150,7 @@ def _load_previous(config: Config, store: Store,
     fingerprint names (to be copied over whole), if the manifest is the one the fingerprint
     was written with. The manifest is streamed, never held: each such row is checked as
     bytes (written by this program, key order fixed): it names its source, this run key, and
-    an original, whose presence in the store is asked 16,384 at a time; or none.
+    an original, whose presence in the store is asked 32,768 at a time; or none.
     Other rows are indexed by sha256 when a document first needs one, and read then
     (_Previous.row). Only sources among this run's `entries` are looked at: the originals of
     one no longer there are not seen again (so that `prune` reclaims them in time)."""
@@ -182,7 +183,7 @@ def _load_previous(config: Config, store: Store,
 
 
 class _Presence:
-    """Originals named by rows to carry over, asked of the store 16,384 at a time:
+    """Originals named by rows to carry over, asked of the store 32,768 at a time:
     a span naming one the store lacks is not good (pruned, or another store: its documents
     go through again); those it holds get their last-seen refreshed in the transaction that
     checks them (ccr.touch_held), so that a `prune` running meanwhile keeps them. With
