@@ -446,9 +446,11 @@ def _unchanged_run(entries: list[tuple[str | None, str, str]], at: int, config: 
             break
         if index is not None and not index.file_current(source, record["source_sha256"]):
             break
-        now = ahead[2 * i:2 * i + 2] if ahead is not None else fsio.identities([source, out + rel])
         try:
-            if now[0] != known[0] or now[1] != known[1]:
+            if ahead is not None:
+                if ahead[2 * i] != known[0] or ahead[2 * i + 1] != known[1]:
+                    break
+            elif fsio.identities([source, out + rel]) != known[:2]:
                 break
         except (TypeError, IndexError, KeyError):
             break
