@@ -11,7 +11,16 @@ atomic publication. MB/s is of input bytes (1 MB = 10**6 B) at the median round.
 Trees of many small catalogs (`-k small_tree`): the real corpora's 828 catalogs copied 20
 times (16,560 pretty-printed files, 110 MB; skipped when ../shared/corpora is absent) and a
 seeded generated tree of the same shape (small catalogs, at most 6 tools each, 110 MB); 200
-files of each as a smoke test.
+files of each as a smoke test. Such a run spends much of its time in the kernel making
+files and folders, so its figures depend on the file system under pytest's temp folder;
+`--basetemp` says where it is (inputs, OUT and store all go there), e.g. on tmpfs:
+
+    python -m pytest benchmarks/test_bench_pipeline.py --benchmark-enable --benchmark-only -s \
+        -k small_tree --basetemp=/dev/shm/bench-small-tree
+
+and on the disk with `--basetemp=/tmp/bench-small-tree` (ext4 here). `-k small_tree_scaling`
+also gives the CPU seconds (user + system, the workers included) of each worker count at
+its median.
 """
 
 from __future__ import annotations
@@ -347,11 +356,14 @@ def test_small_tree_scaling(benchmark: BenchmarkFixture, small_tree: Path, tmp_p
     `-k scaling`): the median of the pairs' ratios, and each's MB/s at its median."""
     pairs = 5 if benchmarks_enabled else 1
     times: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}  # user + system, this process and its workers
 
     def pair() -> Summary:
         for workers in (1, 2):
             _clean(tmp_path / f"w{workers}")
+            before = _cpu_seconds()
             summary, seconds = _timed_run(small_tree, tmp_path / f"w{workers}", workers)
+            cpu[workers].append(_cpu_seconds() - before)  # (the pool is shut down: counted)
             times[workers].append(seconds)
         return summary
 
@@ -366,6 +378,8 @@ def test_small_tree_scaling(benchmark: BenchmarkFixture, small_tree: Path, tmp_p
         benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
         benchmark.extra_info["MB_per_s_1_vs_2_workers"] = [
             round(size / statistics.median(times[w]) / MB, 1) for w in (1, 2)]
+        benchmark.extra_info["cpu_s_1_vs_2_workers"] = [
+            round(statistics.median(cpu[w]), 2) for w in (1, 2)]
 
 
 def test_small_tree_rerun(benchmark: BenchmarkFixture, small_tree: Path, tmp_path: Path,

@@ -2069,11 +2069,135 @@ fastwalk_spans(PyObject *module, PyObject *args)
     return rc == FW_DECLINE ? Py_NewRef(Py_None) : NULL;
 }
 
+/* -- file identities (the stat cache of compress --incremental) -------------------
+ *
+ * fsio.identities() defines the result: fsio.identity(os.stat(path)) of each path, None
+ * where it cannot be stat'ed. Here every stat() runs with the GIL released, all of them in
+ * one go: called on a thread, a tree's tens of thousands of stats run beside the parent's
+ * Python instead of taking turns with it for the GIL. A time outside what int64
+ * nanoseconds hold (past the year 2262) gives back None for the whole list: the Python
+ * path then answers. */
+
+#include <sys/stat.h>
+
+#define NS_SECONDS_MAX 9000000000LL  /* |seconds| * 1e9 + 999999999 fits in int64 */
+
+static PyObject *
+identity_list(const struct stat *st)
+{
+    long long times[2] = {(long long)st->st_mtim.tv_sec, (long long)st->st_ctim.tv_sec};
+    long long nsecs[2] = {(long long)st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_nsec};
+    PyObject *items[5];
+    items[0] = PyLong_FromUnsignedLongLong((unsigned long long)st->st_dev);
+    items[1] = PyLong_FromUnsignedLongLong((unsigned long long)st->st_ino);
+    items[2] = PyLong_FromLongLong((long long)st->st_size);
+    for (int i = 0; i < 2; i++) {
+        items[3 + i] = PyLong_FromLongLong(times[i] * 1000000000LL + nsecs[i]);
+    }
+    PyObject *list = PyList_New(5);
+    for (int i = 0; i < 5; i++) {
+        if (items[i] == NULL || list == NULL) {
+            for (int j = 0; j < 5; j++) {
+                Py_XDECREF(items[j]);
+            }
+            Py_XDECREF(list);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 5; i++) {
+        PyList_SET_ITEM(list, i, items[i]);
+    }
+    return list;
+}
+
+static int
+time_fits(const struct timespec *t)
+{
+    return t->tv_sec < NS_SECONDS_MAX && t->tv_sec > -NS_SECONDS_MAX;
+}
+
+PyDoc_STRVAR(identities_doc,
+"identities(paths, /)\n--\n\n"
+"[device, inode, size, mtime_ns, ctime_ns] of each path (os.stat, symlinks followed),\n"
+"None where it cannot be stat'ed; None instead of the list to run the Python path.");
+
+static PyObject *
+fastwalk_identities(PyObject *self, PyObject *args)
+{
+    PyObject *paths;
+    if (!PyArg_ParseTuple(args, "O!:identities", &PyList_Type, &paths)) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(paths);
+    PyObject **encoded = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    struct stat *stats = PyMem_Malloc((n ? n : 1) * sizeof(struct stat));
+    char *found = PyMem_Calloc(n ? n : 1, 1);
+    PyObject *result = NULL;
+    if (encoded == NULL || stats == NULL || found == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *path = PyList_GET_ITEM(paths, i);
+        if (!PyUnicode_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "identities() takes a list of str");
+            goto done;
+        }
+        encoded[i] = PyUnicode_EncodeFSDefault(path);  /* as os.stat (surrogateescape) */
+        if (encoded[i] == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                goto done;
+            }
+            PyErr_Clear();  /* a lone surrogate: os.stat raises it, a ValueError: None */
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (encoded[i] == NULL) {
+            continue;
+        }
+        const char *name = PyBytes_AS_STRING(encoded[i]);
+        /* a NUL inside: os.stat raises ValueError, which fsio.identities reads as None */
+        found[i] = (Py_ssize_t)strlen(name) == PyBytes_GET_SIZE(encoded[i])
+                   && stat(name, &stats[i]) == 0;
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (found[i] && !(time_fits(&stats[i].st_mtim) && time_fits(&stats[i].st_ctim))) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    result = PyList_New(n);
+    if (result == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = found[i] ? identity_list(&stats[i]) : Py_NewRef(Py_None);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, item);
+    }
+done:
+    if (encoded != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_XDECREF(encoded[i]);
+        }
+    }
+    PyMem_Free(encoded);
+    PyMem_Free(stats);
+    PyMem_Free(found);
+    return result;
+}
+
 static PyMethodDef fastwalk_methods[] = {
     {"rewrite", fastwalk_rewrite, METH_VARARGS, rewrite_doc},
     {"skim", fastwalk_skim, METH_VARARGS, skim_doc},
     {"spans", fastwalk_spans, METH_VARARGS, spans_doc},
     {"search_fields", fastwalk_search_fields, METH_VARARGS, search_fields_doc},
+    {"identities", fastwalk_identities, METH_VARARGS, identities_doc},
     {NULL, NULL, 0, NULL}
 };
 

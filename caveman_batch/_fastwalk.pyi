@@ -38,3 +38,8 @@ def search_fields(tool: dict[str, object], schema_keys: tuple[str, ...], name_ma
     """(name, description, params): toolsearch._search_fields(tool)'s strings, or None to
     run the Python path (a name not printable ASCII, a dict or list subclass, a key not
     a str). schema_keys: the tool's keys whose schemas are read, in order."""
+
+def identities(paths: list[str], /) -> list[list[int] | None] | None:
+    """fsio.identities(paths): [device, inode, size, mtime_ns, ctime_ns] of each path
+    (os.stat, symlinks followed), None where it cannot be stat'ed; every stat with the GIL
+    released. None to run the Python path (a time past what int64 nanoseconds hold)."""

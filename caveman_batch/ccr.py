@@ -509,9 +509,11 @@ def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) 
     def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         return None if _seen_ms(old) >= stamp else new
 
-    absent = set(store.commit_present(sorted((d.encode("ascii"), _seen_key(d), new) for d in wanted),
-                                      merge=later))
-    return [d for d in wanted if d.encode("ascii") in absent]
+    # in key order (see _by_key): the digests sorted as text, which is their keys' order (ASCII
+    # hex; a rerun's 16k tuples sorted as tuples cost ~20 ms more)
+    guards = [d.encode("ascii") for d in sorted(wanted)]
+    absent = set(store.commit_present([(g, SEEN_PREFIX + g, new) for g in guards], merge=later))
+    return [d for d in wanted if d.encode("ascii") in absent] if absent else []
 
 
 def resolve(store: Store, handle: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
+from . import _accel
 from .errors import OutputError
 
 
@@ -125,6 +126,25 @@ def identity(st: os.stat_result) -> list[int]:
     ctime back, so a file whose identity is unchanged since a settled one (below) is the
     same file with the same bytes (as git's index, or make, assumes with less)."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def identities(paths: list[str]) -> list[list[int] | None]:
+    """identity(os.stat(path)) of each path (symlinks followed), None where it cannot be
+    stat'ed. With the C accelerator the stats run with the GIL released, all in one call:
+    on a thread, a tree's tens of thousands of them go on beside the caller's Python."""
+    fast = _accel.fastwalk
+    if fast is not None:
+        got: list[list[int] | None] | None = fast.identities(paths)
+        if got is not None:
+            return got
+    return [_identity_or_none(path) for path in paths]
+
+
+def _identity_or_none(path: str) -> list[int] | None:
+    try:
+        return identity(os.stat(path))
+    except (OSError, ValueError):  # (ValueError: a NUL in the name)
+        return None
 
 
 # A change in the same clock tick as the ctime already seen would leave the identity as it

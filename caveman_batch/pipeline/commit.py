@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import ccr
 from ..store import Store
-from .incremental import ReusedStream, _unverified
+from .incremental import ReusedRun, ReusedStream, _unverified
 from .model import Result
 
 if TYPE_CHECKING:  # imported by a run with --index only (start-up of every other command)
@@ -35,6 +35,9 @@ def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result 
     for item, result in zip(batch, results):
         if isinstance(item, ReusedStream):
             index.keep_file(item.record["source"])
+        elif isinstance(item, ReusedRun):
+            for record in item.records:
+                index.keep_file(record["source"])
         elif result is not None and result.tools is not None:
             found.append((item, result.row["sha256"], result.tools))
     index.add(found)

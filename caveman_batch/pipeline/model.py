@@ -102,6 +102,23 @@ class Summary:
         if errors:
             self.errors += errors[:max(0, _MAX_ERRORS - len(self.errors))]
 
+    def add_reused_all(self, records: list[dict[str, Any]]) -> None:
+        """add_reused for each of these fingerprint records, summed in one pass per count."""
+        sums = map(sum, zip(*(_Tally.counts(r["totals"]) for r in records)))
+        documents, ok, passthrough, error, bb, ba, tb, ta = sums
+        self.documents += documents
+        self.reused += documents
+        self.ok += ok
+        self.passthrough += passthrough
+        self.error += error
+        self.bytes_before += bb
+        self.bytes_after += ba
+        self.tokens_before += tb
+        self.tokens_after += ta
+        for record in records:
+            if record["errors"] and len(self.errors) < _MAX_ERRORS:
+                self.errors += record["errors"][:_MAX_ERRORS - len(self.errors)]
+
     @property
     def ratio(self) -> float:
         if not self.tokens_before:

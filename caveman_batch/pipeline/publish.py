@@ -15,17 +15,22 @@ import orjson
 from .. import converge, fsio
 from ..errors import OutputError
 from ..inputs import Document, Sink, SinkEnd
-from .incremental import ReusedStream, _Previous, _Span
+from .incremental import ReusedRun, ReusedStream, _Previous, _Span
 from .model import TMP_DIR, Config, Result, Summary, _Tally
+
+_MANIFEST_BUFFER = 1 << 20
+
 
 class _Publisher:
     """The only writer of OUT: files by rename, streams renamed when complete."""
 
     def __init__(self, out: Path, tmp: Path, config: Config) -> None:
         self.out, self.tmp, self.config = out, tmp, config
+        self.out_str = str(out)
         self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
-        self.manifest: BinaryIO = open(self.manifest_tmp, "wb")
+        # written in 1 MiB writes, not 8 KiB ones (2,369 writes for a 16k-file tree's 8.7 MB)
+        self.manifest: BinaryIO = open(self.manifest_tmp, "wb", buffering=_MANIFEST_BUFFER)
         self.manifest_sha256 = hashlib.sha256()
         self.manifest_bytes = 0
         self.rows = 0
@@ -71,19 +76,31 @@ class _Publisher:
                                     copying.rows)
             copying.rows = 0
 
+        def carry(rel: str, record: dict[str, Any], span: _Span) -> None:
+            self.records[rel] = record
+            record["first_row"] = self.rows  # (its own: popped from the previous fingerprint)
+            if span.rows and copying.rows and span.start == copying.end:
+                copying.end, copying.rows = span.end, copying.rows + span.rows
+            elif span.rows:
+                copy()
+                copying.start, copying.end, copying.rows = span.start, span.end, span.rows
+            self.rows += span.rows
+
         for item, result in zip(batch, results):
             with _as_output_error(self.out):
+                if isinstance(item, ReusedRun):
+                    if item.adjacent:
+                        self._carry_adjacent(item, copying, copy)
+                    else:
+                        for rel, record, span in zip(item.rels, item.records, item.spans):
+                            carry(rel, record, span)
+                    self.stats.update(zip(item.rels, item.stats))
+                    summary.add_reused_all(item.records)
+                    continue
                 if isinstance(item, ReusedStream):
-                    self.records[item.rel] = dict(item.record, first_row=self.rows)
+                    carry(item.rel, item.record, item.span)
                     if item.stats is not None:
                         self.stats[item.rel] = item.stats
-                    span = item.span
-                    if span.rows and copying.rows and span.start == copying.end:
-                        copying.end, copying.rows = span.end, copying.rows + span.rows
-                    elif span.rows:
-                        copy()
-                        copying.start, copying.end, copying.rows = span.start, span.end, span.rows
-                    self.rows += span.rows
                     summary.add_reused(item.record["totals"], item.record["errors"])
                     continue
                 copy()
@@ -99,6 +116,25 @@ class _Publisher:
         with _as_output_error(self.out):
             copy()
             self._rename_files()
+
+    def _carry_adjacent(self, run: ReusedRun, copying: _Span, copy: Any) -> None:
+        """publish's carry() of each source of a run whose rows lie one after another (see
+        ReusedRun.adjacent): their rows as one span, their first_row moved all alike (not
+        at all when nothing before them moved, as in a settled tree)."""
+        spans = [span for span in run.spans if span.rows]
+        if spans:
+            start, end = spans[0].start, spans[-1].end
+            if copying.rows and start == copying.end:
+                copying.end, copying.rows = end, copying.rows + run.documents
+            else:
+                copy()
+                copying.start, copying.end, copying.rows = start, end, run.documents
+        moved = self.rows - run.records[0]["first_row"]
+        if moved:
+            for record in run.records:
+                record["first_row"] += moved
+        self.records.update(zip(run.rels, run.records))
+        self.rows += run.documents
 
     def _rename_files(self) -> None:
         """The batch's files into OUT by rename, once their originals are committed (the
@@ -199,10 +235,28 @@ class _Publisher:
                                   "totals": tally.totals, "errors": tally.errors}
 
     def _folder(self, folder: str) -> None:
-        """mkdir -p, once per folder (a tree of thousands of files has a few hundred)."""
-        if folder not in self.folders:
+        """mkdir -p, once per folder (a tree of thousands of files has thousands). A folder
+        whose parent this run made or found is made by one mkdir: makedirs would stat the
+        parent first (5,249 stats of a 16,589-file tree's first run)."""
+        if folder in self.folders:
+            return
+        parent = os.path.dirname(folder)
+        if parent in self.folders or parent == self.out_str:
+            try:
+                os.mkdir(folder)
+            except FileExistsError:
+                if not os.path.isdir(folder):
+                    raise
+        else:
             os.makedirs(folder, exist_ok=True)
+            self._found_above(parent)
+        self.folders.add(folder)
+
+    def _found_above(self, folder: str) -> None:
+        """folder and those above it, up to OUT, are there now (made by makedirs)."""
+        while folder not in self.folders and folder.startswith(self.out_str + "/"):
             self.folders.add(folder)
+            folder = os.path.dirname(folder)
 
     def _stat(self, sink: Sink, target: Path | str, identity: list[int] | None = None) -> None:
         """The stat cache's entry for a source whose identity settled when it was opened, and

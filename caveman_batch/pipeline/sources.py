@@ -1,4 +1,5 @@
-"""Sources: the documents of every source, an unchanged file source as one ReusedStream,
+"""Sources: the documents of every source, an unchanged file source as one ReusedStream
+(and unchanged ones one after another, told so by the stat cache, as one ReusedRun),
 grouped into batches."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any, Final
 
 from ..inputs import Document, Item, iter_entry
 from . import incremental
-from .incremental import ReusedStream, _candidate, _intact, _intact_files, _Previous, _unchanged
+from .incremental import (ReusedRun, ReusedStream, _candidate, _intact, _intact_files, _Previous,
+                          _unchanged_run)
 from .model import Config
 
 BATCH_DOCS: Final = 64
@@ -36,7 +38,7 @@ def _batches(items: Iterator[Item]) -> Iterator[list[Item]]:
             docs += 1
             size += item.size
             files_only = files_only and item.sink.kind == "file"
-        elif isinstance(item, ReusedStream):
+        elif isinstance(item, (ReusedStream, ReusedRun)):
             docs += item.documents  # nothing to compute, but progress goes on
         if size >= BATCH_BYTES or docs >= FILES_BATCH_DOCS or (
                 docs >= BATCH_DOCS and (not files_only or size >= FILES_BATCH_BYTES)):
@@ -55,9 +57,10 @@ _CHECK_LARGE: Final = 1 << 20
 
 
 def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterator[Any]:
-    """The documents of every source; an unchanged file source as one ReusedStream.
+    """The documents of every source; an unchanged file source as one ReusedStream, and
+    those one after another that the stat cache tells unchanged as one ReusedRun.
 
-    Whether a fingerprinted source is unchanged: the stat cache says so (_unchanged), or
+    Whether a fingerprinted source is unchanged: the stat cache says so (_unchanged_run), or
     else hashing it and its output does (_intact; not their times, so a file edited with
     its mtime set back is still seen).
     """
@@ -65,20 +68,23 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
         for entry in found.entries:
             yield from iter_entry(entry, config.max_bytes, tmp)
         return
-    Pending = tuple[Any, ReusedStream | None, list[tuple[str, int | None]],
+    Pending = tuple[Any, ReusedStream | ReusedRun | None, list[tuple[str, int | None]],
                     list[Future[tuple[str, os.stat_result] | None]] | None]
     pending: deque[Pending] = deque()
-    entries = iter(found.entries)
+    entries: list[tuple[str | None, str, str]] = found.entries
+    at = 0
     with ThreadPoolExecutor(2, thread_name_prefix="caveman-check") as pool:
         def ahead() -> None:
-            while len(pending) < _CHECK_AHEAD:
-                entry = next(entries, None)
-                if entry is None:
-                    return
-                reused = _candidate(entry, config, previous)
-                if reused is not None and _unchanged(reused, previous, config):
-                    pending.append((entry, reused, [], None))  # known: nothing to hash
+            nonlocal at
+            while len(pending) < _CHECK_AHEAD and at < len(entries):
+                run = _unchanged_run(entries, at, config, previous)
+                if run is not None:
+                    pending.append((None, run, [], None))  # known: nothing to hash
+                    at += len(run.rels)
                     continue
+                entry = entries[at]
+                at += 1
+                reused = _candidate(entry, config, previous)
                 files = [] if reused is None else _intact_files(reused, config)
                 jobs = ([pool.submit(incremental._file_sha256, *f) for f in files]
                         if files and (files[0][1] or 0) >= _CHECK_LARGE else None)
@@ -88,7 +94,9 @@ def _items(found: Any, config: Config, previous: _Previous, tmp: Path) -> Iterat
         while pending:
             entry, reused, files, jobs = pending.popleft()
             ahead()
-            if reused is not None and (not files or _intact(reused, files, jobs)):
+            if isinstance(reused, ReusedRun):
                 yield reused
-                continue
-            yield from iter_entry(entry, config.max_bytes, tmp)
+            elif reused is not None and _intact(reused, files, jobs):
+                yield reused
+            else:
+                yield from iter_entry(entry, config.max_bytes, tmp)
