@@ -300,7 +300,7 @@ def span_of(header: Header, value: bytes) -> tuple[str, int] | None:
     return whole.decode("ascii"), offset
 
 
-class SpanTargetMissing(ValueError):
+class _SpanTargetMissing(ValueError):
     """The record a span lies in is not in the store."""
 
 
@@ -312,7 +312,7 @@ def _span_bytes(store: Store | None, header: Header, value: bytes) -> bytes:
         raise ValueError("a span record read without its store")
     container = store.get(whole.encode("ascii"))
     if container is None:
-        raise SpanTargetMissing(f"the record it lies in, {make_handle(whole)}, is gone")
+        raise _SpanTargetMissing(f"the record it lies in, {make_handle(whole)}, is gone")
     outer = decode_header(container)
     if outer.codec != CODEC_ZSTD:
         raise ValueError("a span lying in a record that holds no bytes of its own")
@@ -342,7 +342,7 @@ def _original(store: Store | None, header: Header, value: bytes) -> bytes:
 
 
 def _corrupt(handle: str, exc: Exception) -> IntegrityError:
-    if isinstance(exc, SpanTargetMissing):
+    if isinstance(exc, _SpanTargetMissing):
         return IntegrityError(f"record {handle} lies in a record that is gone ({exc}); refused",
                               handle, "span target missing")
     return IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt")
