@@ -110,6 +110,7 @@ class IndexBuilder:
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
     written: bool = False  # some catalog was (re)written this run
+    reused: set[str] = field(default_factory=set)  # servers kept as indexed, not computed
     committed: set[str] = field(default_factory=set)  # digests of the tool records committed
     # the index's one writer: a thread, so that SQLite's work (it releases the GIL) overlaps
     # the next batches'; its transactions, in submission order, each after its originals
@@ -139,6 +140,7 @@ class IndexBuilder:
         if known is None or known[1] != digest:
             return False
         self._keep(known[0])
+        self.reused.add(known[0])
         return True
 
     def file_current(self, path: str, sha256: str) -> bool:
@@ -150,6 +152,7 @@ class IndexBuilder:
         for server, _, origin in self.known.values():
             if origin == path:
                 self._keep(server)
+                self.reused.add(server)
 
     def _keep(self, server: str) -> None:
         self.seen.add(server)
@@ -223,3 +226,9 @@ class IndexBuilder:
         self.index.apply([], gone, files=files)
         if gone or self.written:
             self.index.optimize()
+
+    def reused_tools(self) -> list[str]:
+        """The digests of the tool records of the catalogs this run kept without computing
+        them (after finish): their last-seen is to be refreshed, as their catalogs' are,
+        or a prune of what the run did not see would drop records the index names."""
+        return [handle[len(ccr.HANDLE_PREFIX):] for handle in self.index.handles(self.reused)]

@@ -444,6 +444,17 @@ class ToolIndex:
         """Source files every tool of which is indexed: path -> the sha256 it had."""
         return dict(self._read("SELECT path, sha256 FROM files ORDER BY path"))
 
+    def handles(self, servers: Collection[str]) -> list[str]:
+        """The distinct tool handles of these servers, sorted."""
+        found: set[str] = set()
+        pending = sorted(servers)
+        for at in range(0, len(pending), 500):
+            chunk = pending[at:at + 500]
+            found.update(row[0] for row in self._read(
+                f"SELECT DISTINCT handle FROM tools WHERE handle IS NOT NULL AND server IN "
+                f"({','.join('?' * len(chunk))})", chunk))
+        return sorted(found)
+
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""
         sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from ..errors import OutputError, UsageError
 from ..inputs import discover
 from ..store import open_store
-from .commit import _commit, _index, _Touches
+from .commit import _commit, _index, _refresh_reused_tools, _Touches
 from .dispatch import _dispatch
 from .executors import open_executor, scheduler_address
 from .incremental import ReusedStream, _load_previous, _Previous
@@ -152,6 +152,7 @@ def _run(config: Config, progress: Progress | None) -> Summary:
             pub.finish(summary)
             if index is not None:
                 index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()})
+                _refresh_reused_tools(store, index)
     finally:
         executor.shutdown()
         if index is not None:

@@ -40,6 +40,13 @@ def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result 
     index.add(found)
 
 
+def _refresh_reused_tools(store: Store, index: indexing.IndexBuilder) -> None:
+    """The last-seen of the tool records of the catalogs the run reused (the index
+    finished), refreshed as their catalogs' are: a prune of what the run did not see
+    must not drop records the index names."""
+    ccr.touch(store, index.reused_tools())
+
+
 class _Touches:
     """Originals of documents reused one by one, whose last-seen to refresh, a few thousand
     (or a few MiB of them) at a time: each flush asks the store whether it holds them and
