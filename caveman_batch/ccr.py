@@ -312,25 +312,57 @@ def span_of(header: Header, value: bytes) -> tuple[str, int] | None:
     return whole.decode("ascii"), offset
 
 
-class SpanTargetMissing(ValueError):
+class _SpanTargetMissing(ValueError):
     """The record a span lies in is not in the store."""
 
 
-def _span_bytes(store: Store | None, header: Header, value: bytes) -> bytes:
+class _Wholes:
+    """Records spans lie in, inflated, for one scan over many spans (a scan reads them in
+    key order, so the spans of one catalog come all over it): those of at most 1 MiB,
+    up to _WHOLES_MAX bytes in all, then emptied. A slice is still re-hashed."""
+
+    def __init__(self) -> None:
+        self.inflated: dict[str, bytes] = {}
+        self.size = 0
+
+    def get(self, whole: str, header: Header, container: bytes) -> bytes | None:
+        found = self.inflated.get(whole)
+        if found is None and header.original_length <= _WHOLE_MAX:
+            try:
+                found = _inflate(header, container)
+            except (ValueError, zstandard.ZstdError):
+                return None  # read up to the span only, as without this
+            if self.size + len(found) > _WHOLES_MAX:
+                self.inflated.clear()
+                self.size = 0
+            self.inflated[whole] = found
+            self.size += len(found)
+        return found
+
+
+_WHOLES_MAX: Final = 64 << 20
+
+
+def _span_bytes(store: Store | None, header: Header, value: bytes,
+                wholes: _Wholes | None = None) -> bytes:
     """A span record's original: its length of bytes at its offset in the record it
-    names (inflated up to there, never past it; not re-hashed here)."""
+    names (inflated up to there, never past it, or taken from `wholes`; not re-hashed
+    here)."""
     whole, offset = span_of(header, value)  # type: ignore[misc]
     if store is None:
         raise ValueError("a span record read without its store")
     container = store.get(whole.encode("ascii"))
     if container is None:
-        raise SpanTargetMissing(f"the record it lies in, {make_handle(whole)}, is gone")
+        raise _SpanTargetMissing(f"the record it lies in, {make_handle(whole)}, is gone")
     outer = decode_header(container)
     if outer.codec != CODEC_ZSTD:
         raise ValueError("a span lying in a record that holds no bytes of its own")
     length = header.original_length
     if offset + length > outer.original_length:
         raise ValueError(f"a span past the end of {make_handle(whole)}")
+    inflated = None if wholes is None else wholes.get(whole, outer, container)
+    if inflated is not None:
+        return inflated[offset:offset + length]
     reader = _codecs.decompressor.stream_reader(_bounded_payload(outer, container))
     while offset:  # forward, a chunk at a time (a stream reader's seek reads as much)
         skipped = len(reader.read(min(offset, _WHOLE_MAX)))
@@ -354,7 +386,7 @@ def _original(store: Store | None, header: Header, value: bytes) -> bytes:
 
 
 def _corrupt(handle: str, exc: Exception) -> IntegrityError:
-    if isinstance(exc, SpanTargetMissing):
+    if isinstance(exc, _SpanTargetMissing):
         return IntegrityError(f"record {handle} lies in a record that is gone ({exc}); refused",
                               handle, "span target missing")
     return IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt")
@@ -382,14 +414,15 @@ def open_record(digest: str, value: bytes, store: Store | None = None) -> tuple[
     return header, original
 
 
-def verify_record(digest: str, value: bytes, store: Store | None = None) -> Header:
+def verify_record(digest: str, value: bytes, store: Store | None = None,
+                  wholes: _Wholes | None = None) -> Header:
     """`open_record` without keeping the original: memory stays bounded by a chunk (a
-    span's: by its own length)."""
+    span's: by its own length, and `wholes`' bound)."""
     handle = make_handle(digest)
     try:
         header = decode_header(value)
         if header.codec == CODEC_SPAN:
-            original = _span_bytes(store, header, value)
+            original = _span_bytes(store, header, value, wholes)
             length, found = len(original), digest_of(original)
         else:
             length, found = _inflated_digest(header, value)
@@ -608,6 +641,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
     """(digest, header, stored value) for each record that verifies; failures go to `audit`.
     ~seen entries are not records, nor are keys that are not sha256 digests (another
     program's, in a store shared with it): neither counted as records nor yielded."""
+    wholes = _Wholes()
     for key, value in store.items():
         if key.startswith(SEEN_PREFIX):
             continue
@@ -619,7 +653,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             audit.records += 1
         digest = key.decode("ascii")
         try:
-            header = verify_record(digest, value, store)
+            header = verify_record(digest, value, store, wholes)
         except IntegrityError as exc:
             if audit is not None:
                 audit.excluded[exc.reason] = audit.excluded.get(exc.reason, 0) + 1

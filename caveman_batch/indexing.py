@@ -120,6 +120,7 @@ class IndexBuilder:
     kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
     started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
+    _by_file: dict[str, list[str]] | None = None  # source file -> its catalogs' servers, as opened
     # the index's one writer: a thread, so that SQLite's work (it releases the GIL) overlaps
     # the next batches'; its transactions, in submission order, each after its originals
     _writer: ThreadPoolExecutor | None = None
@@ -157,10 +158,14 @@ class IndexBuilder:
 
     def keep_file(self, path: str) -> None:
         """A file source reused whole: its catalogs stay."""
-        for server, _, origin in self.known.values():
-            if origin == path:
-                self._keep(server)
-                self.kept.add(server)
+        if self._by_file is None:  # one map, not a scan of every catalog per file kept
+            self._by_file = {}
+            for server, _, origin in self.known.values():
+                if origin is not None:
+                    self._by_file.setdefault(origin, []).append(server)
+        for server in self._by_file.get(path, ()):
+            self._keep(server)
+            self.kept.add(server)
 
     def _keep(self, server: str) -> None:
         self.seen.add(server)

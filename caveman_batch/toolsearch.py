@@ -440,19 +440,22 @@ class ToolIndex:
             "SELECT source, server, sha256, path FROM servers WHERE source IS NOT NULL "
             "ORDER BY server")}
 
-    def handles(self, servers: Iterable[str]) -> dict[str, list[str]]:
-        """The CCR handles of these servers' tools (those that have one), by server."""
-        wanted = set(servers)
-        found: dict[str, list[str]] = {}
-        for server, handle in self._read("SELECT server, handle FROM tools "
-                                         "WHERE handle IS NOT NULL ORDER BY server, position"):
-            if server in wanted:
-                found.setdefault(server, []).append(handle)
-        return found
-
     def files(self) -> dict[str, str]:
         """Source files every tool of which is indexed: path -> the sha256 it had."""
         return dict(self._read("SELECT path, sha256 FROM files ORDER BY path"))
+
+    def handles(self, servers: Collection[str]) -> dict[str, list[str]]:
+        """The CCR handles of these servers' tools (those that have one), by server, each
+        server's in its tools' order."""
+        found: dict[str, list[str]] = {}
+        pending = sorted(servers)
+        for at in range(0, len(pending), 500):
+            chunk = pending[at:at + 500]
+            for server, handle in self._read(
+                    f"SELECT server, handle FROM tools WHERE handle IS NOT NULL AND server IN "
+                    f"({','.join('?' * len(chunk))}) ORDER BY server, position", chunk):
+                found.setdefault(server, []).append(handle)
+        return found
 
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""

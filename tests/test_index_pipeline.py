@@ -346,3 +346,29 @@ def test_a_checksum_rerun_heals_a_tampered_tool_record(tmp_path: Path) -> None:
     _run(tmp_path, src, incremental=True, checksum=True)
     with open_store(url) as store:
         assert ccr.recover(store, handle) == original
+
+
+@pytest.mark.parametrize("jsonl", [False, True])
+def test_an_incremental_rerun_keeps_every_tool_record_it_reuses_from_prune(
+        tmp_path: Path, jsonl: bool) -> None:
+    """A rerun that reuses catalogs (one by one, or a JSONL source whole) refreshes their
+    tools' records too: a prune of what the rerun did not see keeps every handle the
+    index names."""
+    src = _tree(tmp_path / "src")
+    if jsonl:
+        lines = [_catalog("a_tool", server="alpha"), _catalog("b_tool", server="beta")]
+        (src / "reg.jsonl").write_bytes(b"\n".join(json.dumps(json.loads(l)).encode()
+                                                    for l in lines) + b"\n")
+    _run(tmp_path, src, incremental=True)
+    time.sleep(1.1)
+    between = time.time()
+    time.sleep(1.1)
+    again = _run(tmp_path, src, incremental=True)
+    assert again.documents > 0
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        ccr.prune(store, time.time() - between)  # all the rerun did not see
+        with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+            docs = list(index.docs())
+        assert len(docs) == (7 if jsonl else 5)
+        for doc in docs:
+            assert ccr.recover(store, doc.handle)  # type: ignore[arg-type]

@@ -111,6 +111,8 @@ def _entries_as_located(raw: bytes) -> Any:
     return located, found, expected
 
 
+@pytest.mark.skipif(_accel.fastwalk is None, reason="caveman_batch._fastwalk is not built or "
+                    "CAVEMAN_PURE_PYTHON is set: nothing located to compare")
 def test_the_c_path_locates_what_a_whole_parse_does_in_every_corpus_catalog(
         corpora: Path) -> None:
     """Names, bytes, offsets, definitions and search text alike, each tool parsed from
