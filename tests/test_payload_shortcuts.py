@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
-from caveman_batch.payload.cuts import build, stacktrace, tree
+from caveman_batch.payload.cuts import build, code, stacktrace, tree
 from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, fits, shared
@@ -180,3 +180,36 @@ def test_tree_views_read_names_only_when_a_line_per_directory_may_fit(blocks: li
     limits = Limits(max(40, len(least) + spare), None, None)
     with shared(text):
         assert tree.CUT.cut(text, limits) == _tree_view_plain(text, limits)
+
+
+_CODE_LINES = ("#include <stdio.h>", "import os", "from a.b import c", "use std::io;", 'require("x")', "using X;",
+               "package main", "static int f(int a)", "int main(void)", "void *g(char *p);", "return f(1)",
+               "if (x) {", "def f():", "    def m(self):", "class A:", "\tfn g() {", "pub fn h() {",
+               "export async function k() {", "struct S {", "const f = async (", "type T = int", "  type ",
+               "", "    x = 1", "}", "# def not", "import", "é", "typedef struct x(y)")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_CODE_LINES), max_size=80), st.booleans())
+def test_code_outline_made_lazily_is_the_sorted_outline(lines: list[str], c_family: bool) -> None:
+    """The runs by priority, a bisection level made when reached, are the whole outline sorted."""
+    doc = Doc("\n".join(lines))
+    assert list(code._outline_runs(doc, c_family)) == sorted(code._outline(doc, c_family))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300))
+def test_code_bisection_levels_are_the_spread_s(n: int) -> None:
+    spread = code._spread(n)
+    assert code._depth(n) == max(spread, default=0)
+    for level in range(code._depth(n) + 2):
+        assert code._level(n, level) == [k for k, v in enumerate(spread) if v == level]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_CODE_LINES + ("(", "  f(", "x(y)", "A_b(c", "returnx(", "ifa(b")), max_size=30))
+def test_c_function_letter_first_is_the_pattern_without_it(lines: list[str]) -> None:
+    """The C function pattern's letter lookahead only fails an indented line sooner."""
+    plain = re.compile(code._C_FUNCTION.pattern.replace("(?=[A-Za-z_])", "", 1), re.MULTILINE)
+    doc = Doc("\n".join(lines))
+    assert doc.grep(code._C_FUNCTION) == [i for i, line in enumerate(doc.lines) if plain.match(line)]
