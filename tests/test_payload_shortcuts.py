@@ -213,3 +213,17 @@ def test_c_function_letter_first_is_the_pattern_without_it(lines: list[str]) -> 
     plain = re.compile(code._C_FUNCTION.pattern.replace("(?=[A-Za-z_])", "", 1), re.MULTILINE)
     doc = Doc("\n".join(lines))
     assert doc.grep(code._C_FUNCTION) == [i for i, line in enumerate(doc.lines) if plain.match(line)]
+
+
+_FRAME_PIECES = ("\n", " ", "\t", "at ", "at", 'File "', "File", "x", "é", "😀", "\r", "  at f (a.js:1:2)")
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_FRAME_PIECES), max_size=40).map("".join))
+def test_frame_lines_found_in_c_are_the_lines_looked_at(text: str) -> None:
+    """The trace's frame lines found in one pass in C are `_led_frames`'s, and the pattern's."""
+    doc = Doc(text)
+    found = _accel.fastscan.led_lines(text, stacktrace._FRAME_WORDS)
+    assert found == stacktrace._led_frames(doc.lines)
+    assert found == [i for i, line in enumerate(doc.lines) if stacktrace._FRAME_NOT_GO.match(line)]

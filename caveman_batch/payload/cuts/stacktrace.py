@@ -9,6 +9,7 @@ from itertools import chain, compress, count, repeat
 from operator import and_, contains, ne
 from typing import Final
 
+from ... import _accel
 from ..model import Hint, Limits
 from ..view import (
     Doc,
@@ -29,6 +30,8 @@ _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
 #: _FRAME for a text with neither literal of Go's frames (most): no indented line's first
 #: word is read to the end for a ".go:"
 _FRAME_NOT_GO = rx(r"^[ \t]++(?:File \"|at )")  # possessive: neither word starts with a blank
+#: what a _FRAME_NOT_GO line's rest starts with, after its blanks
+_FRAME_WORDS: Final = ('File "', "at ")
 _GO_NEEDLES: Final = census("goroutine ", ".go:", " {\n")[:2]
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
@@ -58,11 +61,14 @@ def _frames(doc: Doc) -> list[int]:
     most lines, str methods mapped over the lines find them, else one search of the text.
     Go's frames are searched only when the text has them."""
     lines = doc.lines
-    if (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
+    fast = _accel.fastscan
+    if fast is not None:  # one pass in C, the line numbers with it: _led_frames's answer
+        found = fast.led_lines(doc.text, _FRAME_WORDS)
+    elif (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
         found = _led_frames(lines)
     else:  # one search, the lines counted in C: a str method a line cost more
         found = doc.grep(_FRAME_NOT_GO)
-    if "goroutine " in doc.text or ".go:" in doc.text:
+    if doc.holds(_GO_NEEDLES):  # the census: no pass of its own
         found = sorted({*found, *doc.igrep(_GO_FRAME)})
     return found
 
@@ -72,7 +78,7 @@ def _led_frames(lines: list[str]) -> list[int]:
     line looked at in C (map), no Python step per line: when most lines are frames."""
     bare = list(map(str.lstrip, lines, repeat(" \t")))
     led = map(ne, map(len, lines), map(len, bare))
-    return list(compress(count(), map(and_, led, map(str.startswith, bare, repeat(('File "', "at "))))))
+    return list(compress(count(), map(and_, led, map(str.startswith, bare, repeat(_FRAME_WORDS)))))
 
 
 def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
