@@ -227,3 +227,33 @@ def test_frame_lines_found_in_c_are_the_lines_looked_at(text: str) -> None:
     found = _accel.fastscan.led_lines(text, stacktrace._FRAME_WORDS)
     assert found == stacktrace._led_frames(doc.lines)
     assert found == [i for i, line in enumerate(doc.lines) if stacktrace._FRAME_NOT_GO.match(line)]
+
+
+_OBJECT_LINES = ("Error: boom", "    at f (/a.js:1:2)", "    at g (/a.js:3:4) {", "  code: 'E1',", "  errno: -1,",
+                 "  'k': 1", "  [x]: 2", "}", "", "x", "   three: 3", "  nocolon", "panic: p", "  at h (b.js:1:1)")
+
+
+def _plain_stack_detect(text: str) -> bool:
+    """The trace detection's definition: every frame and every error object field counted."""
+    doc = Doc(text)
+    if not (doc.holds(stacktrace.CUT.probes) and view.line_hits(stacktrace.CUT.signal, text, 1)):
+        return False
+    lines = view.count_lines(text)
+    frames = len(stacktrace._FRAME.findall(text)) if doc.holds(stacktrace._GO_NEEDLES) else len(
+        stacktrace._FRAME_NOT_GO.findall(text))
+    if frames >= stacktrace._fifth(lines):
+        return True
+    if not doc.has(" {\n") or not view.line_hits(stacktrace._OBJECT_AFTER_FRAMES, text, 1):
+        return False
+    fields = sum(1 for line in doc.lines if stacktrace._OBJECT_FIELD.match(line))
+    return frames >= stacktrace._fifth(lines - fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_OBJECT_LINES), max_size=60), st.booleans())
+def test_trace_detected_counting_only_what_it_needs_is_the_whole_count_s(lines: list[str], end: bool) -> None:
+    """Frames counted up to a fifth of the lines, error object fields up to what the frames
+    still need: the answer of counting them all."""
+    text = "\n".join(lines) + ("\n" if end else "")
+    with shared(text):
+        assert stacktrace.CUT.detect(text, None) == _plain_stack_detect(text)  # type: ignore[arg-type]
