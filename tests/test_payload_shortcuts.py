@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
-from caveman_batch.payload.cuts import build, code, stacktrace, tree
+from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tree
 from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, fits, shared
@@ -257,3 +257,20 @@ def test_trace_detected_counting_only_what_it_needs_is_the_whole_count_s(lines: 
     text = "\n".join(lines) + ("\n" if end else "")
     with shared(text):
         assert stacktrace.CUT.detect(text, None) == _plain_stack_detect(text)  # type: ignore[arg-type]
+
+
+_LINT_LINES = ("Found 3 errors.", "Found 1 error", "3 errors", "12 error", "x 3 errors", " error", "✖ 2 problems",
+               "All checks passed!", "error: could not compile `a`", "warning: `a` generated 2 warnings",
+               "warning: x", "F401 [*] `os` imported but unused", " --> a.py:1:8", "  --> b.py:2:1", " -->",
+               "E711 x", "  |", "", "é", "error", "Found")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_LINT_LINES), max_size=60))
+def test_lint_lines_read_where_a_needle_is_are_the_pattern_s(lines: list[str]) -> None:
+    """The summary lines found a needle at a time, merged, are the pattern's; ruff's full-form
+    rules counted alone are those of the pattern with the location."""
+    doc = Doc("\n".join(lines))
+    want = [i for i, line in enumerate(doc.lines) if lint._SUMMARY.match(line)]
+    assert list(_lines.led_lines(doc, lint._SUMMARY, lint._SUMMARY_NEEDLES)) == want
+    assert lint._RUFF_FULL_RULES.findall(doc.nl_text) == [r for r, _ in lint._RUFF_FULL_ALL.findall(doc.nl_text)]
