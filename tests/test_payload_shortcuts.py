@@ -262,7 +262,7 @@ def test_trace_detected_counting_only_what_it_needs_is_the_whole_count_s(lines: 
 _LINT_LINES = ("Found 3 errors.", "Found 1 error", "3 errors", "12 error", "x 3 errors", " error", "✖ 2 problems",
                "All checks passed!", "error: could not compile `a`", "warning: `a` generated 2 warnings",
                "warning: x", "F401 [*] `os` imported but unused", " --> a.py:1:8", "  --> b.py:2:1", " -->",
-               "E711 x", "  |", "", "é", "error", "Found")
+               "E711 x", "  |", "", "é", "error", "Found", *(f"Found 1{d} errors" for d in "0123456789"))
 
 
 @settings(max_examples=400, deadline=None)

@@ -17,9 +17,6 @@ from ._lines import Stream, by_priority, rx
 _EXTENSIONS: Final = (".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt", ".c", ".h",
                       ".cc", ".cpp", ".hpp", ".rb", ".php", ".cs", ".swift", ".scala")
 _IMPORT = rx(r"^(?:import |from [\w.]+ import |#include |use |package |require\(|using )")
-#: what every line _IMPORT matches holds: the imports are read where these are (`Doc.iled`),
-#: lazily, not by trying the pattern at every line
-_IMPORT_NEEDLES: Final = census("import ", "#include ", "use ", "package ", "require(", "using ")
 #: possessive (`*+`): no keyword starts with a blank and no final keyword is a prefix one, so
 #: giving back indentation or a prefix never makes a line match, and trying (every indented line
 #: of a file, an alternation per blank) cost most of the cut
@@ -98,7 +95,7 @@ def _outline_runs(doc: Doc, c_family: bool) -> Iterator[Run]:
     top = [i for i in defs if lines[i][:1] not in (" ", "\t")]
     if c_family:
         top = sorted({*top, *doc.grep(_C_FUNCTION)})
-    imports = doc.iled(_IMPORT, _IMPORT_NEEDLES)
+    imports = doc.igrep(_IMPORT)  # lazily: the first, the rest when their priority is reached
     first = [(0, i, i + 1) for i in islice(imports, 1)]
     depth = _depth(len(top))
     prio = [1 + level if level <= 1 else 3 + level for level in range(depth + 1)] if top else []

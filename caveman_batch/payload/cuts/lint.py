@@ -180,8 +180,10 @@ class LintCut(LineCut):
 _SUMMARY = rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
              r"|error: could not compile|\d+ errors?|All checks passed)")
 #: what every _SUMMARY line holds: the few summary lines are read where these are, not by
-#: trying six alternatives at each of a long output's lines
-_SUMMARY_NEEDLES: Final = ("✖ ", "Found ", "warning: ", "error: could not compile", " error", "All checks passed")
+#: trying six alternatives at each of a long output's lines (a count's last digit before
+#: " error": " error" alone is on every eslint problem line, each a miss)
+_SUMMARY_NEEDLES: Final = ("✖ ", "warning: ", "error: could not compile", *(f"{d} error" for d in "0123456789"),
+                           "All checks passed")
 
 CUT = LintCut(
     name="lint",
