@@ -156,14 +156,14 @@ def _hits(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...], prio: in
 
 
 def led_lines(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...]) -> Iterator[int]:
-    """`doc.igrep(pattern)`, lazily, for a pattern every line of which holds one of `needles`: a
-    search per needle the text holds (`Doc.iled`: one literal is found fast, an alternation of
-    them is tried at every char), merged, each line once."""
-    last = -1
-    for i in heapq.merge(*(doc.iled(pattern, (needle,)) for needle in needles if doc.has(needle))):
-        if i != last:
-            yield i
-        last = i
+    """`doc.igrep(pattern)`, lazily, for a pattern every line of which holds one of `needles`:
+    where the text holds one of them, the lines it is on (`Doc.iled`: a literal is found fast);
+    where it holds more, the pattern's own search (a search per needle, each with its lines
+    counted, cost more than it; an alternation of them is tried at every char)."""
+    held = tuple(needle for needle in needles if doc.has(needle))  # the census: no pass each
+    if len(held) == 1:
+        return doc.iled(pattern, held)
+    return doc.igrep(pattern) if held else iter(())
 
 
 #: runs that all have one priority, in line order; or a callable making them when first asked
