@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
-from caveman_batch.payload.cuts import build, stacktrace, tree
+from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tree
 from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, fits, shared
@@ -180,3 +180,97 @@ def test_tree_views_read_names_only_when_a_line_per_directory_may_fit(blocks: li
     limits = Limits(max(40, len(least) + spare), None, None)
     with shared(text):
         assert tree.CUT.cut(text, limits) == _tree_view_plain(text, limits)
+
+
+_CODE_LINES = ("#include <stdio.h>", "import os", "from a.b import c", "use std::io;", 'require("x")', "using X;",
+               "package main", "static int f(int a)", "int main(void)", "void *g(char *p);", "return f(1)",
+               "if (x) {", "def f():", "    def m(self):", "class A:", "\tfn g() {", "pub fn h() {",
+               "export async function k() {", "struct S {", "const f = async (", "type T = int", "  type ",
+               "", "    x = 1", "}", "# def not", "import", "é", "typedef struct x(y)")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_CODE_LINES), max_size=80), st.booleans())
+def test_code_outline_made_lazily_is_the_sorted_outline(lines: list[str], c_family: bool) -> None:
+    """The runs by priority, a bisection level made when reached, are the whole outline sorted."""
+    doc = Doc("\n".join(lines))
+    assert list(code._outline_runs(doc, c_family)) == sorted(code._outline(doc, c_family))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300))
+def test_code_bisection_levels_are_the_spread_s(n: int) -> None:
+    spread = code._spread(n)
+    assert code._depth(n) == max(spread, default=0)
+    for level in range(code._depth(n) + 2):
+        assert code._level(n, level) == [k for k, v in enumerate(spread) if v == level]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_CODE_LINES + ("(", "  f(", "x(y)", "A_b(c", "returnx(", "ifa(b")), max_size=30))
+def test_c_function_letter_first_is_the_pattern_without_it(lines: list[str]) -> None:
+    """The C function pattern's letter lookahead only fails an indented line sooner."""
+    plain = re.compile(code._C_FUNCTION.pattern.replace("(?=[A-Za-z_])", "", 1), re.MULTILINE)
+    doc = Doc("\n".join(lines))
+    assert doc.grep(code._C_FUNCTION) == [i for i, line in enumerate(doc.lines) if plain.match(line)]
+
+
+_FRAME_PIECES = ("\n", " ", "\t", "at ", "at", 'File "', "File", "x", "é", "😀", "\r", "  at f (a.js:1:2)")
+
+
+@pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_FRAME_PIECES), max_size=40).map("".join))
+def test_frame_lines_found_in_c_are_the_lines_looked_at(text: str) -> None:
+    """The trace's frame lines found in one pass in C are `_led_frames`'s, and the pattern's."""
+    doc = Doc(text)
+    found = _accel.fastscan.led_lines(text, stacktrace._FRAME_WORDS)
+    assert found == stacktrace._led_frames(doc.lines)
+    assert found == [i for i, line in enumerate(doc.lines) if stacktrace._FRAME_NOT_GO.match(line)]
+
+
+_OBJECT_LINES = ("Error: boom", "    at f (/a.js:1:2)", "    at g (/a.js:3:4) {", "  code: 'E1',", "  errno: -1,",
+                 "  'k': 1", "  [x]: 2", "}", "", "x", "   three: 3", "  nocolon", "panic: p", "  at h (b.js:1:1)")
+
+
+def _plain_stack_detect(text: str) -> bool:
+    """The trace detection's definition: every frame and every error object field counted."""
+    doc = Doc(text)
+    if not (doc.holds(stacktrace.CUT.probes) and view.line_hits(stacktrace.CUT.signal, text, 1)):
+        return False
+    lines = view.count_lines(text)
+    frames = len(stacktrace._FRAME.findall(text)) if doc.holds(stacktrace._GO_NEEDLES) else len(
+        stacktrace._FRAME_NOT_GO.findall(text))
+    if frames >= stacktrace._fifth(lines):
+        return True
+    if not doc.has(" {\n") or not view.line_hits(stacktrace._OBJECT_AFTER_FRAMES, text, 1):
+        return False
+    fields = sum(1 for line in doc.lines if stacktrace._OBJECT_FIELD.match(line))
+    return frames >= stacktrace._fifth(lines - fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_OBJECT_LINES), max_size=60), st.booleans())
+def test_trace_detected_counting_only_what_it_needs_is_the_whole_count_s(lines: list[str], end: bool) -> None:
+    """Frames counted up to a fifth of the lines, error object fields up to what the frames
+    still need: the answer of counting them all."""
+    text = "\n".join(lines) + ("\n" if end else "")
+    with shared(text):
+        assert stacktrace.CUT.detect(text, None) == _plain_stack_detect(text)  # type: ignore[arg-type]
+
+
+_LINT_LINES = ("Found 3 errors.", "Found 1 error", "3 errors", "12 error", "x 3 errors", " error", "✖ 2 problems",
+               "All checks passed!", "error: could not compile `a`", "warning: `a` generated 2 warnings",
+               "warning: x", "F401 [*] `os` imported but unused", " --> a.py:1:8", "  --> b.py:2:1", " -->",
+               "E711 x", "  |", "", "é", "error", "Found", *(f"Found 1{d} errors" for d in "0123456789"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_LINT_LINES), max_size=60))
+def test_lint_lines_read_where_a_needle_is_are_the_pattern_s(lines: list[str]) -> None:
+    """The summary lines found a needle at a time, merged, are the pattern's; ruff's full-form
+    rules counted alone are those of the pattern with the location."""
+    doc = Doc("\n".join(lines))
+    want = [i for i, line in enumerate(doc.lines) if lint._SUMMARY.match(line)]
+    assert list(_lines.led_lines(doc, lint._SUMMARY, lint._SUMMARY_NEEDLES)) == want
+    assert lint._RUFF_FULL_RULES.findall(doc.nl_text) == [r for r, _ in lint._RUFF_FULL_ALL.findall(doc.nl_text)]

@@ -44,6 +44,10 @@ class LineCut:
     gap_needles: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: pattern text -> substrings one of which a line must hold (searched, not matched)
     needles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: pattern text -> substrings one of which every line the pattern matches (at its start)
+    #: holds: its lines are read lazily where these are (`Doc.iled`), not by trying the pattern
+    #: at every line (registered for the census: give literals without a newline)
+    led_needles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: the lead (summary lines on top) is worth less than runs of this priority or lower
     lead_after: int = 0
 
@@ -55,7 +59,8 @@ class LineCut:
     probes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        census(*self.probes, *self.signal_needles, *(n for _, needles in self.gap_needles for n in needles))
+        census(*self.probes, *self.signal_needles, *(n for _, needles in self.gap_needles for n in needles),
+               *(n for needles in self.led_needles.values() for n in needles))
 
     def detect(self, text: str, hint: Hint) -> bool:
         """`min_hits` lines of the whole text match `signal`: one search from newline to
@@ -74,9 +79,10 @@ class LineCut:
         """The kept lines of each pattern (and their context) as runs of one priority."""
         streams: list[Stream] = []
         for prio, pattern, needles in self._keep():
-            streams.append((prio, partial(_hits, doc, pattern, needles, prio, 0)))
+            led = self.led_needles.get(pattern.pattern, ())
+            streams.append((prio, partial(_hits, doc, pattern, needles, prio, 0, led)))
             if self.context and prio < self.context_below:
-                streams.append((prio + 3, partial(_hits, doc, pattern, needles, prio + 3, self.context)))
+                streams.append((prio + 3, partial(_hits, doc, pattern, needles, prio + 3, self.context, led)))
         return streams
 
     def _keep(self) -> Iterator[tuple[int, re.Pattern[str], tuple[str, ...]]]:
@@ -142,10 +148,22 @@ def _marker(lines: int, counts: list[tuple[str, int]]) -> str:
 
 
 def _hits(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...], prio: int,
-          context: int) -> Iterator[Run]:
-    """Each line `pattern` finds as a run at `prio`, widened by `context` lines on each side."""
-    for i in doc.igrep(pattern, needles):
+          context: int, led: tuple[str, ...] = ()) -> Iterator[Run]:
+    """Each line `pattern` finds as a run at `prio`, widened by `context` lines on each side;
+    with `led`, the lines are those `pattern` matches at their start, read where `led` is."""
+    for i in led_lines(doc, pattern, led) if led else doc.igrep(pattern, needles):
         yield (prio, max(0, i - context), i + context + 1)
+
+
+def led_lines(doc: Doc, pattern: re.Pattern[str], needles: tuple[str, ...]) -> Iterator[int]:
+    """`doc.igrep(pattern)`, lazily, for a pattern every line of which holds one of `needles`:
+    where the text holds one of them, the lines it is on (`Doc.iled`: a literal is found fast);
+    where it holds more, the pattern's own search (a search per needle, each with its lines
+    counted, cost more than it; an alternation of them is tried at every char)."""
+    held = tuple(needle for needle in needles if doc.has(needle))  # the census: no pass each
+    if len(held) == 1:
+        return doc.iled(pattern, held)
+    return doc.igrep(pattern) if held else iter(())
 
 
 #: runs that all have one priority, in line order; or a callable making them when first asked

@@ -25,6 +25,9 @@ _ESLINT_ALL = re.compile(r"\n[ \t]+(\d+:\d+)[ \t]+(?:error|warning)[ \t]([^\n]*)
 _ESLINT_REST = re.compile(r"\n[ \t]+\d+:\d+[ \t]+(?:error|warning)[ \t]([^\n]*)")  # _ESLINT_ALL's rest
 # ruff's default (full) format: the rule on its own line, the location on the `-->` under it
 _RUFF_FULL_ALL = re.compile(r"\n([A-Z]{1,4}\d{2,4})(?: \[\*\])? [^\n]*\n[ \t]*--> ([^\n]+)")
+#: _RUFF_FULL_ALL's rules alone, its match ending past the `--> ` (the rest of the line is no
+#: other match's): counted from a list of strings, no tuple a problem
+_RUFF_FULL_RULES = re.compile(r"\n([A-Z]{1,4}\d{2,4})(?: \[\*\])? [^\n]*\n[ \t]*--> [^\n]")
 _CLIPPY_ALL = re.compile(r"#\[(?:warn|deny)\((clippy::\w+)\)\]|rust-clippy/master/index\.html#(\w+)")
 
 
@@ -58,7 +61,7 @@ def _counts(doc: Doc) -> tuple[Counter[str], Found]:
     # (a digit then ": "; "--> "; a blank, then eslint's severity, then a blank)
     ruff = _RUFF_RULES.findall(text) if doc.holds(_RUFF_LITERALS) else []  # a list of strings: counted in C
     counts = Counter(ruff)
-    full = [rule for rule, _ in _RUFF_FULL_ALL.findall(text)] if doc.has("--> ") else []
+    full = _RUFF_FULL_RULES.findall(text) if doc.has("--> ") else []
     counts.update(full)
     eslint = Counter(_ESLINT_REST.findall(text)) if doc.holds(_SEVERITIES) else Counter()
     for rest, n in eslint.items():  # each distinct message once
@@ -174,14 +177,22 @@ class LintCut(LineCut):
         return head
 
 
+_SUMMARY = rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
+             r"|error: could not compile|\d+ errors?|All checks passed)")
+#: what every _SUMMARY line holds: the few summary lines are read where these are, not by
+#: trying six alternatives at each of a long output's lines (a count's last digit before
+#: " error": " error" alone is on every eslint problem line, each a miss)
+_SUMMARY_NEEDLES: Final = ("✖ ", "warning: ", "error: could not compile", *(f"{d} error" for d in "0123456789"),
+                           "All checks passed")
+
 CUT = LintCut(
     name="lint",
     signal=_SIGNAL,
-    keep=((0, rx(r"^(?:✖ \d+ problems?|Found \d+ errors?|warning: .* generated \d+ warnings?"
-                 r"|error: could not compile|\d+ errors?|All checks passed)")),
+    keep=((0, _SUMMARY),
           (1, rx(r"^[ \t]+\d+:\d+[ \t]+error[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: (?:[EF]\d|invalid-syntax:|SyntaxError:)"
                  r"|^error(?:\[\w+\])?: |^[EF]\d{3} |^invalid-syntax: ")),
           (2, _ESLINT_FILE),
           (3, rx(r"^[ \t]+\d+:\d+[ \t]+warning[ \t]|^[^ \t\n:][^:\n]*:\d+:\d+: [A-Z]{1,4}\d|^warning: |^[ \t]+--> |^[A-Z]{1,4}\d{2,4} "))),
     min_hits=2,
+    led_needles={_SUMMARY.pattern: _SUMMARY_NEEDLES},
 )

@@ -5,20 +5,21 @@ into one line that counts them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain, compress, count, repeat
-from operator import and_, contains, ne
+from itertools import chain, compress, repeat
+from operator import contains
 from typing import Final
 
+from ... import _accel
 from ..model import Hint, Limits
 from ..view import (
     Doc,
     Run,
-    _at_line_start,
     census,
     count_between,
     count_lines,
     finish,
     hit_count,
+    led_lines,
     line_hits,
     pick,
 )
@@ -29,6 +30,8 @@ _FRAME = rx(r"^(?:[ \t]+File \"|[ \t]+at |" + _GO_FRAMES + ")")
 #: _FRAME for a text with neither literal of Go's frames (most): no indented line's first
 #: word is read to the end for a ".go:"
 _FRAME_NOT_GO = rx(r"^[ \t]++(?:File \"|at )")  # possessive: neither word starts with a blank
+#: what a _FRAME_NOT_GO line's rest starts with, after its blanks
+_FRAME_WORDS: Final = ('File "', "at ")
 _GO_NEEDLES: Final = census("goroutine ", ".go:", " {\n")[:2]
 # substring tests: an alternation regex searched over every frame costs several times more
 _DEP: Final = ("site-packages", "dist-packages", "node_modules", "/usr/lib/", "/usr/local/lib/",
@@ -58,11 +61,13 @@ def _frames(doc: Doc) -> list[int]:
     most lines, str methods mapped over the lines find them, else one search of the text.
     Go's frames are searched only when the text has them."""
     lines = doc.lines
-    if (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
+    if _accel.fastscan is not None:  # one pass in C, the line numbers with it (and detect's)
+        found = doc.led(_FRAME_WORDS)
+    elif (doc.count("at ") + doc.count('File "')) * 2 > len(lines):  # frames on most lines (Java, JS)
         found = _led_frames(lines)
     else:  # one search, the lines counted in C: a str method a line cost more
         found = doc.grep(_FRAME_NOT_GO)
-    if "goroutine " in doc.text or ".go:" in doc.text:
+    if doc.holds(_GO_NEEDLES):  # the census: no pass of its own
         found = sorted({*found, *doc.igrep(_GO_FRAME)})
     return found
 
@@ -70,9 +75,7 @@ def _frames(doc: Doc) -> list[int]:
 def _led_frames(lines: list[str]) -> list[int]:
     """The lines that a blank or tab leads and whose rest starts with 'File "' or 'at ', each
     line looked at in C (map), no Python step per line: when most lines are frames."""
-    bare = list(map(str.lstrip, lines, repeat(" \t")))
-    led = map(ne, map(len, lines), map(len, bare))
-    return list(compress(count(), map(and_, led, map(str.startswith, bare, repeat(('File "', "at "))))))
+    return led_lines(lines, _FRAME_WORDS)
 
 
 def _dep_frames(doc: Doc, frames: list[int]) -> list[int]:
@@ -166,13 +169,13 @@ class StackCut(LineCut):
             return False
         lines = count_lines(text)
         need = _fifth(lines)
-        frames = hit_count(_FRAME if doc.holds(_GO_NEEDLES) else _FRAME_NOT_GO, text, need)
+        frames = _frame_count(doc, need)
         if frames >= need:  # the count stops once there are enough; short of that it is whole
             return True
-        if not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
+        if not frames or not doc.has(" {\n") or not line_hits(_OBJECT_AFTER_FRAMES, text, 1):
             return False
-        fields = len(_at_line_start(_OBJECT_FIELD_LINE).findall(doc.nl_text))
-        return frames >= _fifth(lines - fields)
+        # frames >= _fifth(lines - fields): the fields are counted only as far as that needs
+        return hit_count(_OBJECT_FIELD_LINE, text, lines - 5 * frames) >= lines - 5 * frames
 
     def cut(self, text: str, limits: Limits) -> str | None:
         doc = Doc.of(text)
@@ -190,6 +193,15 @@ class StackCut(LineCut):
         # messages (priority 0, in order) then own frames (1 + rank): already sorted
         ordered = chain(((0, i, i + 1) for i in messages), _own_frames(doc, found), _rest(found))
         return finish(pick(doc, ordered, limits, label=label, presorted=True), limits)
+
+
+def _frame_count(doc: Doc, most: int) -> int:
+    """How many lines `_FRAME` matches, counted up to `most`: with the C scanner and no Go in
+    the text, from the frame lines the cut lists too (one pass)."""
+    go = doc.holds(_GO_NEEDLES)
+    if _accel.fastscan is not None and not go:
+        return min(len(doc.led(_FRAME_WORDS)), most)
+    return hit_count(_FRAME if go else _FRAME_NOT_GO, doc.text, most)
 
 
 def _fifth(lines: int) -> int:
