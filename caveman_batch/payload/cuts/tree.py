@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from itertools import compress, count, islice, pairwise, repeat
-from operator import add, itemgetter, ne, not_, sub
+from operator import add, is_, itemgetter, ne, not_, sub
 from typing import Final
 
 from ..model import Hint, Limits
@@ -46,7 +46,7 @@ def _groups(text: str, lines: list[str], room: int | None = None) -> Groups:
     return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None, room)
 
 
-def _names_wanted(directories: set[str], room: int | None) -> bool:
+def _names_wanted(directories: Collection[str], room: int | None) -> bool:
     """Whether one line per directory (at least its name and "/ (1 entry)") may fit in `room`
     chars: else no rendering that shows an entry's name is made."""
     return room is None or sum(map(len, directories)) + 12 * len(directories) <= room + 1
@@ -130,9 +130,26 @@ def _marks(lines: list[str], maybe: Iterable[int], blank: list[int] | None = Non
 
 def _marks_in(doc: Doc) -> Marks:
     """`_marks(doc.lines, _maybe(doc.lines))`, the lines found by searches of the whole text
-    (C) and the blank ones not looked at one by one (a blank line is never a header)."""
-    others = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
-    return _marks(doc.lines, others, doc.blank())
+    (C), each distinct line looked at once: `ls -laR` repeats its `total N`, `.` and `..`
+    lines, and a blank line is never a header."""
+    lines = doc.lines
+    maybe = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    found = list(map(lines.__getitem__, maybe))
+    kind = {line: _kind(line) for line in set(found)}
+    kinds = list(map(kind.__getitem__, found))
+    headers = list(compress(maybe, map(is_, kinds, repeat(_HEADER))))
+    nothing = compress(maybe, map(is_, kinds, repeat(_NOTHING)))
+    return headers, sorted([*nothing, *doc.blank()])
+
+
+_HEADER, _NOTHING, _ENTRY = "header", "nothing", "entry"
+
+
+def _kind(line: str) -> str:
+    """What `_marks` makes of a line: a block header, a line that lists nothing, an entry."""
+    if _is_header(line):
+        return _HEADER
+    return _NOTHING if _entry(line) is None else _ENTRY
 
 
 def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None = None) -> Groups:
@@ -154,15 +171,24 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
     hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
     entries = map(sub, map(sub, ends, firsts), hidden)
     directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
-    most, get = _PER_DIR[0] if _names_wanted(set(directories), room) else 0, groups.get
-    for directory, k, start, end in zip(directories, entries, firsts, ends):
-        group = get(directory)
-        if group is None:
-            group = groups[directory] = [0, []]
-        group[0] += k
-        if len(group[1]) < most:  # a directory listed again: its first names are known
-            group[1] += _names(lines, start, end, most - len(group[1]))
+    counts = dict.fromkeys(directories, 0)  # in the order the listing first shows them
+    for directory, k in zip(directories, entries):
+        counts[directory] += k
+    for directory, k in counts.items():
+        groups.setdefault(directory, [0, []])[0] += k
+    if _names_wanted(counts.keys(), room):
+        _first_names(groups, lines, directories, firsts, ends)
     return groups
+
+
+def _first_names(groups: Groups, lines: list[str], directories: list[str], firsts: list[int],
+                 ends: list[int]) -> None:
+    """Each directory's first few names, from its blocks in order until it has them."""
+    most = _PER_DIR[0]
+    for directory, start, end in zip(directories, firsts, ends):
+        shown = groups[directory][1]
+        if len(shown) < most:  # a directory listed again: its first names are known
+            shown += _names(lines, start, end, most - len(shown))
 
 
 def _names(lines: list[str], start: int, end: int, most: int) -> list[str]:
