@@ -10,8 +10,7 @@ counted.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from itertools import compress, count, islice, pairwise, repeat
 from operator import add, is_, itemgetter, ne, not_, sub
 from typing import Final
@@ -102,12 +101,25 @@ def _maybe(lines: list[str]) -> list[int]:
 
 
 _MAYBE_ENDS: Final = (":", " .", " ..")
-_TOTAL = rx(r"^total ")
+#: behind a newline: the next line is blank, or starts with "total " (where it starts in the text)
+_BLANK_NEXT, _TOTAL_NEXT = re.compile(r"\n(?=\n)"), re.compile(r"\ntotal ")
+#: a line's end: ":", " ." or " .." before its newline (each hit inside the line it ends)
+_COLON_END, _DOTS_END = re.compile(r":\n"), re.compile(r" \.\.?\n")
 
 
 def _maybe_in(doc: Doc) -> list[int]:
-    """`_maybe(doc.lines)` from searches of the whole text (C), no method call a line."""
-    return sorted({*doc.blank(), *doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    """`_maybe(doc.lines)` from three searches of the whole text (C), every hit's line
+    counted in one pass: no method call a line."""
+    text, lines = doc.text, doc.lines
+    if not text:
+        return [0]  # the one line, blank
+    offsets = [*map(re.Match.start, _BLANK_NEXT.finditer(doc.nl_text)),  # a line's start in `text`
+               *(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if doc.has(_TOTAL_LINE) else ()),
+               *map(re.Match.start, _COLON_END.finditer(text)), *map(re.Match.start, _DOTS_END.finditer(text))]
+    found = list(dict.fromkeys(doc.line_index(sorted(offsets))))  # sorted, each line once
+    if not text.endswith("\n") and lines[-1].endswith(_MAYBE_ENDS) and (not found or found[-1] != len(lines) - 1):
+        found.append(len(lines) - 1)  # no newline ends the last line
+    return found
 
 
 #: (the block headers, the lines that list nothing): what `ls -R` lines are not entries
@@ -130,16 +142,14 @@ def _marks(lines: list[str], maybe: Iterable[int], blank: list[int] | None = Non
 
 def _marks_in(doc: Doc) -> Marks:
     """`_marks(doc.lines, _maybe(doc.lines))`, the lines found by searches of the whole text
-    (C), each distinct line looked at once: `ls -laR` repeats its `total N`, `.` and `..`
-    lines, and a blank line is never a header."""
-    lines = doc.lines
-    maybe = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    (C), each distinct line looked at once: `ls -R` repeats its blank lines, `ls -laR` its
+    `total N`, `.` and `..` ones."""
+    lines, maybe = doc.lines, _maybe_in(doc)
     found = list(map(lines.__getitem__, maybe))
     kind = {line: _kind(line) for line in set(found)}
     kinds = list(map(kind.__getitem__, found))
-    headers = list(compress(maybe, map(is_, kinds, repeat(_HEADER))))
-    nothing = compress(maybe, map(is_, kinds, repeat(_NOTHING)))
-    return headers, sorted([*nothing, *doc.blank()])
+    return (list(compress(maybe, map(is_, kinds, repeat(_HEADER)))),
+            list(compress(maybe, map(is_, kinds, repeat(_NOTHING)))))
 
 
 _HEADER, _NOTHING, _ENTRY = "header", "nothing", "entry"
@@ -158,7 +168,7 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
 
     Only the lines that may not be entries are looked at one by one (`marks`: what `_marks`
     makes of those of `_maybe`), and only the names shown are cut out: a block's count is
-    its lines less those that list nothing, bisected in C for every block at once."""
+    its lines less those that list nothing, counted in C for every block at once."""
     headers, nothing = _marks(lines, _maybe(lines)) if marks is None else marks
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
@@ -168,8 +178,7 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
     firsts = list(map(add, headers, repeat(1)))  # each block's first line after its header
     ends = [*headers[1:], len(lines)]
-    hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
-    entries = map(sub, map(sub, ends, firsts), hidden)
+    entries = map(sub, map(sub, ends, firsts), _between(headers, nothing))
     directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
     counts = dict.fromkeys(directories, 0)  # in the order the listing first shows them
     for directory, k in zip(directories, entries):
@@ -179,6 +188,15 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
     if _names_wanted(counts.keys(), room):
         _first_names(groups, lines, directories, firsts, ends)
     return groups
+
+
+def _between(headers: list[int], nothing: list[int]) -> Iterator[int]:
+    """How many of the lines `nothing` lie after each header, before the next one (or the end):
+    each header's place among both lines, sorted (they never share one), told apart in C, less
+    the place of the header before it."""
+    marks = sorted([*headers, *nothing])  # two sorted runs: merged, not sorted
+    places = list(compress(count(), map(set(headers).__contains__, marks)))
+    return map(sub, map(sub, [*places[1:], len(marks)], places), repeat(1))
 
 
 def _first_names(groups: Groups, lines: list[str], directories: list[str], firsts: list[int],
@@ -307,6 +325,8 @@ class TreeCut:
 
 #: two-char substrings the tree detection counts: the census says first whether there are any
 _BLANK_LINE, _KEY_VALUE = census("\n\n", ": ")
+#: `ls -l`'s block opening: only `ls -laR` is searched for it
+_TOTAL_LINE, = census("\ntotal ")
 
 
 def _counted(doc: Doc, needle: str) -> int:
