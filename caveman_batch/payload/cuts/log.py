@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from functools import cache
+from itertools import islice
 from typing import Final
 
 from ..model import Hint, Limits
@@ -29,30 +30,20 @@ assert _LEVEL.pattern == r"\b(" + "|".join(_LEVELS) + r")\b"
 
 @cache
 def _level_words(words: tuple[str, ...]) -> re.Pattern[str]:
-    """_LEVEL without its leading \b, and only with `words`: led by a few letters (or one
-    literal), which the regex engine skips to, where _LEVEL, led by \b, is tried at every
-    position. A candidate it finds is then checked by _LEVEL."""
-    return re.compile(r"(" + "|".join(words) + r")\b")
+    """_LEVEL's first match among `words` in a line, and the rest of that line: led by the
+    words themselves, which the regex engine skips to, where _LEVEL, led by \b, is tried at
+    every position (the \b before a word, which starts with a letter, is a look behind it
+    for a letter before it). The next search starts on the next line."""
+    return re.compile(r"(?:" + "|".join(rf"{w}(?<!\w{w})" for w in words) + r")\b[^\n]*")
 
 
 def _level_lines(part: str, enough: int) -> int:
-    """How many lines of `part` hold a level word, counted up to `enough`: searched over the
-    whole part, and on from the next line after each hit (a line counts once). Every match
-    of _LEVEL is one of the words `part` holds, so the first candidate of those that _LEVEL
-    matches at is its first match."""
+    """How many lines of `part` hold a level word, counted up to `enough`: each match is one
+    line (it runs to the line's end), taken in C up to `enough`."""
     words = tuple(filter(Doc.of(part).has, _LEVELS))
     if not words:
         return 0
-    hits, pos, search, match, find = 0, 0, _level_words(words).search, _LEVEL.match, part.find
-    while hits < enough and (m := search(part, pos)) is not None:
-        if match(part, m.start()) is None:  # inside a word: not a level word
-            pos = m.start() + 1
-            continue
-        hits += 1
-        pos = find("\n", m.end()) + 1
-        if not pos:
-            break
-    return hits
+    return len(list(islice(_level_words(words).finditer(part), enough)))
 
 
 _GROUPED: Final = re.compile(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE)\b")
