@@ -113,10 +113,13 @@ def _maybe_in(doc: Doc) -> list[int]:
     text, lines = doc.text, doc.lines
     if not text:
         return [0]  # the one line, blank
+    totals = doc.has(_TOTAL_LINE)
     offsets = [*map(re.Match.start, _BLANK_NEXT.finditer(doc.nl_text)),  # a line's start in `text`
-               *(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if doc.has(_TOTAL_LINE) else ()),
+               *(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if totals else ()),
                *map(re.Match.start, _COLON_END.finditer(text)), *map(re.Match.start, _DOTS_END.finditer(text))]
-    found = list(dict.fromkeys(doc.line_index(sorted(offsets))))  # sorted, each line once
+    found = doc.line_index(sorted(offsets))
+    if totals:  # a "total N" line may also end with ":" (no other two hits share a line)
+        found = list(dict.fromkeys(found))
     if not text.endswith("\n") and lines[-1].endswith(_MAYBE_ENDS) and (not found or found[-1] != len(lines) - 1):
         found.append(len(lines) - 1)  # no newline ends the last line
     return found
