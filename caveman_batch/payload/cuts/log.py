@@ -130,6 +130,8 @@ _FRAMES_MAX: Final = 400
 def _exceptions(doc: Doc) -> Iterator[Run]:
     """The exception line that ends each Python traceback (the first unindented line after
     its frames): it says what went wrong, where "Traceback …" only says that something did."""
+    if not doc.has("Traceback"):  # the census knows: no pass for the whole phrase
+        return
     lines, n = doc.lines, len(doc)
     for i in doc.grep(_TRACEBACK, ("Traceback (most recent call last):",)):
         for j in range(i + 1, min(n, i + _FRAMES_MAX)):
