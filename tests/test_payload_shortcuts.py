@@ -57,6 +57,15 @@ def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
     assert tree._marks_in(doc) == tree._marks(doc.lines, tree._maybe(doc.lines))
 
 
+@settings(max_examples=500, deadline=None)
+@given(_texts, st.sampled_from((None, 0, 40, 10_000)))
+def test_ls_blocks_counted_from_the_text_are_the_lines_looked_at(text: str, room: int | None) -> None:
+    """Blank lines counted a block at a time as "\n\n" in the text (no run of them: the
+    census), the other marks found and looked at: the groups of the line-by-line rule."""
+    with shared(text) as doc:
+        assert tree._ls_counted_in(doc, room) == tree._ls_counted(doc.lines, None, room)
+
+
 @pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="ab\né\xff", max_size=14), st.lists(st.integers(0, 13), max_size=3),

@@ -42,7 +42,7 @@ def _groups(text: str, lines: list[str], room: int | None = None) -> Groups:
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines, room)
     doc = Doc.of(text)
-    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None, room)
+    return _ls_counted_in(doc, room) if doc.lines is lines else _ls_counted(lines, None, room)
 
 
 def _names_wanted(directories: Collection[str], room: int | None) -> bool:
@@ -173,6 +173,37 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
     makes of those of `_maybe`), and only the names shown are cut out: a block's count is
     its lines less those that list nothing, counted in C for every block at once."""
     headers, nothing = _marks(lines, _maybe(lines)) if marks is None else marks
+    return _tally(lines, headers, _between(headers, nothing), room)
+
+
+def _ls_counted_in(doc: Doc, room: int | None = None) -> Groups:
+    """`_ls_counted(doc.lines, _marks_in(doc), room)`, the blank lines not found one by one:
+    with no run of them (no "\n\n\n"), the blank lines in a block are the "\n\n" in its span
+    of the text, counted in C a block at a time; only the other lines that may list nothing
+    are found and looked at (each distinct one once)."""
+    text, lines = doc.text, doc.lines
+    if not text.endswith("\n") or doc.has(_BLANK_RUN):
+        return _ls_counted(lines, _marks_in(doc), room)
+    totals = doc.has(_TOTAL_LINE)
+    offsets = sorted([*(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if totals else ()),
+                      *map(re.Match.start, _COLON_END.finditer(text)), *map(re.Match.start, _DOTS_END.finditer(text))])
+    found = doc.line_index(offsets)
+    if totals:  # a "total N" line may also end with ":": one offset a line
+        at = dict(zip(found, offsets))
+        found, offsets = list(at), list(at.values())
+    seen = list(map(lines.__getitem__, found))
+    kind = {line: _kind(line) for line in set(seen)}
+    kinds = list(map(kind.__getitem__, seen))
+    is_header = list(map(is_, kinds, repeat(_HEADER)))
+    headers, header_at = list(compress(found, is_header)), list(compress(offsets, is_header))
+    nothing_at = list(compress(offsets, map(is_, kinds, repeat(_NOTHING))))
+    blank = map(text.count, repeat("\n\n"), header_at, [*header_at[1:], len(text)])  # one "\n\n" a blank line
+    return _tally(lines, headers, map(add, blank, _between(header_at, nothing_at)), room)
+
+
+def _tally(lines: list[str], headers: list[int], hidden: Iterable[int], room: int | None) -> Groups:
+    """The groups of `ls -R` lines given its block headers and how many lines of each block,
+    after its header, list nothing: the paths before any header counted one by one."""
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
         name = _entry(line)
@@ -181,7 +212,7 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
     firsts = list(map(add, headers, repeat(1)))  # each block's first line after its header
     ends = [*headers[1:], len(lines)]
-    entries = map(sub, map(sub, ends, firsts), _between(headers, nothing))
+    entries = map(sub, map(sub, ends, firsts), hidden)
     directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
     counts = dict.fromkeys(directories, 0)  # in the order the listing first shows them
     for directory, k in zip(directories, entries):
@@ -194,9 +225,9 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
 
 
 def _between(headers: list[int], nothing: list[int]) -> Iterator[int]:
-    """How many of the lines `nothing` lie after each header, before the next one (or the end):
-    each header's place among both lines, sorted (they never share one), told apart in C, less
-    the place of the header before it."""
+    """How many of `nothing` (lines, or offsets in the text) lie after each header, before the
+    next one (or the end): each header's place among both, sorted (they never share one), told
+    apart in C, less the place of the header before it."""
     marks = sorted([*headers, *nothing])  # two sorted runs: merged, not sorted
     places = list(compress(count(), map(set(headers).__contains__, marks)))
     return map(sub, map(sub, [*places[1:], len(marks)], places), repeat(1))
@@ -330,6 +361,8 @@ class TreeCut:
 _BLANK_LINE, _KEY_VALUE = census("\n\n", ": ")
 #: `ls -l`'s block opening: only `ls -laR` is searched for it
 _TOTAL_LINE, = census("\ntotal ")
+#: blank lines in a row: then they are found line by line
+_BLANK_RUN, = census("\n\n\n")
 
 
 def _counted(doc: Doc, needle: str) -> int:
