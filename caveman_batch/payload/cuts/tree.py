@@ -236,23 +236,30 @@ def _between(headers: list[int], nothing: list[int]) -> Iterator[int]:
 def _first_names(groups: Groups, lines: list[str], directories: list[str], firsts: list[int],
                  ends: list[int]) -> None:
     """Each directory's first few names, from its blocks in order until it has them."""
-    most = _PER_DIR[0]
+    most, seen = _PER_DIR[0], {}
     for directory, start, end in zip(directories, firsts, ends):
         shown = groups[directory][1]
         if len(shown) < most:  # a directory listed again: its first names are known
-            shown += _names(lines, start, end, most - len(shown))
+            shown += _names(lines, start, end, most - len(shown), seen)
 
 
-def _names(lines: list[str], start: int, end: int, most: int) -> list[str]:
-    """The first `most` entry names in lines [start, end) (no header among them)."""
+def _names(lines: list[str], start: int, end: int, most: int, seen: dict[str, str | None]) -> list[str]:
+    """The first `most` entry names in lines [start, end) (no header among them); `seen` holds
+    what `_entry` made of the lines read before (a directory listed again repeats its lines)."""
     names: list[str] = []
     for i in range(start, end):  # not islice: it would step over the lines before `start`
         if len(names) >= most:
             break
-        name = _entry(lines[i])
+        line = lines[i]
+        name = seen.get(line, _UNSEEN)
+        if name is _UNSEEN:
+            name = seen[line] = _entry(line)
         if name is not None:
             names.append(name)
     return names
+
+
+_UNSEEN: Final = "\n"  # no line holds a newline
 
 
 def _add(group: list, k: int, names: list[str]) -> None:  # type: ignore[type-arg]
