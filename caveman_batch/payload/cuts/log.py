@@ -13,7 +13,7 @@ from typing import Final
 
 from ..model import Hint, Limits
 from ..view import Doc, Run, census, finish, pick
-from ._lines import LineCut, Stream, by_priority, rx
+from ._lines import LineCut, Stream, by_priority, newlines_and_one, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
 _WARN_WORDS: Final = ("WARN",)
@@ -94,7 +94,7 @@ class LogCut(LineCut):
         in it at all); the count stops once it is reached."""
         if not Doc.of(text).holds(_WORDS):  # every level word holds one of these
             return False
-        need = -(-(text.count("\n") + 1) // 3)
+        need = -(-newlines_and_one(Doc.of(text)) // 3)
         return _level_lines(text, need) >= need
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Final
 
 from ..model import Hint, Limits
 from ..view import Doc, census, fits, line_hits
-from ._lines import rx
+from ._lines import newlines_and_one, rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
 _MIN_ENTRIES: Final = 10
@@ -334,7 +334,7 @@ class TreeCut:
         if not ls_like and root is None:  # neither form can claim it: nothing to count
             return False
         doc = Doc.of(text)
-        entries = text.count("\n") + 1 - _counted(doc, _BLANK_LINE)
+        entries = newlines_and_one(doc) - _counted(doc, _BLANK_LINE)
         if entries < _MIN_ENTRIES:
             return False
         if ls_like and line_hits(_LS_HEADER, text, 2):
