@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from caveman_batch import _accel
 from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tree
+from caveman_batch.payload.cuts._lines import newlines_and_one
 from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, fits, shared
@@ -55,6 +56,24 @@ def test_ls_lines_found_in_the_text_are_those_looked_at(text: str) -> None:
     assert tree._maybe_in(doc) == tree._maybe(doc.lines)
     assert tree._ls_counted(doc.lines, tree._marks_in(doc)) == tree._ls_counted(doc.lines)
     assert tree._marks_in(doc) == tree._marks(doc.lines, tree._maybe(doc.lines))
+
+
+@settings(max_examples=500, deadline=None)
+@given(_texts, st.sampled_from((None, 0, 40, 10_000)))
+def test_ls_blocks_counted_from_the_text_are_the_lines_looked_at(text: str, room: int | None) -> None:
+    """Blank lines counted a block at a time as "\n\n" in the text (no run of them: the
+    census), the other marks found and looked at: the groups of the line-by-line rule."""
+    with shared(text) as doc:
+        assert tree._ls_counted_in(doc, room) == tree._ls_counted(doc.lines, None, room)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_texts, st.booleans())
+def test_newlines_counted_from_the_lines_are_the_text_s(text: str, split: bool) -> None:
+    doc = Doc(text)
+    if split:
+        doc.lines  # as `reduce` leaves it
+    assert newlines_and_one(doc) == text.count("\n") + 1
 
 
 @pytest.mark.skipif(_accel.fastscan is None, reason="the C scanner is not built")

@@ -185,6 +185,13 @@ def by_priority(streams: Iterable[Stream]) -> Iterator[Run]:
         yield from its[0] if len(its) == 1 else heapq.merge(*its)
 
 
+def newlines_and_one(doc: Doc) -> int:
+    """`doc.text.count("\n") + 1`, from the lines when `reduce` has split them (their count
+    is known: no pass over the text), else counted."""
+    text = doc.text
+    return doc.line_count(split=False) + (not text or text.endswith("\n"))
+
+
 def rx(pattern: str) -> re.Pattern[str]:
     """A line pattern; `Doc.igrep` matches it at each line's start."""
     return re.compile(pattern, re.MULTILINE)

@@ -8,11 +8,12 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from functools import cache
+from itertools import islice
 from typing import Final
 
 from ..model import Hint, Limits
 from ..view import Doc, Run, census, finish, pick
-from ._lines import LineCut, Stream, by_priority, rx
+from ._lines import LineCut, Stream, by_priority, newlines_and_one, rx
 
 _ERROR_WORDS: Final = ("ERR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "Traceback", "Exception")
 _WARN_WORDS: Final = ("WARN",)
@@ -29,30 +30,20 @@ assert _LEVEL.pattern == r"\b(" + "|".join(_LEVELS) + r")\b"
 
 @cache
 def _level_words(words: tuple[str, ...]) -> re.Pattern[str]:
-    """_LEVEL without its leading \b, and only with `words`: led by a few letters (or one
-    literal), which the regex engine skips to, where _LEVEL, led by \b, is tried at every
-    position. A candidate it finds is then checked by _LEVEL."""
-    return re.compile(r"(" + "|".join(words) + r")\b")
+    """_LEVEL's first match among `words` in a line, and the rest of that line: led by the
+    words themselves, which the regex engine skips to, where _LEVEL, led by \b, is tried at
+    every position (the \b before a word, which starts with a letter, is a look behind it
+    for a letter before it). The next search starts on the next line."""
+    return re.compile(r"(?:" + "|".join(rf"{w}(?<!\w{w})" for w in words) + r")\b[^\n]*")
 
 
 def _level_lines(part: str, enough: int) -> int:
-    """How many lines of `part` hold a level word, counted up to `enough`: searched over the
-    whole part, and on from the next line after each hit (a line counts once). Every match
-    of _LEVEL is one of the words `part` holds, so the first candidate of those that _LEVEL
-    matches at is its first match."""
+    """How many lines of `part` hold a level word, counted up to `enough`: each match is one
+    line (it runs to the line's end), taken in C up to `enough`."""
     words = tuple(filter(Doc.of(part).has, _LEVELS))
     if not words:
         return 0
-    hits, pos, search, match, find = 0, 0, _level_words(words).search, _LEVEL.match, part.find
-    while hits < enough and (m := search(part, pos)) is not None:
-        if match(part, m.start()) is None:  # inside a word: not a level word
-            pos = m.start() + 1
-            continue
-        hits += 1
-        pos = find("\n", m.end()) + 1
-        if not pos:
-            break
-    return hits
+    return len(list(islice(_level_words(words).finditer(part), enough)))
 
 
 _GROUPED: Final = re.compile(r"\b(?:ERROR|ERR|FATAL|CRITICAL|PANIC|SEVERE)\b")
@@ -103,7 +94,7 @@ class LogCut(LineCut):
         in it at all); the count stops once it is reached."""
         if not Doc.of(text).holds(_WORDS):  # every level word holds one of these
             return False
-        need = -(-(text.count("\n") + 1) // 3)
+        need = -(-newlines_and_one(Doc.of(text)) // 3)
         return _level_lines(text, need) >= need
 
     def lead(self, doc: Doc, limits: Limits) -> list[str]:
@@ -139,6 +130,8 @@ _FRAMES_MAX: Final = 400
 def _exceptions(doc: Doc) -> Iterator[Run]:
     """The exception line that ends each Python traceback (the first unindented line after
     its frames): it says what went wrong, where "Traceback …" only says that something did."""
+    if not doc.has("Traceback"):  # the census knows: no pass for the whole phrase
+        return
     lines, n = doc.lines, len(doc)
     for i in doc.grep(_TRACEBACK, ("Traceback (most recent call last):",)):
         for j in range(i + 1, min(n, i + _FRAMES_MAX)):

@@ -10,15 +10,14 @@ counted.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from itertools import compress, count, islice, pairwise, repeat
-from operator import add, itemgetter, ne, not_, sub
+from operator import add, is_, itemgetter, ne, not_, sub
 from typing import Final
 
 from ..model import Hint, Limits
 from ..view import Doc, census, fits, line_hits
-from ._lines import rx
+from ._lines import newlines_and_one, rx
 
 _PER_DIR: Final = (8, 5, 3, 2, 1, 0)
 _MIN_ENTRIES: Final = 10
@@ -43,10 +42,10 @@ def _groups(text: str, lines: list[str], room: int | None = None) -> Groups:
     if ":\n" not in text and not text.endswith(":"):  # no line ends with ":": not ls -R
         return _find_groups(lines, room)
     doc = Doc.of(text)
-    return _ls_counted(lines, _marks_in(doc) if doc.lines is lines else None, room)
+    return _ls_counted_in(doc, room) if doc.lines is lines else _ls_counted(lines, None, room)
 
 
-def _names_wanted(directories: set[str], room: int | None) -> bool:
+def _names_wanted(directories: Collection[str], room: int | None) -> bool:
     """Whether one line per directory (at least its name and "/ (1 entry)") may fit in `room`
     chars: else no rendering that shows an entry's name is made."""
     return room is None or sum(map(len, directories)) + 12 * len(directories) <= room + 1
@@ -102,12 +101,28 @@ def _maybe(lines: list[str]) -> list[int]:
 
 
 _MAYBE_ENDS: Final = (":", " .", " ..")
-_TOTAL = rx(r"^total ")
+#: behind a newline: the next line is blank, or starts with "total " (where it starts in the text)
+_BLANK_NEXT, _TOTAL_NEXT = re.compile(r"\n(?=\n)"), re.compile(r"\ntotal ")
+#: a line's end: ":", " ." or " .." before its newline (each hit inside the line it ends)
+_COLON_END, _DOTS_END = re.compile(r":\n"), re.compile(r" \.\.?\n")
 
 
 def _maybe_in(doc: Doc) -> list[int]:
-    """`_maybe(doc.lines)` from searches of the whole text (C), no method call a line."""
-    return sorted({*doc.blank(), *doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
+    """`_maybe(doc.lines)` from three searches of the whole text (C), every hit's line
+    counted in one pass: no method call a line."""
+    text, lines = doc.text, doc.lines
+    if not text:
+        return [0]  # the one line, blank
+    totals = doc.has(_TOTAL_LINE)
+    offsets = [*map(re.Match.start, _BLANK_NEXT.finditer(doc.nl_text)),  # a line's start in `text`
+               *(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if totals else ()),
+               *map(re.Match.start, _COLON_END.finditer(text)), *map(re.Match.start, _DOTS_END.finditer(text))]
+    found = doc.line_index(sorted(offsets))
+    if totals:  # a "total N" line may also end with ":" (no other two hits share a line)
+        found = list(dict.fromkeys(found))
+    if not text.endswith("\n") and lines[-1].endswith(_MAYBE_ENDS) and (not found or found[-1] != len(lines) - 1):
+        found.append(len(lines) - 1)  # no newline ends the last line
+    return found
 
 
 #: (the block headers, the lines that list nothing): what `ls -R` lines are not entries
@@ -130,9 +145,24 @@ def _marks(lines: list[str], maybe: Iterable[int], blank: list[int] | None = Non
 
 def _marks_in(doc: Doc) -> Marks:
     """`_marks(doc.lines, _maybe(doc.lines))`, the lines found by searches of the whole text
-    (C) and the blank ones not looked at one by one (a blank line is never a header)."""
-    others = sorted({*doc.grep(_TOTAL), *doc.ending_with(_MAYBE_ENDS)})
-    return _marks(doc.lines, others, doc.blank())
+    (C), each distinct line looked at once: `ls -R` repeats its blank lines, `ls -laR` its
+    `total N`, `.` and `..` ones."""
+    lines, maybe = doc.lines, _maybe_in(doc)
+    found = list(map(lines.__getitem__, maybe))
+    kind = {line: _kind(line) for line in set(found)}
+    kinds = list(map(kind.__getitem__, found))
+    return (list(compress(maybe, map(is_, kinds, repeat(_HEADER)))),
+            list(compress(maybe, map(is_, kinds, repeat(_NOTHING)))))
+
+
+_HEADER, _NOTHING, _ENTRY = "header", "nothing", "entry"
+
+
+def _kind(line: str) -> str:
+    """What `_marks` makes of a line: a block header, a line that lists nothing, an entry."""
+    if _is_header(line):
+        return _HEADER
+    return _NOTHING if _entry(line) is None else _ENTRY
 
 
 def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None = None) -> Groups:
@@ -141,8 +171,39 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
 
     Only the lines that may not be entries are looked at one by one (`marks`: what `_marks`
     makes of those of `_maybe`), and only the names shown are cut out: a block's count is
-    its lines less those that list nothing, bisected in C for every block at once."""
+    its lines less those that list nothing, counted in C for every block at once."""
     headers, nothing = _marks(lines, _maybe(lines)) if marks is None else marks
+    return _tally(lines, headers, _between(headers, nothing), room)
+
+
+def _ls_counted_in(doc: Doc, room: int | None = None) -> Groups:
+    """`_ls_counted(doc.lines, _marks_in(doc), room)`, the blank lines not found one by one:
+    with no run of them (no "\n\n\n"), the blank lines in a block are the "\n\n" in its span
+    of the text, counted in C a block at a time; only the other lines that may list nothing
+    are found and looked at (each distinct one once)."""
+    text, lines = doc.text, doc.lines
+    if not text.endswith("\n") or doc.has(_BLANK_RUN):
+        return _ls_counted(lines, _marks_in(doc), room)
+    totals = doc.has(_TOTAL_LINE)
+    offsets = sorted([*(map(re.Match.start, _TOTAL_NEXT.finditer(doc.nl_text)) if totals else ()),
+                      *map(re.Match.start, _COLON_END.finditer(text)), *map(re.Match.start, _DOTS_END.finditer(text))])
+    found = doc.line_index(offsets)
+    if totals:  # a "total N" line may also end with ":": one offset a line
+        at = dict(zip(found, offsets))
+        found, offsets = list(at), list(at.values())
+    seen = list(map(lines.__getitem__, found))
+    kind = {line: _kind(line) for line in set(seen)}
+    kinds = list(map(kind.__getitem__, seen))
+    is_header = list(map(is_, kinds, repeat(_HEADER)))
+    headers, header_at = list(compress(found, is_header)), list(compress(offsets, is_header))
+    nothing_at = list(compress(offsets, map(is_, kinds, repeat(_NOTHING))))
+    blank = map(text.count, repeat("\n\n"), header_at, [*header_at[1:], len(text)])  # one "\n\n" a blank line
+    return _tally(lines, headers, map(add, blank, _between(header_at, nothing_at)), room)
+
+
+def _tally(lines: list[str], headers: list[int], hidden: Iterable[int], room: int | None) -> Groups:
+    """The groups of `ls -R` lines given its block headers and how many lines of each block,
+    after its header, list nothing: the paths before any header counted one by one."""
     groups: Groups = {}
     for line in lines[:headers[0] if headers else len(lines)]:  # before any header: paths
         name = _entry(line)
@@ -151,30 +212,54 @@ def _ls_counted(lines: list[str], marks: Marks | None = None, room: int | None =
             _add(groups.setdefault(parent or ".", [0, []]), 1, [leaf or name])
     firsts = list(map(add, headers, repeat(1)))  # each block's first line after its header
     ends = [*headers[1:], len(lines)]
-    hidden = map(sub, map(bisect_left, repeat(nothing), ends), map(bisect_left, repeat(nothing), firsts))
     entries = map(sub, map(sub, ends, firsts), hidden)
     directories = list(map(itemgetter(slice(None, -1)), map(lines.__getitem__, headers)))  # "a/b:" -> "a/b"
-    most, get = _PER_DIR[0] if _names_wanted(set(directories), room) else 0, groups.get
-    for directory, k, start, end in zip(directories, entries, firsts, ends):
-        group = get(directory)
-        if group is None:
-            group = groups[directory] = [0, []]
-        group[0] += k
-        if len(group[1]) < most:  # a directory listed again: its first names are known
-            group[1] += _names(lines, start, end, most - len(group[1]))
+    counts = dict.fromkeys(directories, 0)  # in the order the listing first shows them
+    for directory, k in zip(directories, entries):
+        counts[directory] += k
+    for directory, k in counts.items():
+        groups.setdefault(directory, [0, []])[0] += k
+    if _names_wanted(counts.keys(), room):
+        _first_names(groups, lines, directories, firsts, ends)
     return groups
 
 
-def _names(lines: list[str], start: int, end: int, most: int) -> list[str]:
-    """The first `most` entry names in lines [start, end) (no header among them)."""
+def _between(headers: list[int], nothing: list[int]) -> Iterator[int]:
+    """How many of `nothing` (lines, or offsets in the text) lie after each header, before the
+    next one (or the end): each header's place among both, sorted (they never share one), told
+    apart in C, less the place of the header before it."""
+    marks = sorted([*headers, *nothing])  # two sorted runs: merged, not sorted
+    places = list(compress(count(), map(set(headers).__contains__, marks)))
+    return map(sub, map(sub, [*places[1:], len(marks)], places), repeat(1))
+
+
+def _first_names(groups: Groups, lines: list[str], directories: list[str], firsts: list[int],
+                 ends: list[int]) -> None:
+    """Each directory's first few names, from its blocks in order until it has them."""
+    most, seen = _PER_DIR[0], {}
+    for directory, start, end in zip(directories, firsts, ends):
+        shown = groups[directory][1]
+        if len(shown) < most:  # a directory listed again: its first names are known
+            shown += _names(lines, start, end, most - len(shown), seen)
+
+
+def _names(lines: list[str], start: int, end: int, most: int, seen: dict[str, str | None]) -> list[str]:
+    """The first `most` entry names in lines [start, end) (no header among them); `seen` holds
+    what `_entry` made of the lines read before (a directory listed again repeats its lines)."""
     names: list[str] = []
     for i in range(start, end):  # not islice: it would step over the lines before `start`
         if len(names) >= most:
             break
-        name = _entry(lines[i])
+        line = lines[i]
+        name = seen.get(line, _UNSEEN)
+        if name is _UNSEEN:
+            name = seen[line] = _entry(line)
         if name is not None:
             names.append(name)
     return names
+
+
+_UNSEEN: Final = "\n"  # no line holds a newline
 
 
 def _add(group: list, k: int, names: list[str]) -> None:  # type: ignore[type-arg]
@@ -249,7 +334,7 @@ class TreeCut:
         if not ls_like and root is None:  # neither form can claim it: nothing to count
             return False
         doc = Doc.of(text)
-        entries = text.count("\n") + 1 - _counted(doc, _BLANK_LINE)
+        entries = newlines_and_one(doc) - _counted(doc, _BLANK_LINE)
         if entries < _MIN_ENTRIES:
             return False
         if ls_like and line_hits(_LS_HEADER, text, 2):
@@ -281,6 +366,10 @@ class TreeCut:
 
 #: two-char substrings the tree detection counts: the census says first whether there are any
 _BLANK_LINE, _KEY_VALUE = census("\n\n", ": ")
+#: `ls -l`'s block opening: only `ls -laR` is searched for it
+_TOTAL_LINE, = census("\ntotal ")
+#: blank lines in a row: then they are found line by line
+_BLANK_RUN, = census("\n\n\n")
 
 
 def _counted(doc: Doc, needle: str) -> int:
