@@ -549,6 +549,21 @@ def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) 
     return [d for d in wanted if d.encode("ascii") in absent] if absent else []
 
 
+def unverified(store: Store, digests: Iterable[str]) -> set[str]:
+    """Of these originals, those that do not read back verified (gone, tampered, truncated:
+    the store's own verified read, decompressed and hashed; a span's bytes too)."""
+    bad = set()
+    for digest in digests:
+        value = store.get(digest.encode("ascii"))
+        try:
+            if value is None:
+                raise KeyError(digest)
+            open_record(digest, value, store)
+        except (KeyError, IntegrityError):
+            bad.add(digest)
+    return bad
+
+
 def resolve(store: Store, handle: str) -> str:
     """The full digest a handle (or unique prefix of at least 8 hex digits) names."""
     prefix = parse_handle(handle)

@@ -17,7 +17,9 @@ from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tr
 from caveman_batch.payload.cuts._lines import newlines_and_one
 from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
-from caveman_batch.payload.view import Doc, fits, shared
+from caveman_batch.payload.view import Doc, shared
+
+from test_payload_census import _tree_cut_plain  # the tree cut, every rendering tried
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
            "\r", "é", "😀", " ", "x:", ".:", "-rw-r--r-- 1 me me 120 Jan  1 12:00 .",
@@ -170,17 +172,6 @@ def test_grep_by_needles_is_the_lines_holding_one(text: str, needles: tuple[str,
     assert doc.grep(pattern, needles) == want
 
 
-def _tree_view_plain(text: str, limits: Limits) -> str | None:
-    """The tree cut with every directory's names read, each rendering tried in turn."""
-    groups = tree._groups(text, Doc(text).lines)
-    total = sum(n for n, _ in groups.values())
-    for per_dir in tree._PER_DIR:
-        view = tree._render(groups, per_dir, total)
-        if fits(view, limits):
-            return view
-    return tree._render_dirs(groups, total, limits)
-
-
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["./a", "./b/c", "./d" * 20, "."]),
                           st.lists(st.sampled_from(["x", "y.py", "z" * 30, "total 4", ""]), max_size=8)), max_size=40),
@@ -198,7 +189,7 @@ def test_tree_views_read_names_only_when_a_line_per_directory_may_fit(blocks: li
     least = tree._render(groups, 0, sum(n for n, _ in groups.values()))
     limits = Limits(max(40, len(least) + spare), None, None)
     with shared(text):
-        assert tree.CUT.cut(text, limits) == _tree_view_plain(text, limits)
+        assert tree.CUT.cut(text, limits) == _tree_cut_plain(text, limits)
 
 
 _CODE_LINES = ("#include <stdio.h>", "import os", "from a.b import c", "use std::io;", 'require("x")', "using X;",

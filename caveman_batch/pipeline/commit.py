@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import ccr
 from ..store import Store
-from .incremental import ReusedRun, ReusedStream, _unverified
+from .incremental import ReusedRun, ReusedStream
 from .model import Result
 
 if TYPE_CHECKING:  # imported by a run with --index only (start-up of every other command)
@@ -73,7 +73,7 @@ class _Touches:
         digests = list(self.pending)
         absent = set(ccr.touch_held(self.store, digests))
         if self.verify:
-            absent |= _unverified(self.store, [d for d in digests if d not in absent])
+            absent |= ccr.unverified(self.store, [d for d in digests if d not in absent])
         records = [ccr.prepare(self.pending[d]) for d in digests if d in absent]
         if records:
             ccr.commit(self.store, records)  # merge_record: a tampered record is healed

@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from .. import _accel, ccr, fsio
-from ..errors import IntegrityError
 from ..inputs import Document
 from ..store import Store
 from .model import _MAX_ERRORS, Config, Result, _Tally
@@ -203,7 +202,7 @@ class _Presence:
         named = [d for d, _ in self.asked]
         absent = set(ccr.touch_held(self.store, named))
         if self.verify:
-            absent |= _unverified(self.store, [d for d in named if d not in absent])
+            absent |= ccr.unverified(self.store, [d for d in named if d not in absent])
         for d, span in self.asked:
             if d in absent:
                 span.good = False
@@ -551,18 +550,4 @@ def _read_output(out: Path, where: Any, digest: Any,
         return None  # gone, or a row that does not say where (a lost shortcut)
     return (data, identity) if hashlib.sha256(data).hexdigest() == digest else None
 
-
-def _unverified(store: Store, digests: Iterable[str]) -> set[str]:
-    """Of these originals, those that do not read back verified (gone, tampered, truncated:
-    the store's own verified read, decompressed and hashed)."""
-    bad = set()
-    for digest in digests:
-        value = store.get(digest.encode("ascii"))
-        try:
-            if value is None:
-                raise KeyError(digest)
-            ccr.open_record(digest, value, store)
-        except (KeyError, IntegrityError):
-            bad.add(digest)
-    return bad
 

@@ -7,6 +7,7 @@ import functools
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__, ccr, converge
@@ -89,23 +90,17 @@ class Summary:
 
     def add_reused(self, totals: dict[str, int], errors: list[dict[str, Any]]) -> None:
         """A source reused whole: the totals of its rows (see _Tally), none read again."""
-        documents, ok, passthrough, error, bb, ba, tb, ta = _Tally.counts(totals)
-        self.documents += documents
-        self.reused += documents
-        self.ok += ok
-        self.passthrough += passthrough
-        self.error += error
-        self.bytes_before += bb
-        self.bytes_after += ba
-        self.tokens_before += tb
-        self.tokens_after += ta
-        if errors:
-            self.errors += errors[:max(0, _MAX_ERRORS - len(self.errors))]
+        self._add_counts(_Tally.counts(totals))
+        self._add_errors(errors)
 
     def add_reused_all(self, records: list[dict[str, Any]]) -> None:
         """add_reused for each of these fingerprint records, summed in one pass per count."""
-        sums = map(sum, zip(*(_Tally.counts(r["totals"]) for r in records)))
-        documents, ok, passthrough, error, bb, ba, tb, ta = sums
+        self._add_counts(map(sum, zip(*(_Tally.counts(r["totals"]) for r in records))))
+        for record in records:
+            self._add_errors(record["errors"])
+
+    def _add_counts(self, counts: Iterable[int]) -> None:
+        documents, ok, passthrough, error, bb, ba, tb, ta = counts
         self.documents += documents
         self.reused += documents
         self.ok += ok
@@ -115,9 +110,10 @@ class Summary:
         self.bytes_after += ba
         self.tokens_before += tb
         self.tokens_after += ta
-        for record in records:
-            if record["errors"] and len(self.errors) < _MAX_ERRORS:
-                self.errors += record["errors"][:_MAX_ERRORS - len(self.errors)]
+
+    def _add_errors(self, errors: list[dict[str, Any]]) -> None:
+        if errors:
+            self.errors += errors[:max(0, _MAX_ERRORS - len(self.errors))]
 
     @property
     def ratio(self) -> float:
