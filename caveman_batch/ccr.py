@@ -12,7 +12,7 @@ is refused as tampered, never returned, and the next commit of the same original
 heals it.
 
 A span record (codec 2) holds no bytes of its own: its payload names another record
-(the digest of a catalog's original, committed in the same transaction) and the offset
+(the digest of a catalog's original, committed before it or with it) and the offset
 of its original in that one's bytes; reading it reads those bytes, slices and re-hashes
 (a tool of a catalog, stored by `compress --index`: a few dozen bytes instead of a zstd
 frame each). A span only ever names a record that holds its bytes, a later commit of the

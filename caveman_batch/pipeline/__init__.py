@@ -162,11 +162,11 @@ def _run(config: Config, progress: Progress | None,
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, executor):
-                _commit(store, results, index)
+                _commit(store, results)
                 touched.add(batch, results)
                 pub.publish(batch, results, summary, previous)
                 if index is not None:
-                    _index(index, batch, results)
+                    _index(index, batch, results, store)
                 if progress is not None:
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
@@ -204,4 +204,4 @@ def _open_index(config: Config) -> IndexBuilder | None:
     from .. import indexing
     from ..embedding import choose_embedder
 
-    return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed))
+    return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed) is not None)

@@ -17,20 +17,17 @@ TOUCH_BATCH: Final = 4096
 TOUCH_BYTES: Final = 8 << 20
 
 
-def _commit(store: Store, results: list[Result | None],
-            index: indexing.IndexBuilder | None = None) -> None:
+def _commit(store: Store, results: list[Result | None]) -> None:
     """Originals first, durably, in one transaction (those of reused documents: _Touches)."""
     records = [r.record for r in results if r is not None and r.record is not None]
-    # each tool's own original (compress --index), in the same transaction
-    tools = [] if index is None else index.records(r.tools for r in results if r is not None)
-    if records or tools:
-        ccr.commit(store, records + tools)
-    if index is not None:
-        index.committed.update(t.digest for t in tools)
+    if records:
+        ccr.commit(store, records)
 
 
-def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None]) -> None:
-    """The batch's catalogs into the search index, once their originals are committed."""
+def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None],
+           store: Store) -> None:
+    """The batch's catalogs into the search index, once their originals are committed (their
+    tools' own originals are committed by the index builder, before it names them)."""
     found = []
     for item, result in zip(batch, results):
         if isinstance(item, ReusedStream):
@@ -40,7 +37,7 @@ def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result 
                 index.keep_file(record["source"])
         elif result is not None and result.tools is not None:
             found.append((item, result.row["sha256"], result.tools))
-    index.add(found)
+    index.add(found, store)
 
 
 class _Touches:

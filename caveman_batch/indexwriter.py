@@ -1,0 +1,220 @@
+"""The search index's one writer during `compress --index`, in a process of its own.
+
+The parent compresses; this process writes what the parent hands it to the index
+(`ToolIndex.apply`, `defer_merges`, `optimize`), one request at a time, in the order
+sent, each answered before the next is read. A thread of the parent did this before:
+SQLite releases the GIL, but each of its steps (a row of an `executemany`) takes it back,
+and the compressing thread held it for up to a switch interval each time, so the two
+mostly took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over
+4.4 s, and the run waited 0.6 s on it). A process shares no GIL with the parent.
+
+Catalogs travel as plain tuples, (server, tools, catalog sha256, source, path) with each
+tool (name, handle, definition, search fields): `ToolIndex.apply`'s arguments but for the
+ToolDoc objects, which the writer makes (a dataclass per tool cost the parent 2 us to
+make and more to pickle).
+
+The protocol, over the child's stdin and stdout: each message an 8-byte big-endian
+length, then a pickle (both ends are this module, started by the parent with the
+parent's interpreter; nothing else writes to those pipes). The first request opens the
+index: (path, embed). Each request is (method, args); each answer ("ok", result) or
+("error", exception). The parent closing the child's stdin ends it (a parent that dies
+does so too); a request half-sent is never applied (it does not unpickle), and each
+`apply` is one transaction: a writer killed mid-way leaves the index as its last
+commit did, as a thread killed with its process did.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from collections.abc import Iterable, Sequence
+from typing import IO, Any, Final
+
+from .errors import SearchIndexError
+from .toolsearch import ToolDoc, ToolIndex
+
+_LENGTH: Final = struct.Struct(">Q")
+# the methods of ToolIndex a parent may call here
+_METHODS: Final = frozenset({"apply", "defer_merges", "optimize"})
+
+
+# one catalog as `apply` is handed it here, and one of its tools
+Tool = tuple[str, "str | None", str, dict[str, str]]
+Catalog = tuple[str, Sequence[Tool], "str | None", "str | None", "str | None"]
+
+
+def as_docs(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolDoc], str | None, str | None,
+                                                        str | None]]:
+    """`ToolIndex.apply`'s form of catalogs handed over as tuples."""
+    return [(server, [ToolDoc(server, *tool) for tool in tools], sha256, source, path)
+            for server, tools, sha256, source, path in replace]
+
+
+class LocalWriter:
+    """The same calls as IndexWriter's, made on an index of this process (":memory:")."""
+
+    def __init__(self, index: ToolIndex) -> None:
+        self._index = index
+
+    def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
+              files: dict[str, str] | None = None) -> None:
+        self._index.apply(as_docs(replace), remove, files)
+
+    def defer_merges(self) -> None:
+        self._index.defer_merges()
+
+    def optimize(self) -> None:
+        self._index.optimize()
+
+    def close(self) -> None:
+        """Nothing: the index is its owner's to close."""
+
+
+def _send(pipe: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    pipe.write(_LENGTH.pack(len(data)))
+    pipe.write(data)
+    pipe.flush()
+
+
+def _receive(pipe: IO[bytes]) -> Any:
+    """The next message, or EOFError if the other end closed the pipe (mid-message too)."""
+    head = pipe.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        raise EOFError
+    (size,) = _LENGTH.unpack(head)
+    data = pipe.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+class IndexWriter:
+    """The parent's end: a child process writing the index at `path`. Calls are serial
+    (one thread of the parent makes them) and block until the child has answered."""
+
+    def __init__(self, path: str, embed: bool) -> None:
+        self.path = path
+        # the child imports this very package (first on its path), not one found elsewhere
+        root = str(Path(__file__).resolve().parents[1])
+        paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            close_fds=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
+        self._open = True
+        self._opened = False  # the child's answer to its open, read by the first call
+        assert self._child.stdin is not None
+        try:
+            _send(self._child.stdin, (path, embed))
+        except OSError:
+            self._open = False
+
+    def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
+              files: dict[str, str] | None = None) -> None:
+        self._call("apply", (list(replace), list(remove), files))
+
+    def defer_merges(self) -> None:
+        self._call("defer_merges", ())
+
+    def optimize(self) -> None:
+        self._call("optimize", ())
+
+    def _call(self, method: str, args: Any, kwargs: dict[str, Any] | None = None) -> Any:
+        if not self._open:
+            raise SearchIndexError(f"the writer of search index {self.path} has stopped")
+        if not self._opened:  # the open's errors (a locked file, a schema) are raised here
+            self._opened = True
+            self._answered(self._exchange(None))
+        return self._answered(self._exchange((method, args, kwargs or {})))
+
+    def _exchange(self, request: Any) -> tuple[str, Any]:
+        """Send a request (None: none, the open's answer is awaited) and read its answer."""
+        assert self._child.stdin is not None and self._child.stdout is not None
+        try:
+            if request is not None:
+                _send(self._child.stdin, request)
+            answer: tuple[str, Any] = _receive(self._child.stdout)
+            return answer
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self._open = False
+            code = self._child.wait()
+            raise SearchIndexError(f"the writer of search index {self.path} died "
+                                   f"(exit status {code})") from None
+
+    @staticmethod
+    def _answered(answer: tuple[str, Any]) -> Any:
+        kind, value = answer
+        if kind == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        """End the child (after its last answer: nothing is left in flight) and reap it."""
+        self._open = False
+        if self._child.stdin is not None:
+            try:
+                self._child.stdin.close()
+            except OSError:
+                pass
+        self._child.wait()
+        if self._child.stdout is not None:
+            self._child.stdout.close()
+
+
+def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child's loop: open the index, then answer requests until stdin closes."""
+    from .embedding import choose_embedder
+
+    try:
+        path, embed = _receive(requests)
+    except EOFError:
+        return
+    try:
+        index = ToolIndex.open(path, embedder=choose_embedder(True) if embed else None)
+    except Exception as exc:  # handed to the parent, which raises it
+        _answer(answers, "error", exc)
+        return
+    _answer(answers, "ok", None)
+    with index:
+        while True:
+            try:
+                method, args, kwargs = _receive(requests)
+            except EOFError:
+                return
+            if method not in _METHODS:
+                _answer(answers, "error", SearchIndexError(f"unknown index request {method!r}"))
+                continue
+            if method == "apply":
+                args = (as_docs(args[0]), *args[1:])
+            try:
+                result = getattr(index, method)(*args, **kwargs)
+            except Exception as exc:
+                _answer(answers, "error", exc)
+            else:
+                _answer(answers, "ok", result)
+
+
+def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
+    try:
+        pickle.loads(pickle.dumps(value))
+    except Exception:  # an exception that does not survive the trip: its text does
+        value = SearchIndexError(str(value))
+    _send(answers, (kind, value))
+
+
+def _main() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops, and closing our stdin
+    # ends us after the request in hand (its transaction commits or rolls back whole)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
+    _serve(sys.stdin.buffer, answers)
+
+
+if __name__ == "__main__":
+    _main()
