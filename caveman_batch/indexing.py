@@ -4,11 +4,11 @@ Workers compute, per document, what the index needs (`BatchWork`: the catalog's 
 and per tool its exact original bytes as a CCR span record, which names the catalog's
 own record and where the tool lies in it (no zstd frame per tool), its compressed
 definition and its search text: see toolspans). The parent commits the per-tool records
-after the catalogs' own, a few batches' worth in one transaction (`add`), then has the
-batches' catalogs written to the index, one transaction each, in input order, by a
-process of its own (indexwriter: the index is written while the next batches are
-compressed); at the end (`finish`) it removes the catalogs this run's inputs no longer
-hold and records which source files are wholly indexed. The index never names a tool
+after the catalogs' own, a few batches' worth in one transaction (`add`), then has those
+batches' catalogs written to the index in one transaction, in input order, by a process
+of its own (indexwriter: the index is written while the next batches are compressed);
+at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
+records which source files are wholly indexed. The index never names a tool
 whose record is not committed. A crash leaves the index as its last transaction did;
 the next run repairs it: a catalog is rewritten unless the index holds it, from the same
 source, with the same sha256.
@@ -60,6 +60,11 @@ _HANDLE: Final = ccr.HANDLE_PREFIX
 # Tools whose records are committed in one transaction of the store, and whose catalogs
 # in one of the index (see IndexBuilder.add), at least: a few batches' worth.
 _TOOLS_PER_COMMIT = 8192
+# A build that wrote more transactions than this (each leaves a segment of the full-text
+# index, unmerged: see ToolIndex.defer_merges) ends with an `optimize` (one segment);
+# fewer are searched as fast (the 50 MB bench registry's 7: p50 unchanged) and the
+# optimize would rewrite the whole index (0.13-0.2 s of its 2.5-4.5 s).
+_OPTIMIZE_AFTER = 16
 # Tool records of kept catalogs refreshed (or found absent) per store transaction: as many
 # as the pipeline's presence checks (one fsync'd transaction for a 50 MB registry's 32k).
 _TOUCH_BATCH = 32768
@@ -121,7 +126,6 @@ class IndexBuilder:
     files: dict[str, str]  # path -> sha256 of wholly indexed source files
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
-    written: bool = False  # some catalog was (re)written this run
     committed: set[str] = field(default_factory=set)  # digests of the tool records committed
     kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
     rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
@@ -136,6 +140,7 @@ class IndexBuilder:
     _spans: dict[str, ccr.Prepared] = field(default_factory=dict)
     _held: list[Any] = field(default_factory=list)
     _held_tools: int = 0
+    _writes: int = 0  # transactions of catalogs this run handed the writer
 
     @classmethod
     def open(cls, path: Path, embed: bool = False) -> IndexBuilder:
@@ -223,7 +228,6 @@ class IndexBuilder:
         if replace:
             self._held.extend(replace)
             self._held_tools += sum(len(r[1]) for r in replace)
-            self.written = True
         if self._held_tools >= _TOOLS_PER_COMMIT or len(self._spans) >= _TOOLS_PER_COMMIT:
             self._flush(store)
 
@@ -252,6 +256,7 @@ class IndexBuilder:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
             self._pending.append(self._writer.submit(self._sink.defer_merges))  # finish optimizes
         self._pending.append(self._writer.submit(self._sink.apply, replace))
+        self._writes += 1
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()
 
@@ -332,5 +337,7 @@ class IndexBuilder:
             files = {path: sha for path, sha in files.items() if path not in paths}
         gone = sorted((set(self.index.servers()) - self.seen) | lost)
         self._sink.apply([], gone, files=files)
-        if gone or self.written:
+        if self._writes > _OPTIMIZE_AFTER:
             self._sink.optimize()
+        elif self._writes or gone:  # (gone: a build killed earlier may have left them deferred)
+            self._sink.merge_as_usual()

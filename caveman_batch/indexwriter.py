@@ -40,7 +40,7 @@ from .toolsearch import ToolDoc, ToolIndex
 
 _LENGTH: Final = struct.Struct(">Q")
 # the methods of ToolIndex a parent may call here
-_METHODS: Final = frozenset({"apply", "defer_merges", "optimize"})
+_METHODS: Final = frozenset({"apply", "defer_merges", "merge_as_usual", "optimize"})
 
 
 # one catalog as `apply` is handed it here, and one of its tools
@@ -67,6 +67,9 @@ class LocalWriter:
 
     def defer_merges(self) -> None:
         self._index.defer_merges()
+
+    def merge_as_usual(self) -> None:
+        self._index.merge_as_usual()
 
     def optimize(self) -> None:
         self._index.optimize()
@@ -120,6 +123,9 @@ class IndexWriter:
 
     def defer_merges(self) -> None:
         self._call("defer_merges", ())
+
+    def merge_as_usual(self) -> None:
+        self._call("merge_as_usual", ())
 
     def optimize(self) -> None:
         self._call("optimize", ())
@@ -189,9 +195,9 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
             if method not in _METHODS:
                 _answer(answers, "error", SearchIndexError(f"unknown index request {method!r}"))
                 continue
-            if method == "apply":
-                args = (as_docs(args[0]), *args[1:])
             try:
+                if method == "apply":
+                    args = (as_docs(args[0]), *args[1:])
                 result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
                 _answer(answers, "error", exc)

@@ -312,6 +312,15 @@ class ToolIndex:
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
 
+    def merge_as_usual(self) -> None:
+        """FTS5's own merge settings again, after a build that left few segments (they are
+        searched as fast as one: an `optimize` would rewrite the whole index for nothing)."""
+        try:
+            with self._transaction() as db:
+                self._merge_settings(db, _MERGE_DEFAULTS)
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+
     def defer_merges(self) -> None:
         """For a build of many transactions, ended by `optimize`: segments are merged
         only when a level holds many (a build killed before its optimize leaves them so,

@@ -1,0 +1,169 @@
+"""The index's writer process (indexwriter): requests answered in order, errors raised in
+the parent, a writer that dies is an error, a parent that dies ends its writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from caveman_batch import indexing
+from caveman_batch.errors import SearchIndexError
+from caveman_batch.indexwriter import IndexWriter, LocalWriter
+from caveman_batch.pipeline import Config, run
+from caveman_batch.toolsearch import ToolIndex
+
+FIELDS = {"name": "list issues", "description": "Lists the issues of a repository.",
+          "params": "repo"}
+
+
+def _catalog(server: str, *names: str) -> tuple[str, list[tuple[str, str, str, dict[str, str]]],
+                                                 str, None, None]:
+    tools = [(name, "ccr_" + f"{i:064x}", f'{{"name":"{name}"}}', {**FIELDS, "name": name})
+             for i, name in enumerate(names)]
+    return (server, tools, "0" * 64, None, None)
+
+
+def test_the_writer_process_writes_what_the_parent_reads(tmp_path: Path) -> None:
+    path = tmp_path / "idx.db"
+    ToolIndex.open(path).close()
+    writer = IndexWriter(str(path), embed=False)
+    try:
+        writer.defer_merges()
+        writer.apply([_catalog("github", "list_issues", "create_issue")])
+        writer.apply([_catalog("jira", "list_issues")], ["github"])
+        writer.optimize()
+    finally:
+        writer.close()
+    with ToolIndex.open(path, create=False) as index:
+        assert [(d.server, d.name) for d in index.docs()] == [("jira", "list_issues")]
+        assert [h.server for h in index.search("issues")] == ["jira"]
+
+
+def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
+    there, here = tmp_path / "there.db", ToolIndex.open(":memory:")
+    ToolIndex.open(there).close()
+    writer = IndexWriter(str(there), embed=False)
+    catalogs = [_catalog("a", "list_issues", "close_issue"), _catalog("b", "list_pulls")]
+    try:
+        writer.apply(catalogs)
+    finally:
+        writer.close()
+    LocalWriter(here).apply(catalogs)
+    with ToolIndex.open(there, create=False) as index:
+        assert list(index.docs()) == list(here.docs())
+        assert index.search("list issues", 5) == here.search("list issues", 5)
+
+
+def test_an_error_in_the_writer_is_raised_in_the_parent_and_it_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "idx.db"
+    ToolIndex.open(path).close()
+    writer = IndexWriter(str(path), embed=False)
+    try:
+        bad = ("a", [("x", None, "{}", FIELDS)], None, None, None)
+        with pytest.raises(TypeError):  # tools given as something else than a list
+            writer.apply([("a", 5, None, None, None)])  # type: ignore[list-item]
+        writer.apply([bad])
+    finally:
+        writer.close()
+    with ToolIndex.open(path, create=False) as index:
+        assert [d.name for d in index.docs()] == ["x"]
+
+
+def test_an_index_it_cannot_open_is_an_error_of_its_first_call(tmp_path: Path) -> None:
+    path = tmp_path / "not-an-index.db"
+    path.write_bytes(b"this is not a database file, not at all" * 100)
+    writer = IndexWriter(str(path), embed=False)
+    try:
+        with pytest.raises(SearchIndexError, match="cannot open search index"):
+            writer.defer_merges()
+    finally:
+        writer.close()
+
+
+def test_a_writer_that_dies_is_an_error_naming_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "idx.db"
+    ToolIndex.open(path).close()
+    writer = IndexWriter(str(path), embed=False)
+    try:
+        writer.defer_merges()
+        os.kill(writer._child.pid, signal.SIGKILL)
+        writer._child.wait()
+        with pytest.raises(SearchIndexError, match=r"writer of search index .*idx\.db died"):
+            writer.apply([_catalog("a", "list_issues")])
+        with pytest.raises(SearchIndexError, match="has stopped"):
+            writer.optimize()
+    finally:
+        writer.close()
+
+
+PARENT = """
+import sys
+from caveman_batch.indexwriter import IndexWriter
+writer = IndexWriter(sys.argv[1], embed=False)
+writer.defer_merges()
+print(writer._child.pid, flush=True)
+import os
+os._exit(0)  # dies without closing anything
+"""
+
+
+def test_a_parent_that_dies_ends_its_writer(tmp_path: Path) -> None:
+    path = tmp_path / "idx.db"
+    ToolIndex.open(path).close()
+    done = subprocess.run([sys.executable, "-c", PARENT, str(path)], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout.strip())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def test_a_build_of_many_transactions_is_optimized_and_searches_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a build ends with an optimize or not, searches give the same hits."""
+    src = tmp_path / "reg.jsonl"  # 5 batches of 64 catalogs at most: a transaction each
+    src.write_text("".join(json.dumps({"server": f"s{i:03}", "tools": [
+        {"name": f"{verb}_{noun}", "description": f"{verb.title()}s {noun}s of server {i}."}
+        for verb in ("list", "create", "delete") for noun in ("issue", "invoice")]}) + "\n"
+        for i in range(300)))
+    indexes = []
+    for name, optimize_after in (("few", 10_000), ("many", 0)):
+        monkeypatch.setattr(indexing, "_TOOLS_PER_COMMIT", 8)
+        monkeypatch.setattr(indexing, "_OPTIMIZE_AFTER", optimize_after)
+        run(Config([str(src)], tmp_path / name / "out", f"lmdb://{tmp_path / name / 'ccr'}",
+                   workers=1, index=tmp_path / name / "idx.db", embed=False))
+        indexes.append(tmp_path / name / "idx.db")
+    with ToolIndex.open(indexes[0], create=False) as few, \
+            ToolIndex.open(indexes[1], create=False) as many:
+        assert len(few) > 16
+        assert _segments(indexes[0]) > 1 and _segments(indexes[1]) == 1
+        for query in ("list issues", "create a refund for an invoice", "delete", "zzz"):
+            assert few.search(query, k=10) == many.search(query, k=10)
+
+
+def _segments(path: Path) -> int:
+    """The full-text index's segments: the second varint of FTS5's structure record (row
+    10 of %_data: a 4-byte cookie, then the levels, the segments, ...), one byte here."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        block = db.execute("SELECT block FROM tools_fts_data WHERE id = 10").fetchone()[0]
+    assert block[4] < 128 and block[5] < 128  # one-byte varints
+    return int(block[5])
