@@ -26,7 +26,9 @@ import orjson
 
 from . import _accel
 from .catalog import TOOLS_PATH, Located, Passthrough, _plan, locate_tools, parse, serialize
-from .toolsearch import search_fields
+# the key sets toolsearch's C path is handed: the C walker reads the very sets the
+# search text's definition (toolsearch._search_fields) does
+from .toolsearch import _FAST_KEYS, search_fields
 
 _WS: Final = re.compile(rb"[ \t\r\n]*+")
 _STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
@@ -278,8 +280,28 @@ def index_tools(raw: bytes, out: bytes, located: Located | None = None
 
 def _located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
                    ) -> list[IndexedTool]:
-    """The tools at `spans` (start, end in raw, then in out), each parsed from its own
-    bytes only when its search text is not known yet."""
+    """The tools at `spans` (start, end in raw, then in out): by the C walker, one call a
+    document, when it can (the text it leaves to Python built here), else
+    _python_located_tools, which defines them."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is None or type(raw) is not bytes or type(out) is not bytes:
+        return _python_located_tools(raw, out, spans)
+    tools = fastwalk.index_tools(raw, out, spans, _FIELDS, _FIELDS_MAX, hashlib.sha256,
+                                 *_FAST_KEYS)
+    if tools is None:
+        return _python_located_tools(raw, out, spans)
+    for at, tool in enumerate(tools):
+        if tool[5] is None:  # a text the C walker does not build exactly
+            _, digest, start, length, definition, _ = tool
+            name, fields = _described(raw[start:start + length], digest, None)
+            tools[at] = (name, digest, start, length, definition, fields)
+    return tools
+
+
+def _python_located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
+                          ) -> list[IndexedTool]:
+    """The tools at `spans`, each parsed from its own bytes only when its search text is
+    not known yet: the definition of _located_tools."""
     tools = []
     sha256 = hashlib.sha256
     for a, b, c, d in spans:
