@@ -18,7 +18,9 @@
  * numbers, literals); the generic object and array readers, which call one
  * function per member or element; the roles a value can have (copied, a tool,
  * a schema, a name map, the path to the tools); skim() (the top levels of a
- * document as Python objects, for the plan); the module.
+ * document as Python objects, for the plan); spans(); search_fields() (a parsed
+ * tool's search text); index_tools() (what `compress --index` needs of each tool
+ * compress located, its search text read from its bytes); the module.
  *
  * Every reader returns FW_OK, FW_DECLINE (give the input back: return None) or
  * FW_ERROR (a Python exception is set and propagates: MemoryError, or a
@@ -1561,30 +1563,22 @@ tx_separator(unsigned char c)
     return c == ' ' || c == '_' || c == '-' || c == '.' || c == ':' || c == '/';
 }
 
-/* split_name(name) as a new str, or NULL with FW_DECLINE in *rc (not printable
-   ASCII) or FW_ERROR. Words end at a run of separators and inside a run of
-   letters at a camel-case step: lower or digit then upper, or upper then an
+/* split_name of the ASCII text s[:n], appended to dst: FW_OK, FW_DECLINE (not
+   printable ASCII) or FW_ERROR. Words end at a run of separators and inside a run
+   of letters at a camel-case step: lower or digit then upper, or upper then an
    upper that starts a capitalized word ("ABCDef" -> "ABC Def"). */
-static PyObject *
-tx_split_name(TextCtx *cx, PyObject *name, int *rc)
+static int
+split_words(Buf *dst, const unsigned char *s, Py_ssize_t n)
 {
-    if (!PyUnicode_IS_ASCII(name)) {
-        *rc = FW_DECLINE;
-        return NULL;
+    if (buf_reserve(dst, n * 2 + 1) < 0) {
+        return FW_ERROR;
     }
-    const unsigned char *s = PyUnicode_1BYTE_DATA(name);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(name);
-    cx->word.len = 0;
-    if (buf_reserve(&cx->word, n * 2 + 1) < 0) {
-        *rc = FW_ERROR;
-        return NULL;
-    }
+    Py_ssize_t first = dst->len;
     int in_word = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char c = s[i];
         if (c < 0x20 || c > 0x7E) {
-            *rc = FW_DECLINE;  /* control characters: some are \s to Python */
-            return NULL;
+            return FW_DECLINE;  /* control characters: some are \s to Python */
         }
         if (tx_separator(c)) {
             in_word = 0;
@@ -1598,11 +1592,28 @@ tx_split_name(TextCtx *cx, PyObject *name, int *rc)
                 in_word = 0;
             }
         }
-        if (!in_word && cx->word.len > 0) {
-            cx->word.data[cx->word.len++] = ' ';
+        if (!in_word && dst->len > first) {
+            dst->data[dst->len++] = ' ';
         }
-        cx->word.data[cx->word.len++] = (char)c;
+        dst->data[dst->len++] = (char)c;
         in_word = 1;
+    }
+    return FW_OK;
+}
+
+/* split_name(name) as a new str, or NULL with FW_DECLINE in *rc (not printable
+   ASCII) or FW_ERROR. */
+static PyObject *
+tx_split_name(TextCtx *cx, PyObject *name, int *rc)
+{
+    if (!PyUnicode_IS_ASCII(name)) {
+        *rc = FW_DECLINE;
+        return NULL;
+    }
+    cx->word.len = 0;
+    *rc = split_words(&cx->word, PyUnicode_1BYTE_DATA(name), PyUnicode_GET_LENGTH(name));
+    if (*rc != FW_OK) {
+        return NULL;
     }
     PyObject *words = PyUnicode_FromStringAndSize(cx->word.data, cx->word.len);
     if (words == NULL) {
@@ -2069,6 +2080,486 @@ fastwalk_spans(PyObject *module, PyObject *args)
     return rc == FW_DECLINE ? Py_NewRef(Py_None) : NULL;
 }
 
+/* -- the index's tools: toolspans._located_tools in one call a document ------- */
+
+/* A `compress --index` worker needs, per tool compress's C path located (its span
+   in the original and in the output), the sha256 of its bytes, its compressed
+   definition and, for a tool not seen yet, its name and search text
+   (toolsearch.search_fields of the parsed tool). index_tools() gives all of it in
+   one call a document: the search text is read from the tool's own bytes (a quiet
+   walk as strict as rewrite()'s, nothing built but the text), mirroring
+   toolsearch._search_fields for what it handles exactly; a tool it does not (a name
+   not printable ASCII or not a str, an enum number that is not an integer of up to
+   18 digits, ...) comes back with None for its name and text, for Python to fill.
+   Known texts are read from, and new ones added to, the caller's cache (keyed by
+   the sha256), emptied when full as toolspans._described empties it. */
+
+typedef struct {
+    const char **names;
+    Py_ssize_t *lens;
+    Py_ssize_t n;
+} KeySet;
+
+#define MAX_SCHEMA_KEYS 8
+
+typedef struct {
+    KeySet name_maps, schema_list, one_schema, schema_keys;
+    Buf params[MAX_SCHEMA_KEYS];    /* the text of each schema key's schema */
+    Py_ssize_t pieces[MAX_SCHEMA_KEYS];
+    Buf name, description, words;
+    int has_name, has_description;
+} ToolText;
+
+typedef struct {
+    ToolText *tt;
+    Py_ssize_t key;                 /* the schema key whose text is being read */
+    int depth;
+} TextLevel;
+
+static int
+keyset_fill(KeySet *set, PyObject *items)
+{
+    PyObject *seq = PySequence_Fast(items, "a key set");
+    if (seq == NULL) {
+        return FW_ERROR;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    set->names = PyMem_Malloc((size_t)(n + 1) * sizeof(char *));
+    set->lens = PyMem_Malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    int rc = set->names == NULL || set->lens == NULL ? FW_ERROR : FW_OK;
+    if (rc == FW_ERROR) {
+        PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; rc == FW_OK && i < n; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_CheckExact(key)) {
+            rc = FW_DECLINE;
+            break;
+        }
+        /* the bytes belong to the str, which the caller's set keeps alive */
+        set->names[i] = PyUnicode_AsUTF8AndSize(key, &set->lens[i]);
+        rc = set->names[i] == NULL ? FW_ERROR : FW_OK;
+        set->n = i + 1;
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+static void
+keyset_free(KeySet *set)
+{
+    PyMem_Free(set->names);
+    PyMem_Free(set->lens);
+}
+
+/* The index of key in the set, or -1. */
+static Py_ssize_t
+keyset_find(const KeySet *set, const char *key, Py_ssize_t len)
+{
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        if (set->lens[i] == len && memcmp(set->names[i], key, (size_t)len) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+#define IS_KEY(key, len, word) ((len) == sizeof(word) - 1 && memcmp((key), (word), sizeof(word) - 1) == 0)
+
+/* Start one more piece of the params text (" ".join: a space before all but the first). */
+static int
+text_piece(TextLevel *level)
+{
+    Py_ssize_t k = level->key;
+    if (level->tt->pieces[k]++ > 0) {
+        return buf_byte(&level->tt->params[k], ' ') < 0 ? FW_ERROR : FW_OK;
+    }
+    return FW_OK;
+}
+
+static int
+text_put(TextLevel *level, const char *p, Py_ssize_t n)
+{
+    int rc = text_piece(level);
+    if (rc == FW_OK && buf_put(&level->tt->params[level->key], p, n) < 0) {
+        rc = FW_ERROR;
+    }
+    return rc;
+}
+
+static int text_schema(Walker *w, TextLevel *level, int depth);
+
+/* An enum value: str(v) of a str, an int or a bool (True), nothing of the rest. */
+static int
+text_enum_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    TextLevel *level = ctx;
+    unsigned char c = peek(w);
+    int rc;
+    if (c == '"') {
+        Str str;
+        return (rc = read_string(w, &str)) != FW_OK ? rc : text_put(level, str.ptr, str.len);
+    }
+    if (c == 't' || c == 'f') {
+        if ((rc = copy_literal(w, c == 't' ? "true" : "false", c == 't' ? 4 : 5)) != FW_OK) {
+            return rc;
+        }
+        return c == 't' ? text_put(level, "True", 4) : text_put(level, "False", 5);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        Py_ssize_t start = w->pos;
+        int is_float;
+        if ((rc = scan_number(w, &is_float)) != FW_OK) {
+            return rc;
+        }
+        const char *s = (const char *)w->src + start;
+        Py_ssize_t n = w->pos - start;
+        if (is_float || n > 18) {
+            return FW_DECLINE;  /* str(float) or a big int: Python's */
+        }
+        if (n == 2 && s[0] == '-' && s[1] == '0') {
+            return text_put(level, "0", 1);  /* str(int("-0")) */
+        }
+        return text_put(level, s, n);  /* JSON has no leading zeros: the literal is str() */
+    }
+    return copy_value(w);  /* null, a list, an object: read, not text */
+}
+
+static int
+text_name_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    TextLevel *level = ctx;
+    int rc = text_piece(level);
+    if (rc == FW_OK) {
+        rc = split_words(&level->tt->params[level->key], (const unsigned char *)key, key_len);
+    }
+    return rc != FW_OK ? rc : text_schema(w, level, level->depth + 1);
+}
+
+static int
+text_schema_element(Walker *w, Py_ssize_t index, void *ctx)
+{
+    TextLevel *level = ctx;
+    return text_schema(w, level, level->depth + 1);
+}
+
+/* _schema_text's branches, in its order. */
+static int
+text_schema_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    TextLevel *level = ctx;
+    const ToolText *tt = level->tt;
+    unsigned char c = peek(w);
+    if (c == '"' && IS_KEY(key, key_len, "description")) {
+        Str str;
+        int rc = read_string(w, &str);
+        return rc != FW_OK ? rc : text_put(level, str.ptr, str.len);
+    }
+    if (c == '[' && IS_KEY(key, key_len, "enum")) {
+        return walk_array(w, text_enum_element, level, NULL);
+    }
+    if (c == '{' && keyset_find(&tt->name_maps, key, key_len) >= 0) {
+        return walk_object(w, text_name_member, level);
+    }
+    if (c == '[' && keyset_find(&tt->schema_list, key, key_len) >= 0) {
+        return walk_array(w, text_schema_element, level, NULL);
+    }
+    if (keyset_find(&tt->one_schema, key, key_len) >= 0) {
+        return text_schema(w, level, level->depth + 1);
+    }
+    return copy_value(w);
+}
+
+/* _schema_text(node, depth): an object's text; anything else is read, not text. */
+static int
+text_schema(Walker *w, TextLevel *level, int depth)
+{
+    if (peek(w) != '{' || depth > 64) {
+        return copy_value(w);
+    }
+    TextLevel inner = {level->tt, level->key, depth};
+    return walk_object(w, text_schema_member, &inner);
+}
+
+static int
+text_keep(Buf *dst, int *has, Walker *w)
+{
+    Str str;
+    int rc = read_string(w, &str);
+    if (rc != FW_OK) {
+        return rc;
+    }
+    dst->len = 0;
+    *has = 1;
+    return buf_put(dst, str.ptr, str.len) < 0 ? FW_ERROR : FW_OK;
+}
+
+/* A member of the tool object itself. */
+static int
+text_tool_member(Walker *w, const char *key, Py_ssize_t key_len, void *ctx)
+{
+    ToolText *tt = ctx;
+    if (IS_KEY(key, key_len, "name")) {
+        /* str(name) of anything but a str: Python's */
+        return peek(w) == '"' ? text_keep(&tt->name, &tt->has_name, w) : FW_DECLINE;
+    }
+    if (IS_KEY(key, key_len, "description") && peek(w) == '"') {
+        return text_keep(&tt->description, &tt->has_description, w);
+    }
+    Py_ssize_t k = keyset_find(&tt->schema_keys, key, key_len);
+    if (k >= 0) {
+        TextLevel level = {tt, k, 0};
+        return text_schema(w, &level, 0);
+    }
+    return copy_value(w);
+}
+
+/* The params text: the schema keys' texts in schema_keys' order, one " " between. */
+static PyObject *
+text_params(ToolText *tt)
+{
+    Buf *all = &tt->words;
+    all->len = 0;
+    Py_ssize_t joined = 0;
+    for (Py_ssize_t k = 0; k < tt->schema_keys.n; k++) {
+        if (tt->pieces[k] == 0) {
+            continue;
+        }
+        if ((joined++ && buf_byte(all, ' ') < 0)
+            || buf_put(all, tt->params[k].data, tt->params[k].len) < 0) {
+            return NULL;
+        }
+    }
+    return PyUnicode_DecodeUTF8(all->data, all->len, NULL);
+}
+
+/* (name, {"name", "description", "params"}) of the tool in w's bytes, after a walk. */
+static PyObject *
+text_described(ToolText *tt, int *rc)
+{
+    PyObject *name = NULL, *split = NULL, *description = NULL, *params = NULL;
+    PyObject *fields = NULL, *result = NULL;
+    tt->words.len = 0;
+    *rc = tt->has_name ? split_words(&tt->words, (const unsigned char *)tt->name.data,
+                                     tt->name.len) : FW_OK;
+    if (*rc != FW_OK) {
+        return NULL;
+    }
+    split = PyUnicode_DecodeUTF8(tt->words.data, tt->words.len, NULL);
+    name = PyUnicode_DecodeUTF8(tt->has_name ? tt->name.data : "", tt->has_name ? tt->name.len : 0,
+                                NULL);
+    description = PyUnicode_DecodeUTF8(tt->has_description ? tt->description.data : "",
+                                       tt->has_description ? tt->description.len : 0, NULL);
+    params = split && name && description ? text_params(tt) : NULL;
+    fields = params ? PyDict_New() : NULL;
+    if (fields != NULL && PyDict_SetItemString(fields, "name", split) == 0
+        && PyDict_SetItemString(fields, "description", description) == 0
+        && PyDict_SetItemString(fields, "params", params) == 0) {
+        result = PyTuple_Pack(2, name, fields);
+    }
+    *rc = result == NULL ? FW_ERROR : FW_OK;
+    Py_XDECREF(name);
+    Py_XDECREF(split);
+    Py_XDECREF(description);
+    Py_XDECREF(params);
+    Py_XDECREF(fields);
+    return result;
+}
+
+/* The (name, fields) of the tool object piece[:n], or NULL with FW_DECLINE or
+   FW_ERROR in *rc. */
+static PyObject *
+text_of_tool(Walker *w, ToolText *tt, const char *piece, Py_ssize_t n, int *rc)
+{
+    w->src = (const unsigned char *)piece;
+    w->end = n;
+    w->pos = 0;
+    w->nesting = 0;
+    w->nkeys = 0;
+    w->keybytes.len = 0;
+    tt->has_name = tt->has_description = 0;
+    for (Py_ssize_t k = 0; k < tt->schema_keys.n; k++) {
+        tt->params[k].len = 0;
+        tt->pieces[k] = 0;
+    }
+    skip_ws(w);
+    *rc = peek(w) == '{' ? walk_object(w, text_tool_member, tt) : FW_DECLINE;
+    if (*rc == FW_OK) {
+        skip_ws(w);
+        *rc = w->pos == w->end ? FW_OK : FW_DECLINE;  /* else the span is not one object */
+    }
+    return *rc == FW_OK ? text_described(tt, rc) : NULL;
+}
+
+static void
+tooltext_free(ToolText *tt)
+{
+    keyset_free(&tt->name_maps);
+    keyset_free(&tt->schema_list);
+    keyset_free(&tt->one_schema);
+    keyset_free(&tt->schema_keys);
+    for (Py_ssize_t k = 0; k < MAX_SCHEMA_KEYS; k++) {
+        PyMem_Free(tt->params[k].data);
+    }
+    PyMem_Free(tt->name.data);
+    PyMem_Free(tt->description.data);
+    PyMem_Free(tt->words.data);
+}
+
+/* A span (a, b, c, d) of the located list, checked against the two documents. */
+static int
+read_span(PyObject *item, Py_ssize_t raw_len, Py_ssize_t out_len, Py_ssize_t at[4])
+{
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) {
+        return FW_DECLINE;
+    }
+    for (int i = 0; i < 4; i++) {
+        PyObject *v = PyTuple_GET_ITEM(item, i);
+        if (!PyLong_CheckExact(v)) {
+            return FW_DECLINE;
+        }
+        at[i] = PyLong_AsSsize_t(v);
+        if (at[i] == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return FW_DECLINE;
+        }
+    }
+    return 0 <= at[0] && at[0] <= at[1] && at[1] <= raw_len
+           && 0 <= at[2] && at[2] <= at[3] && at[3] <= out_len ? FW_OK : FW_DECLINE;
+}
+
+/* The known (name, fields) of a digest, a new reference; or None (not known, or
+   not described here: Python's), or NULL on error. */
+static PyObject *
+tool_described(Walker *w, ToolText *tt, PyObject *known, Py_ssize_t known_max,
+               PyObject *digest, const char *piece, Py_ssize_t n)
+{
+    PyObject *found = PyDict_GetItemWithError(known, digest);  /* borrowed */
+    if (found != NULL) {
+        if (PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) == 2) {
+            return Py_NewRef(found);
+        }
+        return Py_NewRef(Py_None);
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int rc;
+    found = text_of_tool(w, tt, piece, n, &rc);
+    if (rc == FW_DECLINE) {
+        PyErr_Clear();
+        return Py_NewRef(Py_None);
+    }
+    if (found == NULL) {
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(known) >= known_max) {
+        PyDict_Clear(known);
+    }
+    if (PyDict_SetItem(known, digest, found) < 0) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    return found;
+}
+
+/* One tool's (name, digest, start, length, definition, fields). */
+static PyObject *
+index_tool(Walker *w, ToolText *tt, const char *raw, const char *out, const Py_ssize_t at[4],
+           PyObject *known, Py_ssize_t known_max, PyObject *sha256, PyObject *hexdigest)
+{
+    PyObject *piece = PyBytes_FromStringAndSize(raw + at[0], at[1] - at[0]);
+    PyObject *hash = piece == NULL ? NULL : PyObject_CallOneArg(sha256, piece);
+    PyObject *digest = hash == NULL ? NULL : PyObject_CallMethodNoArgs(hash, hexdigest);
+    PyObject *definition = digest == NULL ? NULL
+                           : PyUnicode_DecodeUTF8(out + at[2], at[3] - at[2], NULL);
+    PyObject *described = definition == NULL ? NULL
+                          : tool_described(w, tt, known, known_max, digest, raw + at[0],
+                                           at[1] - at[0]);
+    PyObject *result = NULL;
+    if (described != NULL) {
+        PyObject *name = described == Py_None ? Py_None : PyTuple_GET_ITEM(described, 0);
+        PyObject *fields = described == Py_None ? Py_None : PyTuple_GET_ITEM(described, 1);
+        result = Py_BuildValue("(OOnnOO)", name, digest, at[0], at[1] - at[0], definition,
+                               fields);
+    }
+    Py_XDECREF(piece);
+    Py_XDECREF(hash);
+    Py_XDECREF(digest);
+    Py_XDECREF(definition);
+    Py_XDECREF(described);
+    return result;
+}
+
+PyDoc_STRVAR(index_tools_doc,
+"index_tools(raw, out, spans, known, known_max, sha256, schema_keys, name_maps,\n"
+"            schema_list, one_schema, /)\n"
+"--\n"
+"\n"
+"toolspans._located_tools(raw, out, spans): per (start, end, out_start, out_end) of\n"
+"spans, (name, sha256 hex, start, length, definition, fields), with None for the\n"
+"name and fields of a tool whose text Python must build; or None to run the Python\n"
+"path (a span that is not one). known: the cache of (name, fields) by sha256 hex,\n"
+"emptied when it holds known_max; sha256: hashlib.sha256.");
+
+static PyObject *
+fastwalk_index_tools(PyObject *module, PyObject *args)
+{
+    PyObject *raw, *out, *spans, *known, *sha256, *schema_keys, *name_maps, *schema_list;
+    PyObject *one_schema;
+    Py_ssize_t known_max;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nOO!O!O!O!:index_tools", &PyBytes_Type, &raw,
+                          &PyBytes_Type, &out, &PyList_Type, &spans, &PyDict_Type, &known,
+                          &known_max, &sha256, &PyTuple_Type, &schema_keys, &PyFrozenSet_Type,
+                          &name_maps, &PyFrozenSet_Type, &schema_list, &PyFrozenSet_Type,
+                          &one_schema)) {
+        return NULL;
+    }
+    Walker w;
+    ToolText tt;
+    memset(&w, 0, sizeof(w));
+    memset(&tt, 0, sizeof(tt));
+    w.quiet = 1;
+    int rc = PyTuple_GET_SIZE(schema_keys) <= MAX_SCHEMA_KEYS ? FW_OK : FW_DECLINE;
+    if (rc == FW_OK && (rc = keyset_fill(&tt.schema_keys, schema_keys)) == FW_OK
+        && (rc = keyset_fill(&tt.name_maps, name_maps)) == FW_OK
+        && (rc = keyset_fill(&tt.schema_list, schema_list)) == FW_OK) {
+        rc = keyset_fill(&tt.one_schema, one_schema);
+    }
+    PyObject *hexdigest = rc == FW_OK ? PyUnicode_InternFromString("hexdigest") : NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans);
+    PyObject *result = hexdigest == NULL ? NULL : PyList_New(n);
+    if (rc == FW_OK && result == NULL) {
+        rc = FW_ERROR;
+    }
+    const char *raw_bytes = PyBytes_AS_STRING(raw), *out_bytes = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; rc == FW_OK && i < n; i++) {
+        Py_ssize_t at[4];
+        rc = read_span(PyList_GET_ITEM(spans, i), PyBytes_GET_SIZE(raw), PyBytes_GET_SIZE(out), at);
+        PyObject *tool = rc != FW_OK ? NULL : index_tool(&w, &tt, raw_bytes, out_bytes, at, known,
+                                                         known_max, sha256, hexdigest);
+        if (rc == FW_OK && tool == NULL) {
+            rc = FW_ERROR;
+        }
+        if (rc == FW_OK) {
+            PyList_SET_ITEM(result, i, tool);
+        }
+    }
+    Py_XDECREF(hexdigest);
+    tooltext_free(&tt);
+    w.src = NULL;
+    walker_free(&w);
+    if (rc == FW_OK) {
+        return result;
+    }
+    Py_XDECREF(result);
+    if (rc == FW_DECLINE) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return NULL;
+}
+
 /* -- file identities (the stat cache of compress --incremental) -------------------
  *
  * fsio.identities() defines the result: fsio.identity(os.stat(path)) of each path, None
@@ -2197,6 +2688,7 @@ static PyMethodDef fastwalk_methods[] = {
     {"skim", fastwalk_skim, METH_VARARGS, skim_doc},
     {"spans", fastwalk_spans, METH_VARARGS, spans_doc},
     {"search_fields", fastwalk_search_fields, METH_VARARGS, search_fields_doc},
+    {"index_tools", fastwalk_index_tools, METH_VARARGS, index_tools_doc},
     {"identities", fastwalk_identities, METH_VARARGS, identities_doc},
     {NULL, NULL, 0, NULL}
 };

@@ -28,7 +28,6 @@ one run gets "@line" (or "@item") added.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -46,7 +45,7 @@ from .indexwriter import IndexWriter, LocalWriter
 from .errors import IntegrityError, UnknownHandleError
 from .store import Store
 from .toolsearch import ToolIndex
-from .toolspans import index_entries
+from .toolspans import index_tools
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
 # (name, digest, record value, original length, definition, search fields).
@@ -88,19 +87,16 @@ class BatchWork:
         """One document (raw None: a broken one, not indexed), in batch order, with the
         digest of its own record (the one its tools' records lie in) and where compress
         found its tools (catalog.compress_located)."""
-        found = None if raw is None else index_entries(raw, out, located)
+        found = None if raw is None else index_tools(raw, out, located)
         if found is None:
             self._docs.append(None)
             return
-        label, entries = found
-        tools = []
-        for entry in entries:
-            original = entry.original
-            record = ccr.prepare_span(hashlib.sha256(original).hexdigest(), len(original),
-                                      digest, entry.start)
-            tools.append((entry.name, record.digest, record.value, record.original_length,
-                          entry.definition, entry.fields))
-        self._docs.append((label, tools))
+        label, found_tools = found
+        values = ccr.span_values(digest, [(length, start) for _, _, start, length, _, _
+                                          in found_tools])
+        self._docs.append((label, [(name, digest_, value, length, definition, fields)
+                                   for (name, digest_, _, length, definition, fields), value
+                                   in zip(found_tools, values)]))
 
     def finish(self) -> list[WorkerTools]:
         """What the index needs of each document added, in order."""

@@ -9,13 +9,15 @@ JSON scanner here, every slice of which is checked by parsing it and comparing i
 the tool parsed from the whole document: a span that does not check out is never
 returned.
 
-`index_entries(raw, out)` is what a pipeline worker computes per document for the
-index (pure: bytes in, bytes and strings out): the catalog's label, and per tool its
-name, its original bytes, its compressed definition and its search text.
+`index_tools(raw, out)` is what a pipeline worker computes per document for the index
+(pure: bytes in, bytes and strings out): the catalog's label, and per tool its name, the
+sha256 of its original bytes and where they lie, its compressed definition and its search
+text; `index_entries(raw, out)` the same with each tool's original bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,7 +26,9 @@ import orjson
 
 from . import _accel
 from .catalog import TOOLS_PATH, Located, Passthrough, _plan, locate_tools, parse, serialize
-from .toolsearch import search_fields
+# the key sets toolsearch's C path is handed: the C walker reads the very sets the
+# search text's definition (toolsearch._search_fields) does
+from .toolsearch import _FAST_KEYS, search_fields
 
 _WS: Final = re.compile(rb"[ \t\r\n]*+")
 _STRING: Final = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
@@ -200,39 +204,59 @@ def _label(doc: Any, shape: str) -> str | None:
 
 
 # A registry repeats its tools: each distinct tool object's name and search text are
-# built once per process (a dict, emptied when full).
-_FIELDS: dict[bytes, tuple[str, dict[str, str]]] = {}
+# built once per process, found by the sha256 of its bytes (which its record needs anyway:
+# a dict keyed by the bytes themselves hashed a kilobyte a tool again), emptied when full.
+_FIELDS: dict[str, tuple[str, dict[str, str]]] = {}
 _FIELDS_MAX: Final = 8192
+
+# One tool of a document for the index: its name, the sha256 (hex) of its bytes, where
+# they start in the document and their length, its compressed definition, its search text.
+IndexedTool = tuple[str, str, int, int, str, dict[str, str]]
 
 
 def clear_cache() -> None:
     _FIELDS.clear()
 
 
-def _described(piece: bytes, tool: dict[str, Any] | None) -> tuple[str, dict[str, str]]:
+def _described(piece: bytes, digest: str, tool: dict[str, Any] | None
+               ) -> tuple[str, dict[str, str]]:
     """A tool's name and search text, from its parsed object (`tool`), or parsed here
-    from its own bytes (`piece`) when not known yet."""
-    found = _FIELDS.get(piece)
+    from its own bytes (`piece`, of sha256 `digest`) when not known yet."""
+    found = _FIELDS.get(digest)
     if found is None:
         if tool is None:
             tool = load(piece)
         if len(_FIELDS) >= _FIELDS_MAX:
             _FIELDS.clear()
-        found = _FIELDS[piece] = (str(tool.get("name", "")), search_fields(tool))
+        found = _FIELDS[digest] = (str(tool.get("name", "")), search_fields(tool))
     return found
 
 
 def index_entries(raw: bytes, out: bytes, located: Located | None = None
                   ) -> tuple[str | None, list[ToolEntry]] | None:
-    """(label, entries) of one document for the index, or None if it holds no tools.
+    """(label, entries) of one document for the index, or None if it holds no tools:
+    index_tools, each tool with its original bytes."""
+    found = index_tools(raw, out, located)
+    if found is None:
+        return None
+    label, tools = found
+    return label, [ToolEntry(name, raw[start:start + length], start, definition, fields)
+                   for name, _, start, length, definition, fields in tools]
+
+
+def index_tools(raw: bytes, out: bytes, located: Located | None = None
+                ) -> tuple[str | None, list[IndexedTool]] | None:
+    """(label, tools) of one document for the index, or None if it holds no tools.
 
     Search text comes from the original tools, definitions from the output (compact:
     a passthrough's tools are re-serialized, number literals as written). `located`:
     where compress's C path found the tools (catalog.compress_located), so that neither
     document is walked or parsed whole again."""
     if located is not None and located[2] and len(located[2]) == len(located[4]):
-        return _entries(raw, out, located[0], located[1], [s[:2] for s in located[4]],
-                        [out[c:d] for _, _, c, d in located[4]], None)
+        doc, shape, spans = located[0], located[1], located[4]
+        if out is raw or out == raw:  # a passthrough: the rewrite's spans are not its
+            return _entries(raw, out, doc, shape, [s[:2] for s in spans], [], None)
+        return _label(doc, shape), _located_tools(raw, out, spans)
     try:
         doc = load(raw)
         shape, tools = locate_tools(doc)
@@ -254,20 +278,55 @@ def index_entries(raw: bytes, out: bytes, located: Located | None = None
     return _entries(raw, out, doc, shape, spans, [out[a:b] for a, b in out_spans], tools)
 
 
+def _located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
+                   ) -> list[IndexedTool]:
+    """The tools at `spans` (start, end in raw, then in out): by the C walker, one call a
+    document, when it can (the text it leaves to Python built here), else
+    _python_located_tools, which defines them."""
+    fastwalk = _accel.fastwalk
+    if fastwalk is None or type(raw) is not bytes or type(out) is not bytes:
+        return _python_located_tools(raw, out, spans)
+    tools = fastwalk.index_tools(raw, out, spans, _FIELDS, _FIELDS_MAX, hashlib.sha256,
+                                 *_FAST_KEYS)
+    if tools is None:
+        return _python_located_tools(raw, out, spans)
+    for at, tool in enumerate(tools):
+        if tool[5] is None:  # a text the C walker does not build exactly
+            _, digest, start, length, definition, _ = tool
+            name, fields = _described(raw[start:start + length], digest, None)
+            tools[at] = (name, digest, start, length, definition, fields)
+    return tools
+
+
+def _python_located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
+                          ) -> list[IndexedTool]:
+    """The tools at `spans`, each parsed from its own bytes only when its search text is
+    not known yet: the definition of _located_tools."""
+    tools = []
+    sha256 = hashlib.sha256
+    for a, b, c, d in spans:
+        piece = raw[a:b]
+        digest = sha256(piece).hexdigest()
+        name, fields = _described(piece, digest, None)
+        tools.append((name, digest, a, b - a, out[c:d].decode("utf-8"), fields))
+    return tools
+
+
 def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int, int]],
              definitions: list[bytes], tools: list[dict[str, Any]] | None
-             ) -> tuple[str | None, list[ToolEntry]] | None:
-    """The entries of tools at `spans` in raw, their definitions in the output (ignored
-    for a passthrough: re-serialized here); `tools` parsed (None: each tool is parsed
-    from its own bytes, only when its search text is not known yet)."""
+             ) -> tuple[str | None, list[IndexedTool]] | None:
+    """The tools at `spans` in raw, their definitions in the output (ignored for a
+    passthrough: re-serialized here); `tools` parsed (None: each tool is parsed from its
+    own bytes, only when its search text is not known yet)."""
     if out is raw or out == raw:
         try:
             definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
         except Passthrough:
             return None  # a lone surrogate: no UTF-8 text to index
-    entries = []
+    found = []
     for at, ((a, b), definition) in enumerate(zip(spans, definitions)):
         piece = raw[a:b]
-        name, fields = _described(piece, None if tools is None else tools[at])
-        entries.append(ToolEntry(name, piece, a, definition.decode("utf-8"), fields))
-    return _label(doc, shape), entries
+        digest = hashlib.sha256(piece).hexdigest()
+        name, fields = _described(piece, digest, None if tools is None else tools[at])
+        found.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
+    return _label(doc, shape), found
