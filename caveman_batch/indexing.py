@@ -41,8 +41,8 @@ import orjson
 from . import ccr, toolspans
 from .catalog import Located
 from .embedding import load_embedder
-from .indexwriter import IndexWriter, LocalWriter
 from .errors import IntegrityError, UnknownHandleError
+from .indexwriter import IndexWriter, LocalWriter
 from .store import Store
 from .toolsearch import ToolIndex
 from .toolspans import index_tools
@@ -77,7 +77,7 @@ def clear_cache() -> None:
 class BatchWork:
     """Pure: the index's part of one batch's work, document by document (`add`), then
     all of it (`finish`). A tool's record is a span of its catalog's (ccr.prepare_span):
-    its sha256 and where it lies, a few dozen bytes committed with the catalog's."""
+    its sha256 and where it lies, a few dozen bytes committed after the catalog's."""
 
     def __init__(self) -> None:
         self._docs: list[WorkerTools] = []
