@@ -248,13 +248,17 @@ class IndexBuilder:
 
     def _write(self, replace: list[Any]) -> None:
         """One transaction for the writer thread; raises here the error of any done."""
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
-            self._pending.append(self._writer.submit(self._sink.defer_merges))  # finish optimizes
-        self._pending.append(self._writer.submit(self._sink.apply, replace))
+        self._submit(self._sink.apply, replace)
         self._writes += 1
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()
+
+    def _submit(self, call: Any, *args: Any, **kwargs: Any) -> None:
+        """A call for the writer thread, after those submitted before it."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
+            self._pending.append(self._writer.submit(self._sink.defer_merges))  # finish optimizes
+        self._pending.append(self._writer.submit(call, *args, **kwargs))
 
     def _drain(self) -> None:
         while self._pending:
@@ -324,16 +328,20 @@ class IndexBuilder:
     def finish(self, files: dict[str, str], store: Store, verify: bool = False) -> None:
         """The run is over: the tool records of the catalogs kept are refreshed (see
         keep_records), catalogs not seen go, and `files` (path -> sha256 of the file
-        sources this run read or reused whole) are the wholly indexed ones."""
+        sources this run read or reused whole) are the wholly indexed ones.
+
+        The refresh and the reads run while the writer writes the last catalogs (they
+        concern only catalogs kept, and every catalog written is one seen); what they
+        decide is written after those, and the run waits for it all."""
         self._flush(store)
-        self._drain()
         lost = self.keep_records(store, verify)
         if lost:
             paths = {origin for server, _, origin in self.known.values() if server in lost}
             files = {path: sha for path, sha in files.items() if path not in paths}
         gone = sorted((set(self.index.servers()) - self.seen) | lost)
-        self._sink.apply([], gone, files=files)
+        self._submit(self._sink.apply, [], gone, files=files)
         if self._writes > _OPTIMIZE_AFTER:
-            self._sink.optimize()
+            self._submit(self._sink.optimize)
         elif self._writes or gone:  # (gone: a build killed earlier may have left them deferred)
-            self._sink.merge_as_usual()
+            self._submit(self._sink.merge_as_usual)
+        self._drain()
