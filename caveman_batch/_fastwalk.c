@@ -2116,6 +2116,32 @@ typedef struct {
     int depth;
 } TextLevel;
 
+/* The str objects a call uses for every tool, made once a call. */
+typedef struct {
+    PyObject *name, *description, *params;      /* the fields' keys */
+    PyObject *hexdigest;                        /* the hash's method */
+} Names;
+
+static int
+names_make(Names *names)
+{
+    names->name = PyUnicode_InternFromString("name");
+    names->description = PyUnicode_InternFromString("description");
+    names->params = PyUnicode_InternFromString("params");
+    names->hexdigest = PyUnicode_InternFromString("hexdigest");
+    return names->name && names->description && names->params && names->hexdigest
+           ? FW_OK : FW_ERROR;
+}
+
+static void
+names_free(Names *names)
+{
+    Py_XDECREF(names->name);
+    Py_XDECREF(names->description);
+    Py_XDECREF(names->params);
+    Py_XDECREF(names->hexdigest);
+}
+
 static int
 keyset_fill(KeySet *set, PyObject *items)
 {
@@ -2335,7 +2361,7 @@ text_params(ToolText *tt)
 
 /* (name, {"name", "description", "params"}) of the tool in w's bytes, after a walk. */
 static PyObject *
-text_described(ToolText *tt, int *rc)
+text_described(ToolText *tt, const Names *names, int *rc)
 {
     PyObject *name = NULL, *split = NULL, *description = NULL, *params = NULL;
     PyObject *fields = NULL, *result = NULL;
@@ -2352,9 +2378,9 @@ text_described(ToolText *tt, int *rc)
                                        tt->has_description ? tt->description.len : 0, NULL);
     params = split && name && description ? text_params(tt) : NULL;
     fields = params ? PyDict_New() : NULL;
-    if (fields != NULL && PyDict_SetItemString(fields, "name", split) == 0
-        && PyDict_SetItemString(fields, "description", description) == 0
-        && PyDict_SetItemString(fields, "params", params) == 0) {
+    if (fields != NULL && PyDict_SetItem(fields, names->name, split) == 0
+        && PyDict_SetItem(fields, names->description, description) == 0
+        && PyDict_SetItem(fields, names->params, params) == 0) {
         result = PyTuple_Pack(2, name, fields);
     }
     *rc = result == NULL ? FW_ERROR : FW_OK;
@@ -2369,7 +2395,8 @@ text_described(ToolText *tt, int *rc)
 /* The (name, fields) of the tool object piece[:n], or NULL with FW_DECLINE or
    FW_ERROR in *rc. */
 static PyObject *
-text_of_tool(Walker *w, ToolText *tt, const char *piece, Py_ssize_t n, int *rc)
+text_of_tool(Walker *w, ToolText *tt, const Names *names, const char *piece, Py_ssize_t n,
+             int *rc)
 {
     w->src = (const unsigned char *)piece;
     w->end = n;
@@ -2388,7 +2415,7 @@ text_of_tool(Walker *w, ToolText *tt, const char *piece, Py_ssize_t n, int *rc)
         skip_ws(w);
         *rc = w->pos == w->end ? FW_OK : FW_DECLINE;  /* else the span is not one object */
     }
-    return *rc == FW_OK ? text_described(tt, rc) : NULL;
+    return *rc == FW_OK ? text_described(tt, names, rc) : NULL;
 }
 
 static void
@@ -2431,8 +2458,8 @@ read_span(PyObject *item, Py_ssize_t raw_len, Py_ssize_t out_len, Py_ssize_t at[
 /* The known (name, fields) of a digest, a new reference; or None (not known, or
    not described here: Python's), or NULL on error. */
 static PyObject *
-tool_described(Walker *w, ToolText *tt, PyObject *known, Py_ssize_t known_max,
-               PyObject *digest, const char *piece, Py_ssize_t n)
+tool_described(Walker *w, ToolText *tt, const Names *names, PyObject *known,
+               Py_ssize_t known_max, PyObject *digest, const char *piece, Py_ssize_t n)
 {
     PyObject *found = PyDict_GetItemWithError(known, digest);  /* borrowed */
     if (found != NULL) {
@@ -2445,7 +2472,7 @@ tool_described(Walker *w, ToolText *tt, PyObject *known, Py_ssize_t known_max,
         return NULL;
     }
     int rc;
-    found = text_of_tool(w, tt, piece, n, &rc);
+    found = text_of_tool(w, tt, names, piece, n, &rc);
     if (rc == FW_DECLINE) {
         PyErr_Clear();
         return Py_NewRef(Py_None);
@@ -2466,16 +2493,16 @@ tool_described(Walker *w, ToolText *tt, PyObject *known, Py_ssize_t known_max,
 /* One tool's (name, digest, start, length, definition, fields). */
 static PyObject *
 index_tool(Walker *w, ToolText *tt, const char *raw, const char *out, const Py_ssize_t at[4],
-           PyObject *known, Py_ssize_t known_max, PyObject *sha256, PyObject *hexdigest)
+           PyObject *known, Py_ssize_t known_max, PyObject *sha256, const Names *names)
 {
     PyObject *piece = PyBytes_FromStringAndSize(raw + at[0], at[1] - at[0]);
     PyObject *hash = piece == NULL ? NULL : PyObject_CallOneArg(sha256, piece);
-    PyObject *digest = hash == NULL ? NULL : PyObject_CallMethodNoArgs(hash, hexdigest);
+    PyObject *digest = hash == NULL ? NULL : PyObject_CallMethodNoArgs(hash, names->hexdigest);
     PyObject *definition = digest == NULL ? NULL
                            : PyUnicode_DecodeUTF8(out + at[2], at[3] - at[2], NULL);
     PyObject *described = definition == NULL ? NULL
-                          : tool_described(w, tt, known, known_max, digest, raw + at[0],
-                                           at[1] - at[0]);
+                          : tool_described(w, tt, names, known, known_max, digest,
+                                           raw + at[0], at[1] - at[0]);
     PyObject *result = NULL;
     if (described != NULL) {
         PyObject *name = described == Py_None ? Py_None : PyTuple_GET_ITEM(described, 0);
@@ -2526,9 +2553,12 @@ fastwalk_index_tools(PyObject *module, PyObject *args)
         && (rc = keyset_fill(&tt.schema_list, schema_list)) == FW_OK) {
         rc = keyset_fill(&tt.one_schema, one_schema);
     }
-    PyObject *hexdigest = rc == FW_OK ? PyUnicode_InternFromString("hexdigest") : NULL;
+    Names names = {NULL};
+    if (rc == FW_OK) {
+        rc = names_make(&names);
+    }
     Py_ssize_t n = PyList_GET_SIZE(spans);
-    PyObject *result = hexdigest == NULL ? NULL : PyList_New(n);
+    PyObject *result = rc == FW_OK ? PyList_New(n) : NULL;
     if (rc == FW_OK && result == NULL) {
         rc = FW_ERROR;
     }
@@ -2537,7 +2567,7 @@ fastwalk_index_tools(PyObject *module, PyObject *args)
         Py_ssize_t at[4];
         rc = read_span(PyList_GET_ITEM(spans, i), PyBytes_GET_SIZE(raw), PyBytes_GET_SIZE(out), at);
         PyObject *tool = rc != FW_OK ? NULL : index_tool(&w, &tt, raw_bytes, out_bytes, at, known,
-                                                         known_max, sha256, hexdigest);
+                                                         known_max, sha256, &names);
         if (rc == FW_OK && tool == NULL) {
             rc = FW_ERROR;
         }
@@ -2545,7 +2575,7 @@ fastwalk_index_tools(PyObject *module, PyObject *args)
             PyList_SET_ITEM(result, i, tool);
         }
     }
-    Py_XDECREF(hexdigest);
+    names_free(&names);
     tooltext_free(&tt);
     w.src = NULL;
     walker_free(&w);

@@ -35,7 +35,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -229,14 +229,21 @@ def span_values(whole: str, spans: Iterable[tuple[int, int]],
                 content_type: str = "application/json", *, now_ms: int | None = None
                 ) -> list[bytes]:
     """The record values of originals that lie in the original `whole`, each given as
-    (its length, its offset there), all stamped alike: prepare_span's values, built with
-    one struct call each (an index's tools are tens of thousands a run)."""
+    (its length, its offset there), all stamped alike: prepare_span's values."""
+    value = span_value_of(whole, content_type, now_ms=now_ms)
+    return [value(length, offset) for length, offset in spans]
+
+
+def span_value_of(whole: str, content_type: str = "application/json", *,
+                  now_ms: int | None = None) -> Callable[[int, int], bytes]:
+    """value(length, offset): the record value of an original of that length at that
+    offset in the original `whole`, stamped now (or `now_ms`); one struct call each (an
+    index's tools are tens of thousands a run)."""
     stamp = _now_ms() if now_ms is None else now_ms
-    ctype = content_type.encode("ascii")[:255]
     head = encode_record(0, content_type, stamp, stamp, b"", CODEC_SPAN)
-    packer = _span_packer(len(ctype))
     lead, middle = head[:_LENGTH_AT], head[_LENGTH_AT + 8:] + whole.encode("ascii")
-    return [packer.pack(lead, length, middle, offset) for length, offset in spans]
+    pack = _span_packer(len(middle)).pack
+    return lambda length, offset: pack(lead, length, middle, offset)
 
 
 # A span record: the header up to the original's length, the length, the header's rest
@@ -245,8 +252,7 @@ _LENGTH_AT: Final = struct.calcsize(">3sBBBH")
 
 
 @functools.lru_cache(maxsize=None)
-def _span_packer(ctype_length: int) -> struct.Struct:
-    middle = _HEADER.size - _LENGTH_AT - 8 + ctype_length + _SPAN.size - 8
+def _span_packer(middle: int) -> struct.Struct:
     return struct.Struct(f">{_LENGTH_AT}sQ{middle}sQ")
 
 

@@ -92,11 +92,10 @@ class BatchWork:
             self._docs.append(None)
             return
         label, found_tools = found
-        values = ccr.span_values(digest, [(length, start) for _, _, start, length, _, _
-                                          in found_tools])
-        self._docs.append((label, [(name, digest_, value, length, definition, fields)
-                                   for (name, digest_, _, length, definition, fields), value
-                                   in zip(found_tools, values)]))
+        value = ccr.span_value_of(digest)
+        self._docs.append((label, [(name, sha256, value(length, start), length, definition, fields)
+                                   for name, sha256, start, length, definition, fields
+                                   in found_tools]))
 
     def finish(self) -> list[WorkerTools]:
         """What the index needs of each document added, in order."""
