@@ -486,34 +486,33 @@ class ToolIndex:
         """The tools of these servers (none of them indexed now), their texts and
         definitions added once each (or counted once more), in bulk: one statement of each
         kind per call."""
-        tools = []  # (server, position, name, handle, text's digest, definition's digest)
-        texts: dict[bytes, tuple[str, str, str]] = {}  # the fields, in FIELDS order
-        definitions: dict[bytes, str] = {}
-        for server, docs in servers:
-            for position, doc in enumerate(docs):
-                if doc.server != server:
-                    raise ValueError(f"a doc of another server given as one of {server!r}")
-                fields = doc.fields  # by FIELDS, spelt out (a generator cost 0.08 s)
-                text = (fields.get("name", ""), fields.get("description", ""),
-                        fields.get("params", ""))
-                text_digest = _digest("\0".join(text))
-                definition_digest = _digest(doc.definition)
-                texts[text_digest] = text
-                definitions[definition_digest] = doc.definition
-                tools.append((server, position, doc.name, doc.handle, text_digest,
-                              definition_digest))
+        tools = [(server, position, doc) for server, docs in servers
+                 for position, doc in enumerate(docs)]
+        stray = next((server for server, _, doc in tools if doc.server != server), None)
+        if stray is not None:
+            raise ValueError(f"a doc of another server given as one of {stray!r}")
         if not tools:
             return
-        text_ids, new_texts = self._texts.add(db, Counter(t[4] for t in tools))
+        # comprehensions, the fields spelt out in FIELDS order: this is the writer's hot loop
+        texts = [(f.get("name", ""), f.get("description", ""), f.get("params", ""))
+                 for f in (doc.fields for _, _, doc in tools)]
+        text_digests = [_digest("\0".join(text)) for text in texts]
+        definition_digests = [_digest(doc.definition) for _, _, doc in tools]
+        text_ids, new_texts = self._texts.add(db, Counter(text_digests))
+        text_of = dict(zip(text_digests, texts))
         db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
         db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
-                       [(id_, *texts[digest]) for id_, digest, _ in new_texts])
-        definition_ids, new_definitions = self._definitions.add(db, Counter(t[5] for t in tools))
+                       [(id_, *text_of[digest]) for id_, digest, _ in new_texts])
+        definition_ids, new_definitions = self._definitions.add(db, Counter(definition_digests))
+        body_of = dict(zip(definition_digests, (doc.definition for _, _, doc in tools)))
         db.executemany("INSERT INTO definitions (id, digest, refs, body) VALUES (?, ?, ?, ?)",
-                       [(*row, definitions[row[1]]) for row in new_definitions])
+                       [(*row, body_of[row[1]]) for row in new_definitions])
         db.executemany("INSERT INTO tools (server, position, name, handle, text_id, definition_id) "
                        "VALUES (?, ?, ?, ?, ?, ?)",
-                       [(*tool[:4], text_ids[tool[4]], definition_ids[tool[5]]) for tool in tools])
+                       [(server, position, doc.name, doc.handle, text_ids[text],
+                         definition_ids[definition])
+                        for (server, position, doc), text, definition in zip(
+                            tools, text_digests, definition_digests)])
 
     def _forget_ids(self) -> None:
         # a change rolled back: the maps hold ids it gave
