@@ -3,8 +3,9 @@
 A `ToolDoc` is one tool ready to index: its catalog (server) id, its name, the handle of
 its exact original bytes, its compressed definition (what a search returns) and its
 search text by field. `ToolIndex` keeps them in one SQLite file: a `tools` table of what
-a hit returns, an FTS5 table of the search text (same rowid) and a `servers` table of
-each catalog's sha256, so a rerun knows which catalogs changed.
+a hit returns, its search text and its definition each stored once however many tools
+share them (`texts`, whose ids are the FTS5 table's rowids, and `definitions`), and a
+`servers` table of each catalog's sha256, so a rerun knows which catalogs changed.
 
 Ranking belongs to the engine: `bm25()` with a weight per field (the name counts most),
 the porter stemmer over unicode61 tokens. A natural-language query becomes an OR of its
@@ -22,7 +23,7 @@ import os
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,7 +38,7 @@ from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted
 if TYPE_CHECKING:
     from .embedding import Embedder
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 FIELDS: Final = ("name", "description", "params")
 # bm25 weight per field, in FIELDS order: a word of the name says more than one of the
 # description or the parameters.
@@ -63,15 +64,19 @@ CREATE INDEX IF NOT EXISTS servers_by_source ON servers (source);
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 -- search texts, each once however many tools share it (a registry repeats its tools): the
 -- FTS row of text `id` has rowid `id`, and `refs` counts the tools that have it
-CREATE TABLE IF NOT EXISTS texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE,
+-- (no index on digest: see _Shared)
+CREATE TABLE IF NOT EXISTS texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL,
                                   refs INTEGER NOT NULL);
+-- compressed definitions, each once likewise (`refs` counts the tools that have it)
+CREATE TABLE IF NOT EXISTS definitions (id INTEGER PRIMARY KEY, digest BLOB NOT NULL,
+                                        refs INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tools (
     id INTEGER PRIMARY KEY,
     server TEXT NOT NULL,
     position INTEGER NOT NULL,
     name TEXT NOT NULL,
     handle TEXT,
-    definition TEXT NOT NULL,
+    definition_id INTEGER NOT NULL,
     text_id INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tools_by_server ON tools (server, position);
@@ -79,6 +84,13 @@ CREATE INDEX IF NOT EXISTS tools_by_text ON tools (text_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS tools_fts USING fts5 ({", ".join(FIELDS)}, tokenize='{TOKENIZER}');
 {VECTOR_SCHEMA};
 """
+# every table any schema of the index has had (what an outdated index drops)
+_EVERY_TABLE: Final = ("tools_fts", "tool_vectors", "tools", "texts", "definitions", "servers",
+                       "files", "meta")
+_PAGE_SIZE: Final = 16384
+# what a hit reads of a tool: its definition joined from `definitions`
+_TOOL_COLUMNS: Final = "t.text_id, t.server, t.name, t.position, t.handle, d.body"
+_TOOLS: Final = "tools t JOIN definitions d ON d.id = t.definition_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,15 +220,72 @@ def match_expression(query: str) -> str | None:
 # -- the index --------------------------------------------------------------------
 
 
-def _text_ids(db: sqlite3.Connection, digests: set[bytes]) -> dict[bytes, int]:
-    """The ids of the texts already indexed among these digests."""
-    found: dict[bytes, int] = {}
-    pending = sorted(digests)
-    for at in range(0, len(pending), 500):
-        chunk = pending[at:at + 500]
-        found.update((digest, id_) for id_, digest in db.execute(
-            f"SELECT id, digest FROM texts WHERE digest IN ({','.join('?' * len(chunk))})", chunk))
-    return found
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    for at in range(0, len(items), size):
+        yield items[at:at + size]
+
+
+class _Shared:
+    """A table of rows stored once however many tools use them (texts, definitions): each
+    has the digest of its content and `refs`, how many tools use it.
+
+    The writer keeps each digest's id in memory, not in an index of the table: an index of
+    digests takes them in random order, and each commit rewrote most of its pages (0.1 s CPU
+    a table on the bench registry). The map is read again from the table when another
+    connection has written since (`PRAGMA data_version`), or a change of ours rolled back.
+    """
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._ids: dict[bytes, int] | None = None
+        self._version: int | None = None  # the data_version the map was read at
+
+    def forget(self) -> None:
+        self._ids = None
+
+    def _loaded(self, db: sqlite3.Connection) -> dict[bytes, int]:
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        if self._ids is None or version != self._version:
+            self._ids = dict(db.execute(f"SELECT digest, id FROM {self.table}"))
+            self._version = version
+        return self._ids
+
+    def add(self, db: sqlite3.Connection,
+            uses: Counter[bytes]) -> tuple[dict[bytes, int], list[tuple[int, bytes, int]]]:
+        """Count these uses of digests: the rows the table has get their refs raised, the
+        others an id each. Returns every digest's id, and the (id, digest, refs) rows for
+        the caller to add."""
+        ids = self._loaded(db)
+        db.executemany(f"UPDATE {self.table} SET refs = refs + ? WHERE id = ?",
+                       [(count, ids[digest]) for digest, count in uses.items() if digest in ids])
+        next_id = db.execute(f"SELECT coalesce(max(id), 0) FROM {self.table}").fetchone()[0] + 1
+        new = []
+        for digest, count in uses.items():  # in first-use order
+            if digest not in ids:
+                ids[digest] = next_id
+                new.append((next_id, digest, count))
+                next_id += 1
+        return ids, new
+
+    def drop(self, db: sqlite3.Connection, ids: Iterable[int]) -> list[tuple[int]]:
+        """Count these uses of rows no more; delete the rows nothing uses now and return
+        their ids."""
+        known = self._loaded(db)
+        uses = Counter(ids)
+        db.executemany(f"UPDATE {self.table} SET refs = refs - ? WHERE id = ?",
+                       [(count, id_) for id_, count in uses.items()])
+        unused: list[tuple[int]] = []
+        for chunk in _chunks(sorted(uses)):
+            for id_, digest in db.execute(f"SELECT id, digest FROM {self.table} WHERE refs <= 0 "
+                                          f"AND id IN ({','.join('?' * len(chunk))})", chunk):
+                unused.append((id_,))
+                del known[digest]
+        db.executemany(f"DELETE FROM {self.table} WHERE id = ?", unused)
+        return unused
 
 
 class ToolIndex:
@@ -231,6 +300,7 @@ class ToolIndex:
         self._db = connection
         self.location = location
         self._vectors = vectors
+        self._texts, self._definitions = _Shared("texts"), _Shared("definitions")
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True,
@@ -246,7 +316,7 @@ class ToolIndex:
         try:
             db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
             index = cls(db, location, None if embedder is None else ToolVectors(embedder))
-            index._prepare()
+            index._prepare(create)
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
         return index
@@ -256,7 +326,10 @@ class ToolIndex:
         """The embedder of a hybrid index (None: BM25 alone)."""
         return None if self._vectors is None else self._vectors.embedder
 
-    def _prepare(self) -> None:
+    def _prepare(self, create: bool) -> None:
+        # a new file's pages: 16 KiB, not 4; a build writes a quarter as many WAL frames
+        # (0.1-0.2 s CPU of 1.3 on the bench registry); an existing file keeps its own
+        self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
                          "PRAGMA journal_mode=MEMORY")
         # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
@@ -264,33 +337,62 @@ class ToolIndex:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
         with self._transaction():
+            found = self._schema()
+            if found is not None and found != str(SCHEMA_VERSION):
+                self._drop_outdated(found, create)
+                found = None
             for statement in _SCHEMA.split(";"):  # executescript would commit mid-way
                 if statement.strip():
                     self._db.execute(statement)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
+            if found is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif row[0] != str(SCHEMA_VERSION):
-                raise SearchIndexError(f"search index {self.location} has schema {row[0]}, "
-                                       f"this version reads {SCHEMA_VERSION}")
             if self._vectors is not None:
                 self._vectors.adopt(self._db)
+
+    def _schema(self) -> str | None:
+        """The schema version the file was made with (None: a new file)."""
+        if self._db.execute("SELECT 1 FROM sqlite_schema WHERE type='table' AND name='meta'"
+                            ).fetchone() is None:
+            return None
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        return None if row is None else row[0]
+
+    def _drop_outdated(self, found: str, create: bool) -> None:
+        """An index of an older schema: a writer drops its tables (in the transaction that
+        creates the new ones). Every row of an index is derived from the catalogs it was
+        built from, so the build that follows loses nothing: it indexes them all again."""
+        if not (found.isdigit() and int(found) < SCHEMA_VERSION):
+            raise SearchIndexError(f"search index {self.location} has schema {found}, newer "
+                                   f"than this version reads ({SCHEMA_VERSION})")
+        if not create:
+            raise SearchIndexError(f"search index {self.location} has schema {found}, this "
+                                   f"version reads {SCHEMA_VERSION}: rebuild it with "
+                                   f"`caveman-batch compress --index`")
+        for table in _EVERY_TABLE:  # the FTS table first: it drops its own shadow tables
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
 
     # transactions ------------------------------------------------------------------
 
     class _Tx:
-        def __init__(self, db: sqlite3.Connection) -> None:
+        def __init__(self, db: sqlite3.Connection,
+                     on_rollback: Callable[[], None] | None = None) -> None:
             self.db = db
+            self.on_rollback = on_rollback
 
         def __enter__(self) -> sqlite3.Connection:
             self.db.execute("BEGIN IMMEDIATE")
             return self.db
 
         def __exit__(self, kind: object, *_: object) -> None:
-            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            if kind is None:
+                self.db.execute("COMMIT")
+                return
+            if self.on_rollback is not None:
+                self.on_rollback()
+            self.db.execute("ROLLBACK")
 
-    def _transaction(self) -> ToolIndex._Tx:
-        return ToolIndex._Tx(self._db)
+    def _transaction(self, on_rollback: Callable[[], None] | None = None) -> ToolIndex._Tx:
+        return ToolIndex._Tx(self._db, on_rollback)
 
     # writing ----------------------------------------------------------------------
 
@@ -346,7 +448,7 @@ class ToolIndex:
         source, path), servers removed, and (if given) the whole `files` table."""
         replace = list({r[0]: r for r in replace}.values())  # a server given twice: the last
         try:
-            with self._transaction() as db:
+            with self._transaction(on_rollback=self._forget_ids) as db:
                 reuse: dict[bytes, bytes] = {}  # vectors of texts deleted here, by digest
                 indexed = self._indexed(db, [*remove, *(r[0] for r in replace)])
                 for server in indexed:
@@ -377,55 +479,54 @@ class ToolIndex:
                 chunk))
         return list(dict.fromkeys(s for s in servers if s in held))
 
-    @staticmethod
-    def _delete(db: sqlite3.Connection, server: str) -> None:
-        texts = [(row[0],) for row in db.execute("SELECT text_id FROM tools WHERE server=?",
-                                                  (server,))]
-        if texts:
-            db.executemany("UPDATE texts SET refs = refs - 1 WHERE id = ?", texts)
-            unused = [(row[0],) for row in db.execute(
-                f"SELECT id FROM texts WHERE refs <= 0 AND id IN ({','.join('?' * len(texts))})",
-                [t[0] for t in texts])]
+    def _delete(self, db: sqlite3.Connection, server: str) -> None:
+        rows = db.execute("SELECT text_id, definition_id FROM tools WHERE server=?",
+                          (server,)).fetchall()
+        if rows:
+            unused = self._texts.drop(db, (row[0] for row in rows))
             db.executemany("DELETE FROM tools_fts WHERE rowid = ?", unused)
             db.executemany("DELETE FROM tool_vectors WHERE id = ?", unused)
-            db.executemany("DELETE FROM texts WHERE id = ?", unused)
+            self._definitions.drop(db, (row[1] for row in rows))
             db.execute("DELETE FROM tools WHERE server=?", (server,))
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
-    @staticmethod
-    def _insert(db: sqlite3.Connection, servers: Sequence[tuple[str, Sequence[ToolDoc]]]) -> None:
-        """The tools of these servers (none of them indexed now), their texts added once
-        each (or counted once more), in bulk: one statement of each kind per call."""
-        tools, values = [], []
-        for server, docs in servers:
-            if any(doc.server != server for doc in docs):
-                raise ValueError(f"a doc of another server given as one of {server!r}")
-            for position, doc in enumerate(docs):
-                tools.append((server, position, doc))
-                values.append(tuple(doc.fields.get(f, "") for f in FIELDS))
+    def _insert(self, db: sqlite3.Connection,
+                servers: Sequence[tuple[str, Sequence[ToolDoc]]]) -> None:
+        """The tools of these servers (none of them indexed now), their texts and
+        definitions added once each (or counted once more), in bulk: one statement of each
+        kind per call."""
+        tools = [(server, position, doc) for server, docs in servers
+                 for position, doc in enumerate(docs)]
+        stray = next((server for server, _, doc in tools if doc.server != server), None)
+        if stray is not None:
+            raise ValueError(f"a doc of another server given as one of {stray!r}")
         if not tools:
             return
-        digests = [hashlib.sha256("\0".join(v).encode("utf-8", "surrogatepass")).digest()
-                   for v in values]
-        ids = _text_ids(db, set(digests))
-        uses = Counter(digests)
-        db.executemany("UPDATE texts SET refs = refs + ? WHERE id = ?",
-                       [(uses[d], i) for d, i in ids.items()])
-        next_id = db.execute("SELECT coalesce(max(id), 0) FROM texts").fetchone()[0] + 1
-        new_texts, new_rows = [], []
-        for digest, text in zip(digests, values):
-            if digest not in ids:
-                ids[digest] = next_id
-                new_texts.append((next_id, digest, uses[digest]))
-                new_rows.append((next_id, *text))
-                next_id += 1
+        # comprehensions, the fields spelt out in FIELDS order: this is the writer's hot loop
+        texts = [(f.get("name", ""), f.get("description", ""), f.get("params", ""))
+                 for f in (doc.fields for _, _, doc in tools)]
+        text_digests = [_digest("\0".join(text)) for text in texts]
+        definition_digests = [_digest(doc.definition) for _, _, doc in tools]
+        text_ids, new_texts = self._texts.add(db, Counter(text_digests))
+        text_of = dict(zip(text_digests, texts))
         db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
         db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
-                       new_rows)
-        db.executemany("INSERT INTO tools (server, position, name, handle, definition, text_id) "
+                       [(id_, *text_of[digest]) for id_, digest, _ in new_texts])
+        definition_ids, new_definitions = self._definitions.add(db, Counter(definition_digests))
+        body_of = dict(zip(definition_digests, (doc.definition for _, _, doc in tools)))
+        db.executemany("INSERT INTO definitions (id, digest, refs, body) VALUES (?, ?, ?, ?)",
+                       [(*row, body_of[row[1]]) for row in new_definitions])
+        db.executemany("INSERT INTO tools (server, position, name, handle, text_id, definition_id) "
                        "VALUES (?, ?, ?, ?, ?, ?)",
-                       [(server, position, doc.name, doc.handle, doc.definition, ids[digest])
-                        for (server, position, doc), digest in zip(tools, digests)])
+                       [(server, position, doc.name, doc.handle, text_ids[text],
+                         definition_ids[definition])
+                        for (server, position, doc), text, definition in zip(
+                            tools, text_digests, definition_digests)])
+
+    def _forget_ids(self) -> None:
+        # a change rolled back: the maps hold ids it gave
+        self._texts.forget()
+        self._definitions.forget()
 
     def _keep_vectors(self, db: sqlite3.Connection, server: str,
                       reuse: dict[bytes, bytes]) -> None:
@@ -468,8 +569,8 @@ class ToolIndex:
 
     def docs(self, server: str | None = None) -> Iterator[ToolDoc]:
         """Every indexed tool (of one server), by server then position."""
-        sql = ("SELECT t.server, t.name, t.handle, t.definition, f.name, f.description, f.params "
-               "FROM tools t JOIN tools_fts f ON f.rowid = t.text_id "
+        sql = ("SELECT t.server, t.name, t.handle, d.body, f.name, f.description, f.params "
+               f"FROM {_TOOLS} JOIN tools_fts f ON f.rowid = t.text_id "
                + ("WHERE t.server = ? " if server is not None else "")
                + "ORDER BY t.server, t.position")
         for row in self._read(sql, () if server is None else (server,)):
@@ -507,8 +608,8 @@ class ToolIndex:
         """The k best tools of these texts (each text has one tool at least)."""
         if not scores:
             return []
-        rows = self._read(f"SELECT text_id, server, name, position, handle, definition FROM tools "
-                          f"WHERE text_id IN ({', '.join('?' * len(scores))})", list(scores))
+        rows = self._read(f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
+                          f"WHERE t.text_id IN ({', '.join('?' * len(scores))})", list(scores))
         rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
 
@@ -521,8 +622,9 @@ class ToolIndex:
             params.extend(sorted(servers))
         sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {_WEIGHTS}) AS score "
                f"FROM tools_fts WHERE tools_fts MATCH ?) "
-               f"SELECT t.server, t.name, m.score, t.handle, t.definition "
-               f"FROM m JOIN tools t ON t.text_id = m.text_id {where}"
+               f"SELECT t.server, t.name, m.score, t.handle, d.body "
+               f"FROM m JOIN tools t ON t.text_id = m.text_id "
+               f"JOIN definitions d ON d.id = t.definition_id {where}"
                f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
@@ -553,7 +655,7 @@ class ToolIndex:
         if not fused:
             return []
         rows = self._read(
-            f"SELECT t.text_id, t.server, t.name, t.position, t.handle, t.definition FROM tools t "
+            f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
             f"WHERE t.text_id IN ({', '.join('?' * len(fused))})"
             + (f" AND {in_servers}" if servers is not None else ""),
             [*fused, *(sorted(servers) if servers is not None else ())])

@@ -225,3 +225,117 @@ def test_a_build_defers_merging_until_its_optimize(tmp_path: Path) -> None:
         assert settings == {"automerge": 4, "crisismerge": 16}
         assert _segments(built) == 1
         assert {q: built.search(q, k=10) for q in expected} == expected
+
+
+# -- storage: texts and definitions once each, schema versions -------------------------
+
+def _rows(index: ToolIndex, table: str) -> int:
+    return index._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_a_definition_is_stored_once_however_many_tools_share_it(tmp_path: Path) -> None:
+    with ToolIndex.open(tmp_path / "tools.db") as index:
+        index.replace_server("a", _docs("a", GITHUB))
+        index.replace_server("b", _docs("b", [*GITHUB[:2], GITHUB[0]]))
+        assert len(index) == 6
+        assert (_rows(index, "definitions"), _rows(index, "texts")) == (3, 3)
+        index.remove_server("a")
+        assert [d.definition for d in index.docs("b")] == [d.definition for d in
+                                                           _docs("b", [*GITHUB[:2], GITHUB[0]])]
+        assert (_rows(index, "definitions"), _rows(index, "texts")) == (2, 2)
+        assert [h.name for h in index.search("pull request")] == ["getPullRequest"]
+        index.remove_server("b")
+        assert (_rows(index, "definitions"), _rows(index, "texts"), _rows(index, "tools_fts")) \
+            == (0, 0, 0)
+
+
+def test_tools_of_one_text_keep_their_own_definitions(tmp_path: Path) -> None:
+    """The same search text (original) compressed two ways: each tool returns its own."""
+    with ToolIndex.open(tmp_path / "tools.db") as index:
+        short = {**WEATHER[0], "description": "Forecast."}
+        index.replace_server("w", tool_docs("w", WEATHER * 2, [WEATHER[0], short], [None, None]))
+        hits = index.search("forecast city", k=5)
+        assert sorted(h.definition for h in hits) == sorted(
+            [d.definition for d in tool_docs("w", WEATHER * 2, [WEATHER[0], short], [None] * 2)])
+        assert (_rows(index, "definitions"), _rows(index, "texts")) == (2, 1)
+
+
+def test_another_writer_between_two_changes_is_seen(tmp_path: Path) -> None:
+    """A writer keeps digests' ids in memory: another connection's commit (which deleted the
+    rows they named) must be read, not the stale map trusted."""
+    with ToolIndex.open(tmp_path / "tools.db") as first, \
+            ToolIndex.open(tmp_path / "tools.db") as second:
+        first.replace_server("a", _docs("a", GITHUB))
+        second.remove_server("a")
+        second.replace_server("w", _docs("w", WEATHER))
+        first.replace_server("b", _docs("b", GITHUB))
+        assert [d.definition for d in first.docs("b")] == [d.definition
+                                                           for d in _docs("b", GITHUB)]
+        assert [h.server for h in second.search("forecast", k=5)] == ["w"]
+        assert [h.server for h in second.search("pull request", k=5)] == ["b"]
+
+
+def test_a_change_rolled_back_leaves_no_ids_behind(tmp_path: Path) -> None:
+    with ToolIndex.open(tmp_path / "tools.db") as index:
+        docs = _docs("a", GITHUB)
+        with pytest.raises(SearchIndexError):  # the files table refuses a missing sha256
+            index.apply([("a", docs, None, None, None)], files={"a.json": None})  # type: ignore[dict-item]
+        assert len(index) == 0
+        index.apply([("a", docs, None, None, None)])
+        assert [d.definition for d in index.docs()] == [d.definition for d in docs]
+        assert index.search("pull request", k=1)[0].name == "getPullRequest"
+
+
+# schema 2, as the version before this one made it
+_SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
+CREATE INDEX servers_by_source ON servers (source);
+CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+CREATE TABLE texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, refs INTEGER NOT NULL);
+CREATE TABLE tools (id INTEGER PRIMARY KEY, server TEXT NOT NULL, position INTEGER NOT NULL,
+    name TEXT NOT NULL, handle TEXT, definition TEXT NOT NULL, text_id INTEGER NOT NULL);
+CREATE INDEX tools_by_server ON tools (server, position);
+CREATE INDEX tools_by_text ON tools (text_id);
+CREATE VIRTUAL TABLE tools_fts USING fts5 (name, description, params,
+    tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE tool_vectors (id INTEGER PRIMARY KEY, vector BLOB NOT NULL);
+INSERT INTO meta VALUES ('schema', '2');
+INSERT INTO servers VALUES ('old', NULL, NULL, NULL);
+INSERT INTO texts VALUES (1, x'00', 1);
+INSERT INTO tools VALUES (1, 'old', 0, 'old_tool', NULL, '{"name":"old_tool"}', 1);
+INSERT INTO tools_fts (rowid, name, description, params) VALUES (1, 'old tool', 'Old.', '');
+"""
+
+
+def _schema_2_index(path: Path) -> Path:
+    with sqlite3.connect(path) as db:
+        db.executescript(_SCHEMA_2)
+    db.close()
+    return path
+
+
+def test_a_reader_of_an_older_index_is_told_to_rebuild_it(tmp_path: Path) -> None:
+    path = _schema_2_index(tmp_path / "old.db")
+    with pytest.raises(SearchIndexError, match=r"schema 2, this version reads \d+: rebuild it "
+                                               r"with `caveman-batch compress --index`"):
+        ToolIndex.open(path, create=False)
+    with sqlite3.connect(path) as db:  # left as it was
+        assert db.execute("SELECT value FROM meta").fetchall() == [("2",)]
+        assert db.execute("SELECT name FROM tools").fetchall() == [("old_tool",)]
+    db.close()
+
+
+def test_a_writer_rebuilds_an_older_index_from_scratch(tmp_path: Path) -> None:
+    path = _schema_2_index(tmp_path / "old.db")
+    with ToolIndex.open(path) as index:
+        assert index.servers() == {} and len(index) == 0 and index.search("old tool") == []
+        index.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
+    with ToolIndex.open(path, create=False) as index:
+        assert index.servers() == {"github": "a" * 64}
+        assert index.search("open a new issue", k=1)[0].name == "create_issue"
+        tables = {row[0] for row in index._db.execute(
+            "SELECT name FROM sqlite_schema WHERE type='table'")}
+        assert {"definitions", "tools", "tools_fts", "texts"} <= tables
+        columns = {row[1] for row in index._db.execute("PRAGMA table_info(tools)")}
+        assert "definition" not in columns and "definition_id" in columns
