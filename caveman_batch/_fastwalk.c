@@ -2437,6 +2437,7 @@ tooltext_free(ToolText *tt)
 static int
 read_span(PyObject *item, Py_ssize_t raw_len, Py_ssize_t out_len, Py_ssize_t at[4])
 {
+    /* out_len < 0: the output's span is not read (compact definitions) */
     if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) {
         return FW_DECLINE;
     }
@@ -2452,7 +2453,8 @@ read_span(PyObject *item, Py_ssize_t raw_len, Py_ssize_t out_len, Py_ssize_t at[
         }
     }
     return 0 <= at[0] && at[0] <= at[1] && at[1] <= raw_len
-           && 0 <= at[2] && at[2] <= at[3] && at[3] <= out_len ? FW_OK : FW_DECLINE;
+           && (out_len < 0 || (0 <= at[2] && at[2] <= at[3] && at[3] <= out_len))
+           ? FW_OK : FW_DECLINE;
 }
 
 /* The known (name, fields) of a digest, a new reference; or None (not known, or
@@ -2490,15 +2492,42 @@ tool_described(Walker *w, ToolText *tt, const Names *names, PyObject *known,
     return found;
 }
 
-/* One tool's (name, digest, start, length, definition, fields). */
+/* The tool raw[a:b] re-serialized compact, as catalog.serialize(catalog.parse(it))
+   writes it (rewrite()'s copy of a value: literals as written, strings escaped as
+   orjson escapes them), as a str; NULL with FW_DECLINE or FW_ERROR in *rc. */
 static PyObject *
-index_tool(Walker *w, ToolText *tt, const char *raw, const char *out, const Py_ssize_t at[4],
-           PyObject *known, Py_ssize_t known_max, PyObject *sha256, const Names *names)
+compact_definition(Walker *copier, const char *raw, const Py_ssize_t at[4], int *rc)
 {
+    copier->src = (const unsigned char *)raw + at[0];
+    copier->end = at[1] - at[0];
+    copier->pos = copier->nesting = 0;
+    copier->nkeys = copier->keybytes.len = copier->out.len = 0;
+    *rc = copy_value(copier);
+    if (*rc == FW_OK && copier->pos != copier->end) {
+        *rc = FW_DECLINE;
+    }
+    PyObject *text = *rc != FW_OK ? NULL
+                     : PyUnicode_DecodeUTF8(copier->out.data, copier->out.len, NULL);
+    if (*rc == FW_OK && text == NULL) {
+        *rc = FW_ERROR;
+    }
+    return text;
+}
+
+/* One tool's (name, digest, start, length, definition, fields); NULL with FW_DECLINE
+   (a compact definition the copier does not write) or FW_ERROR in *rc. The definition
+   is out[c:d], or with a copier (a passthrough's tools) raw[a:b] made compact. */
+static PyObject *
+index_tool(Walker *w, ToolText *tt, Walker *copier, const char *raw, const char *out,
+           const Py_ssize_t at[4], PyObject *known, Py_ssize_t known_max, PyObject *sha256,
+           const Names *names, int *rc)
+{
+    *rc = FW_ERROR;
     PyObject *piece = PyBytes_FromStringAndSize(raw + at[0], at[1] - at[0]);
     PyObject *hash = piece == NULL ? NULL : PyObject_CallOneArg(sha256, piece);
     PyObject *digest = hash == NULL ? NULL : PyObject_CallMethodNoArgs(hash, names->hexdigest);
     PyObject *definition = digest == NULL ? NULL
+                           : copier != NULL ? compact_definition(copier, raw, at, rc)
                            : PyUnicode_DecodeUTF8(out + at[2], at[3] - at[2], NULL);
     PyObject *described = definition == NULL ? NULL
                           : tool_described(w, tt, names, known, known_max, digest,
@@ -2510,6 +2539,7 @@ index_tool(Walker *w, ToolText *tt, const char *raw, const char *out, const Py_s
         result = Py_BuildValue("(OOnnOO)", name, digest, at[0], at[1] - at[0], definition,
                                fields);
     }
+    *rc = result != NULL ? FW_OK : *rc == FW_DECLINE ? FW_DECLINE : FW_ERROR;
     Py_XDECREF(piece);
     Py_XDECREF(hash);
     Py_XDECREF(digest);
@@ -2520,14 +2550,15 @@ index_tool(Walker *w, ToolText *tt, const char *raw, const char *out, const Py_s
 
 PyDoc_STRVAR(index_tools_doc,
 "index_tools(raw, out, spans, known, known_max, sha256, schema_keys, name_maps,\n"
-"            schema_list, one_schema, /)\n"
+"            schema_list, one_schema, compact=False, /)\n"
 "--\n"
 "\n"
 "toolspans._located_tools(raw, out, spans): per (start, end, out_start, out_end) of\n"
 "spans, (name, sha256 hex, start, length, definition, fields), with None for the\n"
 "name and fields of a tool whose text Python must build; or None to run the Python\n"
 "path (a span that is not one). known: the cache of (name, fields) by sha256 hex,\n"
-"emptied when it holds known_max; sha256: hashlib.sha256.");
+"emptied when it holds known_max; sha256: hashlib.sha256. compact: each definition\n"
+"is raw[start:end] re-serialized compact (a passthrough's tools), out is not read.");
 
 static PyObject *
 fastwalk_index_tools(PyObject *module, PyObject *args)
@@ -2535,16 +2566,18 @@ fastwalk_index_tools(PyObject *module, PyObject *args)
     PyObject *raw, *out, *spans, *known, *sha256, *schema_keys, *name_maps, *schema_list;
     PyObject *one_schema;
     Py_ssize_t known_max;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!nOO!O!O!O!:index_tools", &PyBytes_Type, &raw,
+    int compact = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nOO!O!O!O!|p:index_tools", &PyBytes_Type, &raw,
                           &PyBytes_Type, &out, &PyList_Type, &spans, &PyDict_Type, &known,
                           &known_max, &sha256, &PyTuple_Type, &schema_keys, &PyFrozenSet_Type,
                           &name_maps, &PyFrozenSet_Type, &schema_list, &PyFrozenSet_Type,
-                          &one_schema)) {
+                          &one_schema, &compact)) {
         return NULL;
     }
-    Walker w;
+    Walker w, copier;
     ToolText tt;
     memset(&w, 0, sizeof(w));
+    memset(&copier, 0, sizeof(copier));
     memset(&tt, 0, sizeof(tt));
     w.quiet = 1;
     int rc = PyTuple_GET_SIZE(schema_keys) <= MAX_SCHEMA_KEYS ? FW_OK : FW_DECLINE;
@@ -2565,20 +2598,19 @@ fastwalk_index_tools(PyObject *module, PyObject *args)
     const char *raw_bytes = PyBytes_AS_STRING(raw), *out_bytes = PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; rc == FW_OK && i < n; i++) {
         Py_ssize_t at[4];
-        rc = read_span(PyList_GET_ITEM(spans, i), PyBytes_GET_SIZE(raw), PyBytes_GET_SIZE(out), at);
-        PyObject *tool = rc != FW_OK ? NULL : index_tool(&w, &tt, raw_bytes, out_bytes, at, known,
-                                                         known_max, sha256, &names);
-        if (rc == FW_OK && tool == NULL) {
-            rc = FW_ERROR;
-        }
+        rc = read_span(PyList_GET_ITEM(spans, i), PyBytes_GET_SIZE(raw),
+                       compact ? -1 : PyBytes_GET_SIZE(out), at);
+        PyObject *tool = rc != FW_OK ? NULL
+                         : index_tool(&w, &tt, compact ? &copier : NULL, raw_bytes, out_bytes,
+                                      at, known, known_max, sha256, &names, &rc);
         if (rc == FW_OK) {
             PyList_SET_ITEM(result, i, tool);
         }
     }
     names_free(&names);
     tooltext_free(&tt);
-    w.src = NULL;
     walker_free(&w);
+    walker_free(&copier);
     if (rc == FW_OK) {
         return result;
     }

@@ -48,11 +48,13 @@ def index_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]],
                 known: dict[str, tuple[str, dict[str, str]]], known_max: int,
                 sha256: Callable[[bytes], object], schema_keys: tuple[str, ...],
                 name_maps: frozenset[str], schema_list: frozenset[str],
-                one_schema: frozenset[str], /
+                one_schema: frozenset[str], compact: bool = False, /
                 ) -> list[tuple[str | None, str, int, int, str, dict[str, str] | None]] | None:
     """toolspans._located_tools(raw, out, spans): per (start, end, out_start, out_end),
     (name, sha256 hex, start, length, definition, fields); None for the name and fields of
     a tool whose search text Python must build (a name not printable ASCII or not a str,
     an enum number not an integer of up to 18 digits, duplicate keys, ...). None to run the
     Python path (a span that is not one). known: (name, fields) by sha256 hex, read and
-    filled, emptied when it holds known_max; sha256: hashlib.sha256."""
+    filled, emptied when it holds known_max; sha256: hashlib.sha256. compact: each
+    definition is raw[start:end] re-serialized compact (catalog.serialize(parse(...)): a
+    passthrough's tools), out is not read."""

@@ -253,10 +253,10 @@ def index_tools(raw: bytes, out: bytes, located: Located | None = None
     where compress's C path found the tools (catalog.compress_located), so that neither
     document is walked or parsed whole again."""
     if located is not None and located[2] and len(located[2]) == len(located[4]):
-        doc, shape, spans = located[0], located[1], located[4]
-        if out is raw or out == raw:  # a passthrough: the rewrite's spans are not its
-            return _entries(raw, out, doc, shape, [s[:2] for s in spans], [], None)
-        return _label(doc, shape), _located_tools(raw, out, spans)
+        # a passthrough's definitions are its tools made compact (the rewrite's output
+        # spans are not its)
+        found = _located_tools(raw, out, located[4], out is raw or out == raw)
+        return None if found is None else (_label(located[0], located[1]), found)
     try:
         doc = load(raw)
         shape, tools = locate_tools(doc)
@@ -278,18 +278,18 @@ def index_tools(raw: bytes, out: bytes, located: Located | None = None
     return _entries(raw, out, doc, shape, spans, [out[a:b] for a, b in out_spans], tools)
 
 
-def _located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
-                   ) -> list[IndexedTool]:
+def _located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]],
+                   compact: bool = False) -> list[IndexedTool] | None:
     """The tools at `spans` (start, end in raw, then in out): by the C walker, one call a
     document, when it can (the text it leaves to Python built here), else
     _python_located_tools, which defines them."""
     fastwalk = _accel.fastwalk
     if fastwalk is None or type(raw) is not bytes or type(out) is not bytes:
-        return _python_located_tools(raw, out, spans)
+        return _python_located_tools(raw, out, spans, compact)
     tools = fastwalk.index_tools(raw, out, spans, _FIELDS, _FIELDS_MAX, hashlib.sha256,
-                                 *_FAST_KEYS)
+                                 *_FAST_KEYS, compact)
     if tools is None:
-        return _python_located_tools(raw, out, spans)
+        return _python_located_tools(raw, out, spans, compact)
     for at, tool in enumerate(tools):
         if tool[5] is None:  # a text the C walker does not build exactly
             _, digest, start, length, definition, _ = tool
@@ -298,26 +298,31 @@ def _located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]
     return tools
 
 
-def _python_located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]]
-                          ) -> list[IndexedTool]:
+def _python_located_tools(raw: bytes, out: bytes, spans: list[tuple[int, int, int, int]],
+                          compact: bool = False) -> list[IndexedTool] | None:
     """The tools at `spans`, each parsed from its own bytes only when its search text is
-    not known yet: the definition of _located_tools."""
+    not known yet, their definitions out[c:d] or (`compact`: a passthrough) their bytes
+    in raw re-serialized: the definition of _located_tools. None if one has a lone
+    surrogate (no UTF-8 text to index)."""
     tools = []
     sha256 = hashlib.sha256
     for a, b, c, d in spans:
         piece = raw[a:b]
+        try:
+            definition = serialize(parse(piece)) if compact else out[c:d]  # literals as written
+        except Passthrough:
+            return None
         digest = sha256(piece).hexdigest()
         name, fields = _described(piece, digest, None)
-        tools.append((name, digest, a, b - a, out[c:d].decode("utf-8"), fields))
+        tools.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
     return tools
 
 
 def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int, int]],
-             definitions: list[bytes], tools: list[dict[str, Any]] | None
+             definitions: list[bytes], tools: list[dict[str, Any]]
              ) -> tuple[str | None, list[IndexedTool]] | None:
-    """The tools at `spans` in raw, their definitions in the output (ignored for a
-    passthrough: re-serialized here); `tools` parsed (None: each tool is parsed from its
-    own bytes, only when its search text is not known yet)."""
+    """The tools at `spans` in raw, parsed (`tools`), their definitions in the output
+    (ignored for a passthrough: re-serialized here)."""
     if out is raw or out == raw:
         try:
             definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
@@ -327,6 +332,6 @@ def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int
     for at, ((a, b), definition) in enumerate(zip(spans, definitions)):
         piece = raw[a:b]
         digest = hashlib.sha256(piece).hexdigest()
-        name, fields = _described(piece, digest, None if tools is None else tools[at])
+        name, fields = _described(piece, digest, tools[at])
         found.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
     return _label(doc, shape), found

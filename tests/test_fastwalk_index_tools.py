@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel, toolsearch, toolspans
-from caveman_batch.catalog import compress_located
+from caveman_batch.catalog import Passthrough, compress_located, parse, serialize
 from caveman_batch.toolspans import _FAST_KEYS, load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,18 +42,30 @@ LAW = settings(derandomize=True, database=None, deadline=None, max_examples=400,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def _fast_one(piece: bytes, known: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+def _fast_one(piece: bytes, known: dict[str, Any] | None = None, compact: bool = False
+              ) -> tuple[Any, ...] | None:
     """index_tools of one tool object given as its own document (and its output)."""
     assert fastwalk is not None
     found = fastwalk.index_tools(piece, piece, [(0, len(piece), 0, len(piece))],
                                  {} if known is None else known, 8192, hashlib.sha256,
-                                 *_FAST_KEYS)
+                                 *_FAST_KEYS, compact)
     return None if found is None else found[0]
+
+
+def _compact(piece: bytes) -> str | None:
+    try:
+        return serialize(parse(piece)).decode("utf-8")
+    except Passthrough:
+        return None
 
 
 def check_same(piece: bytes) -> bool:
     """C and Python agree on the tool object `piece` (True if the C path built its text,
-    False if it left it to Python)."""
+    False if it left it to Python), its definition as written or made compact."""
+    compact = _fast_one(piece, compact=True)
+    if compact is not None:  # (None: a value the copier does not write; Python's)
+        assert compact[4] == _compact(piece)
+        assert compact[:4] + compact[5:] == _fast_one(piece)[:4] + _fast_one(piece)[5:]  # type: ignore[index]
     fast = _fast_one(piece)
     assert fast is not None
     name, digest, start, length, definition, fields = fast
@@ -77,17 +89,21 @@ def _encodings(tool: dict[str, Any]) -> list[bytes]:
 
 
 def _located_alike(raw: bytes) -> int:
-    """_located_tools of one document, C on, is the Python definition's; the tools."""
+    """_located_tools of one document, C on, is the Python definition's, with its
+    definitions from the output and made compact (as for a passthrough); the tools."""
     out, _, located = compress_located(raw)
-    if located is None or out == raw or not located[4]:
+    if located is None or not located[4]:
         return 0
     spans = located[4]
-    toolspans.clear_cache()
-    expected = toolspans._python_located_tools(raw, out, spans)
-    toolspans.clear_cache()
-    assert toolspans._located_tools(raw, out, spans) == expected
-    assert toolspans._located_tools(raw, out, spans) == expected  # from the cache
-    return len(expected)
+    for output, compact in ((out, False), (raw, True)):
+        if output == raw and not compact:
+            continue  # a passthrough: the output spans are the rewrite's, not its
+        toolspans.clear_cache()
+        expected = toolspans._python_located_tools(raw, output, spans, compact)
+        toolspans.clear_cache()
+        assert toolspans._located_tools(raw, output, spans, compact) == expected
+        assert toolspans._located_tools(raw, output, spans, compact) == expected  # cached
+    return len(spans)
 
 
 def test_every_corpus_tool(corpora: Path) -> None:
@@ -131,6 +147,16 @@ def test_random_keys_and_values(tool: dict[str, Any], values: list[Any]) -> None
 def test_random_catalogs_are_located_alike(found: list[dict[str, Any]], indent: int) -> None:
     raw = json.dumps({"tools": found}, indent=indent or None, ensure_ascii=indent == 1).encode()
     _located_alike(raw)
+
+
+def test_a_passthrough_s_definitions_are_its_tools_made_compact() -> None:
+    tool = b'{"name":"t","description":"d\xc3\xa9/","inputSchema":{"default":1.10,"maximum":1e3}}'
+    raw = b'{"server":"s","tools":[' + tool + b'],"x":1.50}'
+    out, result, located = compress_located(raw)
+    assert result.status == "passthrough" and out == raw and located is not None
+    assert located[4][0][:2] == (raw.index(tool), raw.index(tool) + len(tool))
+    assert toolspans.index_tools(raw, out, located)[1][0][4] == tool.decode()  # type: ignore[index]
+    assert _located_alike(raw) == 1
 
 
 @pytest.mark.parametrize("piece", [
