@@ -135,6 +135,11 @@ class SearchIndexError(CavemanError, OSError):
     exit_code = 2
 
 
+class SearchIndexOutdatedError(UsageError, SearchIndexError):
+    """A search index of a schema this version does not read: older ones are rebuilt by
+    `compress --index`, which only a reader refuses; a newer one needs a newer version."""
+
+
 class SearchIndexNotFoundError(UsageError, FileNotFoundError):
     """A command that only reads was pointed at a search index that does not exist."""
 

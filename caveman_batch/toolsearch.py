@@ -32,7 +32,7 @@ import orjson
 
 from . import _accel
 from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
-from .errors import SearchIndexError, SearchIndexNotFoundError
+from .errors import SearchIndexError, SearchIndexNotFoundError, SearchIndexOutdatedError
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 
 if TYPE_CHECKING:
@@ -315,10 +315,16 @@ class ToolIndex:
             raise SearchIndexNotFoundError(f"no search index at {location}", location)
         try:
             db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
-            index = cls(db, location, None if embedder is None else ToolVectors(embedder))
-            index._prepare(create)
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+        index = cls(db, location, None if embedder is None else ToolVectors(embedder))
+        try:
+            index._prepare(create)
+        except BaseException as exc:
+            db.close()  # an index refused is not left open
+            if isinstance(exc, sqlite3.Error):
+                raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+            raise
         return index
 
     @property
@@ -362,12 +368,12 @@ class ToolIndex:
         creates the new ones). Every row of an index is derived from the catalogs it was
         built from, so the build that follows loses nothing: it indexes them all again."""
         if not (found.isdigit() and int(found) < SCHEMA_VERSION):
-            raise SearchIndexError(f"search index {self.location} has schema {found}, newer "
-                                   f"than this version reads ({SCHEMA_VERSION})")
+            raise SearchIndexOutdatedError(f"search index {self.location} has schema {found}, "
+                                           f"newer than this version reads ({SCHEMA_VERSION})")
         if not create:
-            raise SearchIndexError(f"search index {self.location} has schema {found}, this "
-                                   f"version reads {SCHEMA_VERSION}: rebuild it with "
-                                   f"`caveman-batch compress --index`")
+            raise SearchIndexOutdatedError(f"search index {self.location} has schema {found}, "
+                                           f"this version reads {SCHEMA_VERSION}: rebuild it "
+                                           f"with `caveman-batch compress --index`")
         for table in _EVERY_TABLE:  # the FTS table first: it drops its own shadow tables
             self._db.execute(f"DROP TABLE IF EXISTS {table}")
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -88,3 +89,37 @@ def postgres_cluster() -> Iterator[Any]:
         skip_or_fail("no PostgreSQL server binaries (initdb/pg_ctl) to start a server with")
     with Cluster.start_new() as cluster:
         yield cluster
+
+
+# a tool-search index of schema 2, as the version before schema 3 made it (one tool)
+_SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
+CREATE INDEX servers_by_source ON servers (source);
+CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
+CREATE TABLE texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, refs INTEGER NOT NULL);
+CREATE TABLE tools (id INTEGER PRIMARY KEY, server TEXT NOT NULL, position INTEGER NOT NULL,
+    name TEXT NOT NULL, handle TEXT, definition TEXT NOT NULL, text_id INTEGER NOT NULL);
+CREATE INDEX tools_by_server ON tools (server, position);
+CREATE INDEX tools_by_text ON tools (text_id);
+CREATE VIRTUAL TABLE tools_fts USING fts5 (name, description, params,
+    tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE tool_vectors (id INTEGER PRIMARY KEY, vector BLOB NOT NULL);
+INSERT INTO meta VALUES ('schema', '2');
+INSERT INTO servers VALUES ('old', NULL, NULL, NULL);
+INSERT INTO texts VALUES (1, x'00', 1);
+INSERT INTO tools VALUES (1, 'old', 0, 'old_tool', NULL, '{"name":"old_tool"}', 1);
+INSERT INTO tools_fts (rowid, name, description, params) VALUES (1, 'old tool', 'Old.', '');
+"""
+
+
+@pytest.fixture
+def schema_2_index(tmp_path: Path) -> Path:
+    """A real search index file of an older schema (2), with one tool of server 'old'."""
+    path = tmp_path / "old-index.db"
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(_SCHEMA_2)
+    finally:
+        db.close()
+    return path

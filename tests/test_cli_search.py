@@ -66,6 +66,12 @@ def test_missing_index_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1 and "none.db" in err
 
 
+def test_an_index_of_an_older_schema_is_a_user_error(schema_2_index: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(capsys, "search", "old tool", "--index", str(schema_2_index))
+    assert code == 1 and "schema 2" in err and "compress --index" in err
+
+
 @pytest.mark.parametrize("line", ['{"query": "x"}', "not json", '{"query": 3, "tools": ["a"]}',
                                   '{"query": "x", "tools": []}', '["x"]'])
 def test_a_bad_queries_line_names_file_and_line(index_path: Path, tmp_path: Path, line: str,

@@ -135,6 +135,19 @@ def test_an_incremental_rerun_fills_a_new_index(tmp_path: Path) -> None:
     assert sorted(_contents(tmp_path / "idx.db")[0]) == ["github", "team/chat", "weather"]
 
 
+@pytest.mark.parametrize("incremental", [False, True])
+def test_an_index_of_an_older_schema_is_rebuilt(tmp_path: Path, schema_2_index: Path,
+                                                incremental: bool) -> None:
+    """`compress --index` over an index an older version made (and over outputs it could
+    all reuse): the old rows go, every catalog is indexed again."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=incremental, index="fresh.db")
+    shutil.copy(schema_2_index, tmp_path / "idx.db")
+    _run(tmp_path, src, incremental=incremental)
+    assert _contents(tmp_path / "idx.db") == _contents(tmp_path / "fresh.db")
+    assert "old" not in _contents(tmp_path / "idx.db")[0]
+
+
 def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
     lines = [_catalog("a_one", server="alpha"), _catalog("b_one"), _catalog("c_one", server="alpha")]
     src = tmp_path / "reg.jsonl"

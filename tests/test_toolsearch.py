@@ -279,44 +279,16 @@ def test_a_change_rolled_back_leaves_no_ids_behind(tmp_path: Path) -> None:
     with ToolIndex.open(tmp_path / "tools.db") as index:
         docs = _docs("a", GITHUB)
         with pytest.raises(SearchIndexError):  # the files table refuses a missing sha256
-            index.apply([("a", docs, None, None, None)], files={"a.json": None})  # type: ignore[dict-item]
+            index.apply([("a", docs, None, None, None)],
+                        files={"a.json": None})  # type: ignore[dict-item]
         assert len(index) == 0
         index.apply([("a", docs, None, None, None)])
         assert [d.definition for d in index.docs()] == [d.definition for d in docs]
         assert index.search("pull request", k=1)[0].name == "getPullRequest"
 
 
-# schema 2, as the version before this one made it
-_SCHEMA_2 = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE servers (server TEXT PRIMARY KEY, sha256 TEXT, source TEXT, path TEXT);
-CREATE INDEX servers_by_source ON servers (source);
-CREATE TABLE files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
-CREATE TABLE texts (id INTEGER PRIMARY KEY, digest BLOB NOT NULL UNIQUE, refs INTEGER NOT NULL);
-CREATE TABLE tools (id INTEGER PRIMARY KEY, server TEXT NOT NULL, position INTEGER NOT NULL,
-    name TEXT NOT NULL, handle TEXT, definition TEXT NOT NULL, text_id INTEGER NOT NULL);
-CREATE INDEX tools_by_server ON tools (server, position);
-CREATE INDEX tools_by_text ON tools (text_id);
-CREATE VIRTUAL TABLE tools_fts USING fts5 (name, description, params,
-    tokenize='porter unicode61 remove_diacritics 2');
-CREATE TABLE tool_vectors (id INTEGER PRIMARY KEY, vector BLOB NOT NULL);
-INSERT INTO meta VALUES ('schema', '2');
-INSERT INTO servers VALUES ('old', NULL, NULL, NULL);
-INSERT INTO texts VALUES (1, x'00', 1);
-INSERT INTO tools VALUES (1, 'old', 0, 'old_tool', NULL, '{"name":"old_tool"}', 1);
-INSERT INTO tools_fts (rowid, name, description, params) VALUES (1, 'old tool', 'Old.', '');
-"""
-
-
-def _schema_2_index(path: Path) -> Path:
-    with sqlite3.connect(path) as db:
-        db.executescript(_SCHEMA_2)
-    db.close()
-    return path
-
-
-def test_a_reader_of_an_older_index_is_told_to_rebuild_it(tmp_path: Path) -> None:
-    path = _schema_2_index(tmp_path / "old.db")
+def test_a_reader_of_an_older_index_is_told_to_rebuild_it(schema_2_index: Path) -> None:
+    path = schema_2_index
     with pytest.raises(SearchIndexError, match=r"schema 2, this version reads \d+: rebuild it "
                                                r"with `caveman-batch compress --index`"):
         ToolIndex.open(path, create=False)
@@ -326,8 +298,8 @@ def test_a_reader_of_an_older_index_is_told_to_rebuild_it(tmp_path: Path) -> Non
     db.close()
 
 
-def test_a_writer_rebuilds_an_older_index_from_scratch(tmp_path: Path) -> None:
-    path = _schema_2_index(tmp_path / "old.db")
+def test_a_writer_rebuilds_an_older_index_from_scratch(schema_2_index: Path) -> None:
+    path = schema_2_index
     with ToolIndex.open(path) as index:
         assert index.servers() == {} and len(index) == 0 and index.search("old tool") == []
         index.replace_server("github", _docs("github", GITHUB), catalog_sha256="a" * 64)
