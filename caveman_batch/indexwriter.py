@@ -25,13 +25,13 @@ commit did, as a thread killed with its process did.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
 import struct
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, Final
 
@@ -39,6 +39,8 @@ from .errors import SearchIndexError
 from .toolsearch import ToolDoc, ToolIndex
 
 _LENGTH: Final = struct.Struct(">Q")
+_BOOT: Final = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+                "from caveman_batch.indexwriter import _main; _main()")
 # the methods of ToolIndex a parent may call here
 _METHODS: Final = frozenset({"apply", "defer_merges", "merge_as_usual", "optimize"})
 
@@ -103,12 +105,11 @@ class IndexWriter:
 
     def __init__(self, path: str, embed: bool) -> None:
         self.path = path
-        # the child imports this very package (first on its path), not one found elsewhere
-        root = str(Path(__file__).resolve().parents[1])
-        paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        # the child's import path is this process's (as multiprocessing's spawn does): it
+        # imports this very package, wherever it was found
         self._child = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            close_fds=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
+            [sys.executable, "-c", _BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, close_fds=True)
         self._open = True
         self._opened = False  # the child's answer to its open, read by the first call
         assert self._child.stdin is not None
@@ -220,7 +221,3 @@ def _main() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
     _serve(sys.stdin.buffer, answers)
-
-
-if __name__ == "__main__":
-    _main()
