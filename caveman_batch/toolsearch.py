@@ -234,9 +234,10 @@ class _Shared:
     has the digest of its content and `refs`, how many tools use it.
 
     The writer keeps each digest's id in memory, not in an index of the table: an index of
-    digests takes them in random order, and each commit rewrote most of its pages (0.1 s CPU
-    a table on the bench registry). The map is read again from the table when another
-    connection has written since (`PRAGMA data_version`), or a change of ours rolled back.
+    digests takes them in random order, so each commit of a build rewrote most of its pages
+    (with one on `definitions` too, storing them once cost the bench registry's build more
+    CPU than it saved). The map is read again from the table when another connection has
+    written since (`PRAGMA data_version`), or a change of ours rolled back.
     """
 
     def __init__(self, table: str) -> None:
@@ -333,8 +334,9 @@ class ToolIndex:
         return None if self._vectors is None else self._vectors.embedder
 
     def _prepare(self, create: bool) -> None:
-        # a new file's pages: 16 KiB, not 4; a build writes a quarter as many WAL frames
-        # (0.1-0.2 s CPU of 1.3 on the bench registry); an existing file keeps its own
+        # a new file's pages: 16 KiB, not 4: a build writes a quarter as many WAL frames
+        # (about 0.2 s of 1.4 s CPU replaying the bench registry's build, measured under
+        # load); an existing file keeps its own
         self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
                          "PRAGMA journal_mode=MEMORY")
@@ -391,11 +393,19 @@ class ToolIndex:
 
         def __exit__(self, kind: object, *_: object) -> None:
             if kind is None:
-                self.db.execute("COMMIT")
-                return
+                try:
+                    self.db.execute("COMMIT")
+                    return
+                except BaseException:
+                    self._roll_back()
+                    raise
+            self._roll_back()
+
+        def _roll_back(self) -> None:
             if self.on_rollback is not None:
                 self.on_rollback()
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # a COMMIT that failed may have ended it
+                self.db.execute("ROLLBACK")
 
     def _transaction(self, on_rollback: Callable[[], None] | None = None) -> ToolIndex._Tx:
         return ToolIndex._Tx(self._db, on_rollback)
