@@ -43,7 +43,7 @@ from .catalog import Located
 from .embedding import load_embedder
 from .errors import IntegrityError, UnknownHandleError
 from .indexwriter import IndexWriter, LocalWriter
-from .store import Store
+from .store import Store, shared_store
 from .toolsearch import ToolIndex
 from .toolspans import index_tools
 
@@ -57,13 +57,15 @@ WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, 
 _IN_FLIGHT = 2
 _HANDLE: Final = ccr.HANDLE_PREFIX
 # Tools whose records are committed in one transaction of the store, and whose catalogs
-# in one of the index (see IndexBuilder.add), at least: a few batches' worth.
-_TOOLS_PER_COMMIT = 8192
+# in one of the index (see IndexBuilder.add), at least: a few batches' worth. What is
+# left to write when the last batch is in waits for its writer: the bench registry's run
+# waited 0.37 s at 8,192 tools, 0.21 s at 4,096, 0.14 s at 2,048 (under load).
+_TOOLS_PER_COMMIT = 2048
 # A build that wrote more transactions than this (each leaves a segment of the full-text
 # index, unmerged: see ToolIndex.defer_merges) ends with an `optimize` (one segment);
-# fewer are searched as fast (the 50 MB bench registry's 7: p50 unchanged) and the
-# optimize would rewrite the whole index (0.13-0.2 s of its 2.5-4.5 s).
-_OPTIMIZE_AFTER = 16
+# fewer are searched as fast (the 50 MB bench registry's 25, or 49 at 1,024 tools a
+# transaction: the same p50 as one) and the optimize would rewrite the whole index (0.13 s).
+_OPTIMIZE_AFTER = 64
 # Tool records of kept catalogs refreshed (or found absent) per store transaction: as many
 # as the pipeline's presence checks (one fsync'd transaction for a 50 MB registry's 32k).
 _TOUCH_BATCH = 32768
@@ -128,6 +130,7 @@ class IndexBuilder:
     # the index's one writer: a process of its own (indexwriter), so that its work overlaps
     # the next batches'; a thread of ours hands it the transactions, in submission order,
     # each after the records of the tools it names are committed
+    store_url: str | None = None  # the store the writer commits the tool records to, if any
     _sink: Any = None  # an IndexWriter; a LocalWriter for an index of ":memory:"
     _writer: ThreadPoolExecutor | None = None
     _pending: deque[Future[None]] = field(default_factory=deque)
@@ -138,15 +141,19 @@ class IndexBuilder:
     _writes: int = 0  # transactions of catalogs this run handed the writer
 
     @classmethod
-    def open(cls, path: Path, embed: bool = False) -> IndexBuilder:
+    def open(cls, path: Path, embed: bool = False, store_url: str | None = None) -> IndexBuilder:
         """The builder of the index at `path` (created if need be); with `embed`, its
-        writer embeds the tools with the default embedder (embedding.load_embedder)."""
+        writer embeds the tools with the default embedder (embedding.load_embedder). With
+        the `store_url` of a store other processes can open, the writer commits the tool
+        records there itself."""
         index = ToolIndex.open(path)  # the parent's: it reads; the writer process writes
         if index.location == ":memory:":  # no other process can reach it: written here
             index.close()
             index = ToolIndex.open(path, embedder=load_embedder(required=True) if embed else None)
             return cls(index, index.sources(), index.files(), _sink=LocalWriter(index))
-        return cls(index, index.sources(), index.files(),
+        if store_url is not None and not shared_store(store_url):
+            store_url = None
+        return cls(index, index.sources(), index.files(), store_url=store_url,
                    _sink=IndexWriter(index.location, embed))
 
     def close(self) -> None:
@@ -236,18 +243,25 @@ class IndexBuilder:
 
     def _flush(self, store: Store) -> None:
         """The tool records held, committed in one transaction; then the catalogs that
-        name them handed to the writer, as one transaction of the index."""
-        if self._spans:
-            ccr.commit(store, list(self._spans.values()))
-            self.committed.update(self._spans)
-            self._spans = {}
-        if self._held:
-            self._write(self._held)
+        name them written, as one transaction of the index. A writer process that can
+        reach the store (`store_url`) commits the records itself, first: off this
+        process's hands, and still before the index names them."""
+        records = list(self._spans.values())
+        self.committed.update(self._spans)
+        self._spans = {}
+        if records and self.store_url is None:
+            ccr.commit(store, records)
+            records = []
+        if self._held or records:
+            self._write(self._held, [(r.digest, r.value, r.original_length) for r in records])
         self._held, self._held_tools = [], 0
 
-    def _write(self, replace: list[Any]) -> None:
+    def _write(self, replace: list[Any], records: list[tuple[str, bytes, int]]) -> None:
         """One transaction for the writer thread; raises here the error of any done."""
-        self._submit(self._sink.apply, replace)
+        if records:
+            self._submit(self._sink.apply, replace, records=records, store_url=self.store_url)
+        else:
+            self._submit(self._sink.apply, replace)
         self._writes += 1
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()
@@ -276,7 +290,9 @@ class IndexBuilder:
             return set()
         handles = self.index.handles(kept)
         absent: set[str] = set()
-        digests = sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs})
+        # (not those this run committed: they are this run's, and may still be on their way)
+        digests = sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs}
+                         - self.committed)
         for at in range(0, len(digests), _TOUCH_BATCH):
             chunk = digests[at:at + _TOUCH_BATCH]
             missing = set(ccr.touch_held(store, chunk))

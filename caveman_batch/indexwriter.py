@@ -1,8 +1,10 @@
 """The search index's one writer during `compress --index`, in a process of its own.
 
 The parent compresses; this process writes what the parent hands it to the index
-(`ToolIndex.apply`, `defer_merges`, `optimize`), one request at a time, in the order
-sent, each answered before the next is read. A thread of the parent did this before:
+(`ToolIndex.apply`, `defer_merges`, `merge_as_usual`, `optimize`), one request at a time,
+in the order sent, each answered before the next is read. An `apply` may carry the
+originals of the tools it names (their span records), which it commits to the store first,
+in one transaction of its own: the parent then has neither to do. A thread of the parent did this before:
 SQLite releases the GIL, but each of its steps (a row of an `executemany`) takes it back,
 and the compressing thread held it for up to a switch interval each time, so the two
 mostly took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over
@@ -25,6 +27,7 @@ commit did, as a thread killed with its process did.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -35,7 +38,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, Final
 
+from . import ccr
 from .errors import SearchIndexError
+from .store import Store, open_store
 from .toolsearch import ToolDoc, ToolIndex
 
 _LENGTH: Final = struct.Struct(">Q")
@@ -48,6 +53,8 @@ _METHODS: Final = frozenset({"apply", "defer_merges", "merge_as_usual", "optimiz
 # one catalog as `apply` is handed it here, and one of its tools
 Tool = tuple[str, "str | None", str, dict[str, str]]
 Catalog = tuple[str, Sequence[Tool], "str | None", "str | None", "str | None"]
+# an original ready to commit: ccr.Prepared's fields
+Record = tuple[str, bytes, int]
 
 
 def as_docs(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolDoc], str | None, str | None,
@@ -65,7 +72,7 @@ class LocalWriter:
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
               files: dict[str, str] | None = None) -> None:
-        self._index.apply(as_docs(replace), remove, files)
+        self._index.apply(as_docs(replace), remove, files)  # (records: committed by the caller)
 
     def defer_merges(self) -> None:
         self._index.defer_merges()
@@ -119,8 +126,12 @@ class IndexWriter:
             self._open = False
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
-              files: dict[str, str] | None = None) -> None:
-        self._call("apply", (list(replace), list(remove), files))
+              files: dict[str, str] | None = None, *, records: Sequence[Record] = (),
+              store_url: str | None = None) -> None:
+        """The catalogs written in one transaction of the index; first, with `records`,
+        those originals committed to the store at `store_url` (one transaction)."""
+        self._call("apply", (list(replace), list(remove), files),
+                   {"records": list(records), "store_url": store_url} if records else {})
 
     def defer_merges(self) -> None:
         self._call("defer_merges", ())
@@ -187,7 +198,9 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         _answer(answers, "error", exc)
         return
     _answer(answers, "ok", None)
-    with index:
+    stores: dict[str, Store] = {}
+    with index, contextlib.ExitStack() as opened:
+        opened.callback(lambda: [store.close() for store in stores.values()])
         while True:
             try:
                 method, args, kwargs = _receive(requests)
@@ -198,12 +211,24 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 continue
             try:
                 if method == "apply":
+                    _commit_records(stores, kwargs.pop("records", ()), kwargs.pop("store_url", None))
                     args = (as_docs(args[0]), *args[1:])
                 result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
                 _answer(answers, "error", exc)
             else:
                 _answer(answers, "ok", result)
+
+
+def _commit_records(stores: dict[str, Store], records: Sequence[Record],
+                    url: str | None) -> None:
+    """Originals committed (durably: ccr.commit) to the store at `url`, opened once."""
+    if not records or url is None:
+        return
+    store = stores.get(url)
+    if store is None:
+        store = stores[url] = open_store(url)
+    ccr.commit(store, [ccr.Prepared(*record) for record in records])
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:

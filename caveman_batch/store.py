@@ -86,6 +86,8 @@ class Store(ABC):
     """A transactional bytes->bytes map named by a URL."""
 
     scheme: ClassVar[str]
+    #: whether another process opening the same URL reaches the same records
+    shared: ClassVar[bool] = True
 
     @classmethod
     @abstractmethod
@@ -263,6 +265,11 @@ def open_store(url: str, *, create: bool = True, readonly: bool = False) -> Stor
     if readonly:
         return backend.open(location, False, readonly=True)
     return backend.open(location, create)
+
+
+def shared_store(url: str) -> bool:
+    """Whether another process opening `url` reaches the store this one does."""
+    return resolve_backend(split_store_url(url)[0]).shared
 
 
 def canonical_url(url: str) -> str:

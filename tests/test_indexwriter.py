@@ -167,3 +167,33 @@ def _segments(path: Path) -> int:
         block = db.execute("SELECT block FROM tools_fts_data WHERE id = 10").fetchone()[0]
     assert block[4] < 128 and block[5] < 128  # one-byte varints
     return int(block[5])
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "sqlite"])
+def test_the_writer_commits_the_tool_records_before_the_index_names_them(
+        tmp_path: Path, scheme: str) -> None:
+    """The writer process commits the tools' own records to the run's store (opened from
+    its URL), then indexes them: every handle the index gives recovers the tool's bytes."""
+    from caveman_batch import ccr
+    from caveman_batch.store import open_store
+
+    src = tmp_path / "reg.jsonl"
+    src.write_text("".join(json.dumps({"server": f"s{i}", "tools": [
+        {"name": f"tool_{i}_{j}", "description": f"Does thing {j} of server {i}."}
+        for j in range(3)]}) + "\n" for i in range(200)))
+    url = f"{scheme}://{tmp_path / 'ccr'}"
+    run(Config([str(src)], tmp_path / "out", url, workers=1, index=tmp_path / "idx.db",
+               embed=False))
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index, open_store(url) as store:
+        docs = list(index.docs())
+        assert len(docs) == 600
+        for doc in docs:
+            assert doc.handle is not None
+            assert json.loads(ccr.recover(store, doc.handle))["name"] == doc.name
+
+
+def test_only_a_memory_store_is_out_of_other_processes_reach() -> None:
+    from caveman_batch.store import shared_store
+
+    assert not shared_store("memory://")
+    assert shared_store("lmdb:///tmp/x") and shared_store("sqlite:///tmp/x.db")

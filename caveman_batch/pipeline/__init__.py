@@ -204,4 +204,5 @@ def _open_index(config: Config) -> IndexBuilder | None:
     from .. import indexing
     from ..embedding import choose_embedder
 
-    return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed) is not None)
+    return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed) is not None,
+                                      store_url=config.store_url)
