@@ -42,7 +42,7 @@ from . import ccr, toolspans
 from .catalog import Located
 from .embedding import load_embedder
 from .errors import IntegrityError, UnknownHandleError
-from .indexwriter import IndexWriter, LocalWriter
+from .indexwriter import IndexWriter, LocalWriter, new_records
 from .store import Store, shared_store
 from .toolsearch import ToolIndex
 from .toolspans import index_tools
@@ -55,7 +55,6 @@ WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, 
 # Transactions handed to the index's writer and not yet written, at most (beyond this,
 # add waits: a writer slower than the workers must not hold the whole run in memory).
 _IN_FLIGHT = 2
-_HANDLE: Final = ccr.HANDLE_PREFIX
 # Tools whose records are committed in one transaction of the store, and whose catalogs
 # in one of the index (see IndexBuilder.add), at least: a few batches' worth. What is
 # left to write when the last batch is in waits for its writer: the bench registry's run
@@ -134,9 +133,10 @@ class IndexBuilder:
     _sink: Any = None  # an IndexWriter; a LocalWriter for an index of ":memory:"
     _writer: ThreadPoolExecutor | None = None
     _pending: deque[Future[None]] = field(default_factory=deque)
-    # tool records not committed yet, and the index's transactions that wait for them
-    _spans: dict[str, ccr.Prepared] = field(default_factory=dict)
+    # catalogs to write (their tools' records not committed yet), and the tools of
+    # catalogs recomputed but indexed as they are (their records only)
     _held: list[Any] = field(default_factory=list)
+    _extra: list[Any] = field(default_factory=list)
     _held_tools: int = 0
     _writes: int = 0  # transactions of catalogs this run handed the writer
 
@@ -212,54 +212,47 @@ class IndexBuilder:
         for doc, digest, tools in found:
             if tools is None:
                 continue
-            self._hold(tools)
+            self._held_tools += len(tools[1])
             if digest is None:
+                self._extra.append(tools[1])
                 continue
             key = source_key(doc.source)
             server = self._server_id(doc, tools[0])
             known = self.known.get(key)
             self._keep(server)
             if known is not None and known[0] == server and known[1] == digest:
-                continue  # already indexed as it is
-            docs = [(name, _HANDLE + digest_, definition, fields)
-                    for name, digest_, _, _, definition, fields in tools[1]]
+                self._extra.append(tools[1])  # already indexed as it is: its records only
+                continue
             path = doc.source.get("path")
-            replace.append((server, docs, digest, key, path if isinstance(path, str) else None))
+            replace.append((server, tools[1], digest, key, path if isinstance(path, str) else None))
             self.rewritten.add(server)
             self.known[key] = (server, digest, path if isinstance(path, str) else None)
-        if replace:
-            self._held.extend(replace)
-            self._held_tools += sum(len(r[1]) for r in replace)
-        if self._held_tools >= _TOOLS_PER_COMMIT or len(self._spans) >= _TOOLS_PER_COMMIT:
+        self._held.extend(replace)
+        if self._held_tools >= _TOOLS_PER_COMMIT:
             self._flush(store)
 
-    def _hold(self, tools: tuple[str | None, list[Any]]) -> None:
-        """A document's tool records, to commit: each once, and none this run has committed
-        already (a registry repeats its tools; a record committed is durable, and its
-        last-seen is this run's already)."""
-        for _, digest, value, length, _, _ in tools[1]:
-            if digest not in self.committed and digest not in self._spans:
-                self._spans[digest] = ccr.Prepared(digest, value, length)
-
     def _flush(self, store: Store) -> None:
-        """The tool records held, committed in one transaction; then the catalogs that
-        name them written, as one transaction of the index. A writer process that can
-        reach the store (`store_url`) commits the records itself, first: off this
-        process's hands, and still before the index names them."""
-        records = list(self._spans.values())
-        self.committed.update(self._spans)
-        self._spans = {}
-        if records and self.store_url is None:
-            ccr.commit(store, records)
-            records = []
-        if self._held or records:
-            self._write(self._held, [(r.digest, r.value, r.original_length) for r in records])
-        self._held, self._held_tools = [], 0
+        """The tool records held, committed in one transaction (each once a run: see
+        indexwriter.new_records); then the catalogs that name them written, as one
+        transaction of the index. A writer process that can reach the store (`store_url`)
+        commits the records itself, first: off this process's hands, and still before the
+        index names them."""
+        lists = [tools for _, tools, *_ in self._held] + self._extra
+        if self.store_url is None:
+            records = new_records(lists, self.committed)
+            if records:
+                ccr.commit(store, records)
+            if self._held:
+                self._write(self._held)
+        elif lists:
+            self.committed.update(tool[1] for tools in lists for tool in tools)
+            self._write(self._held, self._extra)
+        self._held, self._extra, self._held_tools = [], [], 0
 
-    def _write(self, replace: list[Any], records: list[tuple[str, bytes, int]]) -> None:
+    def _write(self, replace: list[Any], extra: list[Any] | None = None) -> None:
         """One transaction for the writer thread; raises here the error of any done."""
-        if records:
-            self._submit(self._sink.apply, replace, records=records, store_url=self.store_url)
+        if self.store_url is not None:
+            self._submit(self._sink.apply, replace, extra=extra or [], store_url=self.store_url)
         else:
             self._submit(self._sink.apply, replace)
         self._writes += 1

@@ -10,10 +10,10 @@ and the compressing thread held it for up to a switch interval each time, so the
 mostly took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over
 4.4 s, and the run waited 0.6 s on it). A process shares no GIL with the parent.
 
-Catalogs travel as plain tuples, (server, tools, catalog sha256, source, path) with each
-tool (name, handle, definition, search fields): `ToolIndex.apply`'s arguments but for the
-ToolDoc objects, which the writer makes (a dataclass per tool cost the parent 2 us to
-make and more to pickle).
+Catalogs travel as plain tuples, (server, tools, catalog sha256, source, path), each
+tool as the pipeline's worker made it (name, digest, record value, length, definition,
+search fields): the writer makes the ToolDoc objects and picks the records to commit (a
+dataclass or a tuple per tool made here cost the parent as much as pickling them).
 
 The protocol, over the child's stdin and stdout: each message an 8-byte big-endian
 length, then a pickle (both ends are this module, started by the parent with the
@@ -50,18 +50,33 @@ _BOOT: Final = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
 _METHODS: Final = frozenset({"apply", "defer_merges", "merge_as_usual", "optimize"})
 
 
-# one catalog as `apply` is handed it here, and one of its tools
-Tool = tuple[str, "str | None", str, dict[str, str]]
+# one catalog as `apply` is handed it here: (server, its tools as a pipeline worker made
+# them (indexing.WorkerTools: name, digest, record value, length, definition, fields),
+# catalog sha256, source, path)
+Tool = tuple[str, str, bytes, int, str, dict[str, str]]
 Catalog = tuple[str, Sequence[Tool], "str | None", "str | None", "str | None"]
-# an original ready to commit: ccr.Prepared's fields
-Record = tuple[str, bytes, int]
 
 
 def as_docs(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolDoc], str | None, str | None,
                                                         str | None]]:
     """`ToolIndex.apply`'s form of catalogs handed over as tuples."""
-    return [(server, [ToolDoc(server, *tool) for tool in tools], sha256, source, path)
+    prefix = ccr.HANDLE_PREFIX
+    return [(server, [ToolDoc(server, t[0], prefix + t[1], t[4], t[5]) for t in tools],
+             sha256, source, path)
             for server, tools, sha256, source, path in replace]
+
+
+def new_records(tool_lists: Iterable[Sequence[Tool]], committed: set[str]) -> list[ccr.Prepared]:
+    """The records of these tools, each once, none in `committed` (this run's: a registry
+    repeats its tools, and a record committed is durable, its last-seen this run's);
+    `committed` then holds them too (the caller commits them before anything names them)."""
+    records: dict[str, ccr.Prepared] = {}
+    for tools in tool_lists:
+        for _, digest, value, length, _, _ in tools:
+            if digest not in committed and digest not in records:
+                records[digest] = ccr.Prepared(digest, value, length)
+    committed.update(records)
+    return list(records.values())
 
 
 class LocalWriter:
@@ -126,12 +141,13 @@ class IndexWriter:
             self._open = False
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
-              files: dict[str, str] | None = None, *, records: Sequence[Record] = (),
+              files: dict[str, str] | None = None, *, extra: Sequence[Sequence[Tool]] = (),
               store_url: str | None = None) -> None:
-        """The catalogs written in one transaction of the index; first, with `records`,
-        those originals committed to the store at `store_url` (one transaction)."""
+        """The catalogs written in one transaction of the index; first, with `store_url`,
+        the records of their tools and of the `extra` ones committed to that store (in one
+        transaction, each record once a run: new_records)."""
         self._call("apply", (list(replace), list(remove), files),
-                   {"records": list(records), "store_url": store_url} if records else {})
+                   {"extra": list(extra), "store_url": store_url} if store_url else {})
 
     def defer_merges(self) -> None:
         self._call("defer_merges", ())
@@ -199,6 +215,7 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
         return
     _answer(answers, "ok", None)
     stores: dict[str, Store] = {}
+    committed: set[str] = set()  # the tool records this run committed
     with index, contextlib.ExitStack() as opened:
         opened.callback(lambda: [store.close() for store in stores.values()])
         while True:
@@ -211,7 +228,10 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 continue
             try:
                 if method == "apply":
-                    _commit_records(stores, kwargs.pop("records", ()), kwargs.pop("store_url", None))
+                    url, extra = kwargs.pop("store_url", None), kwargs.pop("extra", ())
+                    if url is not None:
+                        _commit_records(stores, url, new_records(
+                            [*(tools for _, tools, *_ in args[0]), *extra], committed))
                     args = (as_docs(args[0]), *args[1:])
                 result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
@@ -220,15 +240,14 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 _answer(answers, "ok", result)
 
 
-def _commit_records(stores: dict[str, Store], records: Sequence[Record],
-                    url: str | None) -> None:
+def _commit_records(stores: dict[str, Store], url: str, records: list[ccr.Prepared]) -> None:
     """Originals committed (durably: ccr.commit) to the store at `url`, opened once."""
-    if not records or url is None:
+    if not records:
         return
     store = stores.get(url)
     if store is None:
         store = stores[url] = open_store(url)
-    ccr.commit(store, [ccr.Prepared(*record) for record in records])
+    ccr.commit(store, records)
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from caveman_batch import indexing
 from caveman_batch.errors import SearchIndexError
-from caveman_batch.indexwriter import IndexWriter, LocalWriter
+from caveman_batch.indexwriter import IndexWriter, LocalWriter, Tool
 from caveman_batch.pipeline import Config, run
 from caveman_batch.toolsearch import ToolIndex
 
@@ -23,9 +23,9 @@ FIELDS = {"name": "list issues", "description": "Lists the issues of a repositor
           "params": "repo"}
 
 
-def _catalog(server: str, *names: str) -> tuple[str, list[tuple[str, str, str, dict[str, str]]],
-                                                 str, None, None]:
-    tools = [(name, "ccr_" + f"{i:064x}", f'{{"name":"{name}"}}', {**FIELDS, "name": name})
+def _catalog(server: str, *names: str) -> tuple[str, list[Tool], str, None, None]:
+    """A catalog as indexwriter is handed it (tools as a pipeline worker makes them)."""
+    tools = [(name, f"{i:064x}", b"", 0, f'{{"name":"{name}"}}', {**FIELDS, "name": name})
              for i, name in enumerate(names)]
     return (server, tools, "0" * 64, None, None)
 
@@ -66,7 +66,7 @@ def test_an_error_in_the_writer_is_raised_in_the_parent_and_it_goes_on(tmp_path:
     ToolIndex.open(path).close()
     writer = IndexWriter(str(path), embed=False)
     try:
-        bad = ("a", [("x", None, "{}", FIELDS)], None, None, None)
+        bad = ("a", [("x", "0" * 64, b"", 0, "{}", FIELDS)], None, None, None)
         with pytest.raises(TypeError):  # tools given as something else than a list
             writer.apply([("a", 5, None, None, None)])  # type: ignore[list-item]
         writer.apply([bad])
