@@ -2,13 +2,13 @@
 
 The parent compresses; this process writes what the parent hands it to the index
 (`ToolIndex.apply`, `defer_merges`, `merge_as_usual`, `optimize`), one request at a time,
-in the order sent, each answered before the next is read. An `apply` may carry the
-originals of the tools it names (their span records), which it commits to the store first,
-in one transaction of its own: the parent then has neither to do. A thread of the parent did this before:
-SQLite releases the GIL, but each of its steps (a row of an `executemany`) takes it back,
-and the compressing thread held it for up to a switch interval each time, so the two
-mostly took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over
-4.4 s, and the run waited 0.6 s on it). A process shares no GIL with the parent.
+in the order sent, each answered before the next is read. Given the run's store, an
+`apply` first commits the records of the tools it names (their span records) there, in
+one transaction of its own. A thread of the parent wrote the index before: SQLite
+releases the GIL, but each of its steps (a row of an `executemany`) takes it back, and
+the compressing thread held it for up to a switch interval each time, so the two mostly
+took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over 4.4 s,
+and the run waited 0.6 s on it). A process shares no GIL with the parent.
 
 Catalogs travel as plain tuples, (server, tools, catalog sha256, source, path), each
 tool as the pipeline's worker made it (name, digest, record value, length, definition,
@@ -18,8 +18,8 @@ dataclass or a tuple per tool made here cost the parent as much as pickling them
 The protocol, over the child's stdin and stdout: each message an 8-byte big-endian
 length, then a pickle (both ends are this module, started by the parent with the
 parent's interpreter; nothing else writes to those pipes). The first request opens the
-index: (path, embed). Each request is (method, args); each answer ("ok", result) or
-("error", exception). The parent closing the child's stdin ends it (a parent that dies
+index: (path, embed), answered before the first request's answer. Each request is
+(method, args, kwargs); each answer ("ok", result) or ("error", exception). The parent closing the child's stdin ends it (a parent that dies
 does so too); a request half-sent is never applied (it does not unpickle), and each
 `apply` is one transaction: a writer killed mid-way leaves the index as its last
 commit did, as a thread killed with its process did.
