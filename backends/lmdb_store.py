@@ -69,6 +69,7 @@ def _translated(path: Path, action: str) -> Iterator[None]:
 
 class LmdbStore(Store):
     scheme = "lmdb"
+    shared = True  # other processes open the same store by its URL
 
     def __init__(self, path: Path, env: lmdb.Environment, readonly: bool = False) -> None:
         self._path = path

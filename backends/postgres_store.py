@@ -139,6 +139,7 @@ os.register_at_fork(after_in_child=_Inherited.after_fork_in_child)
 
 class PostgresStore(Store):
     scheme = "postgresql"
+    shared = True  # other processes open the same store by its URL
 
     def __init__(self, location: str, conn: psycopg.Connection[Any], readonly: bool) -> None:
         self._location = location

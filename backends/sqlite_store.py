@@ -62,6 +62,7 @@ def _upper_bound(prefix: bytes) -> bytes | None:
 
 class SqliteStore(Store):
     scheme = "sqlite"
+    shared = True  # other processes open the same store by its URL
 
     def __init__(self, path: Path, conn: sqlite3.Connection, readonly: bool = False) -> None:
         self._path = path

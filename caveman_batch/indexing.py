@@ -139,6 +139,7 @@ class IndexBuilder:
     _extra: list[Any] = field(default_factory=list)
     _held_tools: int = 0
     _writes: int = 0  # transactions of catalogs this run handed the writer
+    _deferred: bool = False  # FTS5's merges deferred by this run
 
     @classmethod
     def open(cls, path: Path, embed: bool = False, store_url: str | None = None) -> IndexBuilder:
@@ -242,15 +243,20 @@ class IndexBuilder:
             records = new_records(lists, self.committed)
             if records:
                 ccr.commit(store, records)
+                self.committed.update(record.digest for record in records)
             if self._held:
                 self._write(self._held)
-        elif lists:
+        elif lists:  # (committed: on its way, and the run fails if it does not get there)
             self.committed.update(tool[1] for tools in lists for tool in tools)
             self._write(self._held, self._extra)
         self._held, self._extra, self._held_tools = [], [], 0
 
     def _write(self, replace: list[Any], extra: list[Any] | None = None) -> None:
-        """One transaction for the writer thread; raises here the error of any done."""
+        """One transaction for the writer thread; raises here the error of any done. The
+        first that writes catalogs defers FTS5's merges (finish restores them, or optimizes)."""
+        if replace and not self._deferred:
+            self._submit(self._sink.defer_merges)
+            self._deferred = True
         if self.store_url is not None:
             self._submit(self._sink.apply, replace, extra=extra or [], store_url=self.store_url)
         else:
@@ -263,7 +269,6 @@ class IndexBuilder:
         """A call for the writer thread, after those submitted before it."""
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
-            self._pending.append(self._writer.submit(self._sink.defer_merges))  # finish optimizes
         self._pending.append(self._writer.submit(call, *args, **kwargs))
 
     def _drain(self) -> None:
@@ -342,6 +347,8 @@ class IndexBuilder:
         concern only catalogs kept, and every catalog written is one seen); what they
         decide is written after those, and the run waits for it all."""
         self._flush(store)
+        if isinstance(self._sink, LocalWriter):  # one connection: no reads beside its writes
+            self._drain()
         lost = self.keep_records(store, verify)
         if lost:
             paths = {origin for server, _, origin in self.known.values() if server in lost}
@@ -350,6 +357,6 @@ class IndexBuilder:
         self._submit(self._sink.apply, [], gone, files=files)
         if self._writes > _OPTIMIZE_AFTER:
             self._submit(self._sink.optimize)
-        elif self._writes or gone:  # (gone: a build killed earlier may have left them deferred)
+        elif self._deferred or gone:  # (gone: a build killed earlier may have left them deferred)
             self._submit(self._sink.merge_as_usual)
         self._drain()

@@ -68,14 +68,13 @@ def as_docs(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolDoc], str | 
 
 def new_records(tool_lists: Iterable[Sequence[Tool]], committed: set[str]) -> list[ccr.Prepared]:
     """The records of these tools, each once, none in `committed` (this run's: a registry
-    repeats its tools, and a record committed is durable, its last-seen this run's);
-    `committed` then holds them too (the caller commits them before anything names them)."""
+    repeats its tools, and a record committed is durable, its last-seen this run's). The
+    caller adds them to `committed` once its commit has returned."""
     records: dict[str, ccr.Prepared] = {}
     for tools in tool_lists:
         for _, digest, value, length, _, _ in tools:
             if digest not in committed and digest not in records:
                 records[digest] = ccr.Prepared(digest, value, length)
-    committed.update(records)
     return list(records.values())
 
 
@@ -216,6 +215,10 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     _answer(answers, "ok", None)
     stores: dict[str, Store] = {}
     committed: set[str] = set()  # the tool records this run committed
+    # a request that failed: every later one is refused (the parent fails the run, and a
+    # write queued after it must not land: a catalog naming a record that was not
+    # committed, or the files table saying a file is wholly indexed)
+    failed: Exception | None = None
     with index, contextlib.ExitStack() as opened:
         opened.callback(lambda: [store.close() for store in stores.values()])
         while True:
@@ -223,18 +226,26 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 method, args, kwargs = _receive(requests)
             except EOFError:
                 return
+            if failed is not None:  # the run has failed: what it queued after is not written
+                _answer(answers, "error", SearchIndexError(
+                    f"search index {path} not written after an earlier failure: {failed}"))
+                continue
             if method not in _METHODS:
-                _answer(answers, "error", SearchIndexError(f"unknown index request {method!r}"))
+                failed = SearchIndexError(f"unknown index request {method!r}")
+                _answer(answers, "error", failed)
                 continue
             try:
                 if method == "apply":
                     url, extra = kwargs.pop("store_url", None), kwargs.pop("extra", ())
                     if url is not None:
-                        _commit_records(stores, url, new_records(
-                            [*(tools for _, tools, *_ in args[0]), *extra], committed))
+                        records = new_records([*(tools for _, tools, *_ in args[0]), *extra],
+                                              committed)
+                        _commit_records(stores, url, records)
+                        committed.update(record.digest for record in records)
                     args = (as_docs(args[0]), *args[1:])
                 result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
+                failed = exc
                 _answer(answers, "error", exc)
             else:
                 _answer(answers, "ok", result)

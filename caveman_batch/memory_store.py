@@ -12,7 +12,6 @@ from .store import DELETE, Merge, Store, apply_commit
 
 class MemoryStore(Store):
     scheme = "memory"
-    shared = False  # each process has its own
 
     def __init__(self, readonly: bool = False) -> None:
         self._data: dict[bytes, bytes] | None = {}

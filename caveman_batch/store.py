@@ -86,8 +86,9 @@ class Store(ABC):
     """A transactional bytes->bytes map named by a URL."""
 
     scheme: ClassVar[str]
-    #: whether another process opening the same URL reaches the same records
-    shared: ClassVar[bool] = True
+    #: whether another process opening the same URL reaches the same records (a backend
+    #: says so; one registered at run time is not known to another interpreter anyway)
+    shared: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -61,15 +61,14 @@ def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
         assert index.search("list issues", 5) == here.search("list issues", 5)
 
 
-def test_an_error_in_the_writer_is_raised_in_the_parent_and_it_goes_on(tmp_path: Path) -> None:
+def test_an_error_in_the_writer_is_raised_in_the_parent(tmp_path: Path) -> None:
     path = tmp_path / "idx.db"
     ToolIndex.open(path).close()
     writer = IndexWriter(str(path), embed=False)
     try:
-        bad = ("a", [("x", "0" * 64, b"", 0, "{}", FIELDS)], None, None, None)
+        writer.apply([("a", [("x", "0" * 64, b"", 0, "{}", FIELDS)], None, None, None)])
         with pytest.raises(TypeError):  # tools given as something else than a list
-            writer.apply([("a", 5, None, None, None)])  # type: ignore[list-item]
-        writer.apply([bad])
+            writer.apply([("b", 5, None, None, None)])  # type: ignore[list-item]
     finally:
         writer.close()
     with ToolIndex.open(path, create=False) as index:
@@ -197,3 +196,54 @@ def test_only_a_memory_store_is_out_of_other_processes_reach() -> None:
 
     assert not shared_store("memory://")
     assert shared_store("lmdb:///tmp/x") and shared_store("sqlite:///tmp/x.db")
+
+
+def test_after_a_failed_write_the_writer_writes_nothing_more(tmp_path: Path) -> None:
+    """A record commit that fails (here: a store that cannot open) fails its request, and
+    every request queued after it: no catalog names a record left uncommitted, and no
+    files table says a file is wholly indexed."""
+    from caveman_batch import ccr
+    from caveman_batch.store import open_store
+
+    path = tmp_path / "idx.db"
+    ToolIndex.open(path).close()
+    good = f"sqlite://{tmp_path / 'ccr.db'}"
+    tool = ("list_issues", ccr.digest_of(b'{"name":"list_issues"}'), b"", 0, "{}", FIELDS)
+    writer = IndexWriter(str(path), embed=False)
+    try:
+        with pytest.raises(Exception, match="bogus"):
+            writer.apply([("a", [tool], None, None, None)], store_url="bogus://nowhere")
+        with pytest.raises(SearchIndexError, match="after an earlier failure"):
+            writer.apply([("b", [tool], None, None, None)], store_url=good)
+        with pytest.raises(SearchIndexError, match="after an earlier failure"):
+            writer.apply([], [], files={"reg.jsonl": "0" * 64})
+    finally:
+        writer.close()
+    with ToolIndex.open(path, create=False) as index:
+        assert len(index) == 0 and index.files() == {}
+    assert not (tmp_path / "ccr.db").exists() or ccr.missing(open_store(good), [tool[1]])
+
+
+def test_a_rerun_that_writes_nothing_leaves_fts5_merging_as_usual(tmp_path: Path) -> None:
+    import sqlite3
+
+    src = tmp_path / "reg.jsonl"
+    src.write_text("".join(json.dumps({"server": f"s{i}", "tools": [
+        {"name": f"tool_{i}", "description": f"Does thing {i}."}]}) + "\n" for i in range(100)))
+    config = Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path / 'ccr'}", workers=1,
+                    index=tmp_path / "idx.db", embed=False, incremental=True)
+    for _ in range(2):  # a build, then a rerun with nothing to write
+        run(config)
+        with sqlite3.connect(tmp_path / "idx.db") as db:
+            settings = dict(db.execute("SELECT k, v FROM tools_fts_config"))
+        assert settings.get("automerge", 4) == 4 and settings.get("crisismerge", 16) == 16
+
+
+def test_a_store_is_shared_with_other_processes_only_if_its_backend_says_so() -> None:
+    from backends.lmdb_store import LmdbStore
+    from backends.sqlite_store import SqliteStore
+    from caveman_batch.memory_store import MemoryStore
+    from caveman_batch.store import Store
+
+    assert not Store.shared and not MemoryStore.shared  # a backend opts in
+    assert LmdbStore.shared and SqliteStore.shared
