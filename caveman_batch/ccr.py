@@ -220,7 +220,7 @@ def prepare_many(originals: Sequence[bytes], content_type: str = "application/js
 def prepare_span(digest: str, length: int, whole: str, offset: int,
                  content_type: str = "application/json", *, now_ms: int | None = None) -> Prepared:
     """The record of the original `digest` (of `length` bytes) that lies at `offset` in
-    the original `whole` (pure; the caller commits the two in one transaction)."""
+    the original `whole` (pure; the caller commits it with `whole` or after it)."""
     return Prepared(digest, span_values(whole, [(length, offset)], content_type,
                                         now_ms=now_ms)[0], length)
 

@@ -3,10 +3,11 @@
 Workers compute, per document, what the index needs (`BatchWork`: the catalog's label,
 and per tool its exact original bytes as a CCR span record, which names the catalog's
 own record and where the tool lies in it (no zstd frame per tool), its compressed
-definition and its search text: see toolspans). The parent commits the per-tool records
-after the catalogs' own, a few batches' worth in one transaction (`add`), then has those
-batches' catalogs written to the index in one transaction, in input order, by a process
-of its own (indexwriter: the index is written while the next batches are compressed);
+definition and its search text: see toolspans). The per-tool records are committed after
+the catalogs' own, a few batches' worth in one transaction (`add`), then those batches'
+catalogs are written to the index in one transaction, in input order, both by a process
+of its own (indexwriter: the index is written while the next batches are compressed; the
+records are committed here when that process cannot open the store);
 at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
 records which source files are wholly indexed. The index never names a tool
 whose record is not committed. A crash leaves the index as its last transaction did;
@@ -138,7 +139,7 @@ class IndexBuilder:
     _held: list[Any] = field(default_factory=list)
     _extra: list[Any] = field(default_factory=list)
     _held_tools: int = 0
-    _writes: int = 0  # transactions of catalogs this run handed the writer
+    _writes: int = 0  # transactions this run handed the writer
     _deferred: bool = False  # FTS5's merges deferred by this run
 
     @classmethod
@@ -147,11 +148,10 @@ class IndexBuilder:
         writer embeds the tools with the default embedder (embedding.load_embedder). With
         the `store_url` of a store other processes can open, the writer commits the tool
         records there itself."""
-        index = ToolIndex.open(path)  # the parent's: it reads; the writer process writes
-        if index.location == ":memory:":  # no other process can reach it: written here
-            index.close()
+        if os.fspath(path) == ":memory:":  # no other process can reach it: written here
             index = ToolIndex.open(path, embedder=load_embedder(required=True) if embed else None)
             return cls(index, index.sources(), index.files(), _sink=LocalWriter(index))
+        index = ToolIndex.open(path)  # the parent's: it reads; the writer process writes
         if store_url is not None and not shared_store(store_url):
             store_url = None
         return cls(index, index.sources(), index.files(), store_url=store_url,

@@ -186,6 +186,12 @@ class IndexWriter:
             raise value
         return value
 
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """End the child (after its last answer: nothing is left in flight) and reap it."""
         self._open = False

@@ -30,31 +30,29 @@ def _catalog(server: str, *names: str) -> tuple[str, list[Tool], str, None, None
     return (server, tools, "0" * 64, None, None)
 
 
-def test_the_writer_process_writes_what_the_parent_reads(tmp_path: Path) -> None:
-    path = tmp_path / "idx.db"
+def _new_index(path: Path) -> Path:
+    """An empty index file (as the run's parent makes it before its writer starts)."""
     ToolIndex.open(path).close()
-    writer = IndexWriter(str(path), embed=False)
-    try:
+    return path
+
+
+def test_the_writer_process_writes_what_the_parent_reads(tmp_path: Path) -> None:
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
         writer.defer_merges()
         writer.apply([_catalog("github", "list_issues", "create_issue")])
         writer.apply([_catalog("jira", "list_issues")], ["github"])
         writer.optimize()
-    finally:
-        writer.close()
     with ToolIndex.open(path, create=False) as index:
         assert [(d.server, d.name) for d in index.docs()] == [("jira", "list_issues")]
         assert [h.server for h in index.search("issues")] == ["jira"]
 
 
 def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
-    there, here = tmp_path / "there.db", ToolIndex.open(":memory:")
-    ToolIndex.open(there).close()
-    writer = IndexWriter(str(there), embed=False)
+    there, here = _new_index(tmp_path / "there.db"), ToolIndex.open(":memory:")
     catalogs = [_catalog("a", "list_issues", "close_issue"), _catalog("b", "list_pulls")]
-    try:
+    with IndexWriter(str(there), embed=False) as writer:
         writer.apply(catalogs)
-    finally:
-        writer.close()
     LocalWriter(here).apply(catalogs)
     with ToolIndex.open(there, create=False) as index:
         assert list(index.docs()) == list(here.docs())
@@ -62,15 +60,11 @@ def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
 
 
 def test_an_error_in_the_writer_is_raised_in_the_parent(tmp_path: Path) -> None:
-    path = tmp_path / "idx.db"
-    ToolIndex.open(path).close()
-    writer = IndexWriter(str(path), embed=False)
-    try:
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
         writer.apply([("a", [("x", "0" * 64, b"", 0, "{}", FIELDS)], None, None, None)])
         with pytest.raises(TypeError):  # tools given as something else than a list
             writer.apply([("b", 5, None, None, None)])  # type: ignore[list-item]
-    finally:
-        writer.close()
     with ToolIndex.open(path, create=False) as index:
         assert [d.name for d in index.docs()] == ["x"]
 
@@ -78,19 +72,14 @@ def test_an_error_in_the_writer_is_raised_in_the_parent(tmp_path: Path) -> None:
 def test_an_index_it_cannot_open_is_an_error_of_its_first_call(tmp_path: Path) -> None:
     path = tmp_path / "not-an-index.db"
     path.write_bytes(b"this is not a database file, not at all" * 100)
-    writer = IndexWriter(str(path), embed=False)
-    try:
+    with IndexWriter(str(path), embed=False) as writer:
         with pytest.raises(SearchIndexError, match="cannot open search index"):
             writer.defer_merges()
-    finally:
-        writer.close()
 
 
 def test_a_writer_that_dies_is_an_error_naming_the_index(tmp_path: Path) -> None:
-    path = tmp_path / "idx.db"
-    ToolIndex.open(path).close()
-    writer = IndexWriter(str(path), embed=False)
-    try:
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
         writer.defer_merges()
         os.kill(writer._child.pid, signal.SIGKILL)
         writer._child.wait()
@@ -98,8 +87,6 @@ def test_a_writer_that_dies_is_an_error_naming_the_index(tmp_path: Path) -> None
             writer.apply([_catalog("a", "list_issues")])
         with pytest.raises(SearchIndexError, match="has stopped"):
             writer.optimize()
-    finally:
-        writer.close()
 
 
 PARENT = """
@@ -114,8 +101,7 @@ os._exit(0)  # dies without closing anything
 
 
 def test_a_parent_that_dies_ends_its_writer(tmp_path: Path) -> None:
-    path = tmp_path / "idx.db"
-    ToolIndex.open(path).close()
+    path = _new_index(tmp_path / "idx.db")
     done = subprocess.run([sys.executable, "-c", PARENT, str(path)], capture_output=True,
                           text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
@@ -205,20 +191,16 @@ def test_after_a_failed_write_the_writer_writes_nothing_more(tmp_path: Path) -> 
     from caveman_batch import ccr
     from caveman_batch.store import open_store
 
-    path = tmp_path / "idx.db"
-    ToolIndex.open(path).close()
+    path = _new_index(tmp_path / "idx.db")
     good = f"sqlite://{tmp_path / 'ccr.db'}"
     tool = ("list_issues", ccr.digest_of(b'{"name":"list_issues"}'), b"", 0, "{}", FIELDS)
-    writer = IndexWriter(str(path), embed=False)
-    try:
+    with IndexWriter(str(path), embed=False) as writer:
         with pytest.raises(Exception, match="bogus"):
             writer.apply([("a", [tool], None, None, None)], store_url="bogus://nowhere")
         with pytest.raises(SearchIndexError, match="after an earlier failure"):
             writer.apply([("b", [tool], None, None, None)], store_url=good)
         with pytest.raises(SearchIndexError, match="after an earlier failure"):
             writer.apply([], [], files={"reg.jsonl": "0" * 64})
-    finally:
-        writer.close()
     with ToolIndex.open(path, create=False) as index:
         assert len(index) == 0 and index.files() == {}
     assert not (tmp_path / "ccr.db").exists() or ccr.missing(open_store(good), [tool[1]])
@@ -247,3 +229,15 @@ def test_a_store_is_shared_with_other_processes_only_if_its_backend_says_so() ->
 
     assert not Store.shared and not MemoryStore.shared  # a backend opts in
     assert LmdbStore.shared and SqliteStore.shared
+
+
+def test_an_index_in_memory_is_written_in_this_process(tmp_path: Path) -> None:
+    builder = indexing.IndexBuilder.open(Path(":memory:"))
+    try:
+        assert isinstance(builder._sink, LocalWriter)
+    finally:
+        builder.close()
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples" / "registry.jsonl"
+    summary = run(Config([str(src)], tmp_path / "out", "memory://", workers=1,
+                         index=Path(":memory:"), embed=False))
+    assert summary.documents > 0
