@@ -12,8 +12,9 @@ and the run waited 0.6 s on it). A process shares no GIL with the parent.
 
 Catalogs travel as plain tuples, (server, tools, catalog sha256, source, path), each
 tool as the pipeline's worker made it (name, digest, record value, length, definition,
-search fields): the writer makes the ToolDoc objects and picks the records to commit (a
-dataclass or a tuple per tool made here cost the parent as much as pickling them).
+search fields): the writer makes the index's rows of them (ToolRow) and picks the records
+to commit (a dataclass or a tuple per tool made here cost the parent as much as pickling
+them).
 
 The protocol, over the child's stdin and stdout: each message an 8-byte big-endian
 length, then a pickle (both ends are this module, started by the parent with the
@@ -41,7 +42,7 @@ from typing import IO, Any, Final
 from . import ccr
 from .errors import SearchIndexError
 from .store import Store, open_store
-from .toolsearch import ToolDoc, ToolIndex
+from .toolsearch import ToolIndex, ToolRow
 
 _LENGTH: Final = struct.Struct(">Q")
 _BOOT: Final = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -57,12 +58,11 @@ Tool = tuple[str, str, bytes, int, str, dict[str, str]]
 Catalog = tuple[str, Sequence[Tool], "str | None", "str | None", "str | None"]
 
 
-def as_docs(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolDoc], str | None, str | None,
+def as_rows(replace: Iterable[Catalog]) -> list[tuple[str, list[ToolRow], str | None, str | None,
                                                         str | None]]:
-    """`ToolIndex.apply`'s form of catalogs handed over as tuples."""
+    """`ToolIndex.apply_rows`' form of catalogs handed over as tuples."""
     prefix = ccr.HANDLE_PREFIX
-    return [(server, [ToolDoc(server, t[0], prefix + t[1], t[4], t[5]) for t in tools],
-             sha256, source, path)
+    return [(server, [(t[0], prefix + t[1], t[4], t[5]) for t in tools], sha256, source, path)
             for server, tools, sha256, source, path in replace]
 
 
@@ -86,7 +86,7 @@ class LocalWriter:
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
               files: dict[str, str] | None = None) -> None:
-        self._index.apply(as_docs(replace), remove, files)  # (records: committed by the caller)
+        self._index.apply_rows(as_rows(replace), remove, files)  # (records: committed by the caller)
 
     def defer_merges(self) -> None:
         self._index.defer_merges()
@@ -248,7 +248,8 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                                               committed)
                         _commit_records(stores, url, records)
                         committed.update(record.digest for record in records)
-                    args = (as_docs(args[0]), *args[1:])
+                    args = (as_rows(args[0]), *args[1:])
+                    method = "apply_rows"
                 result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
                 failed = exc

@@ -104,6 +104,18 @@ class ToolDoc:
     fields: dict[str, str] = field(default_factory=dict)  # search text by FIELDS name
 
 
+# One tool as the index writes it: (name, handle, definition, search fields), a ToolDoc
+# without its server (its catalog's): what the index writer makes of a worker's tools.
+ToolRow = tuple[str, "str | None", str, dict[str, str]]
+
+
+def _rows(server: str, docs: Sequence[ToolDoc]) -> list[ToolRow]:
+    stray = next((doc for doc in docs if doc.server != server), None)
+    if stray is not None:
+        raise ValueError(f"a doc of another server given as one of {server!r}")
+    return [(doc.name, doc.handle, doc.definition, doc.fields) for doc in docs]
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     server: str
@@ -218,10 +230,6 @@ def match_expression(query: str) -> str | None:
 
 
 # -- the index --------------------------------------------------------------------
-
-
-def _digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
@@ -462,6 +470,13 @@ class ToolIndex:
               remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
         """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
         source, path), servers removed, and (if given) the whole `files` table."""
+        self.apply_rows([(server, _rows(server, docs), sha256, source, path)
+                         for server, docs, sha256, source, path in replace], remove, files)
+
+    def apply_rows(self, replace: Iterable[tuple[str, Sequence[ToolRow], str | None, str | None,
+                                                 str | None]],
+                   remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+        """`apply`, each server's tools as ToolRows (its writer's form: no ToolDoc made)."""
         replace = list({r[0]: r for r in replace}.values())  # a server given twice: the last
         try:
             with self._transaction(on_rollback=self._forget_ids) as db:
@@ -470,7 +485,7 @@ class ToolIndex:
                 for server in indexed:
                     self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
-                self._insert(db, [(server, docs) for server, docs, *_ in replace])
+                self._insert(db, [(server, rows) for server, rows, *_ in replace])
                 db.executemany("INSERT INTO servers VALUES (?, ?, ?, ?)",
                                [(server, sha256, source, path)
                                 for server, _, sha256, source, path in replace])
@@ -507,36 +522,37 @@ class ToolIndex:
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
     def _insert(self, db: sqlite3.Connection,
-                servers: Sequence[tuple[str, Sequence[ToolDoc]]]) -> None:
+                servers: Sequence[tuple[str, Sequence[ToolRow]]]) -> None:
         """The tools of these servers (none of them indexed now), their texts and
         definitions added once each (or counted once more), in bulk: one statement of each
         kind per call."""
-        tools = [(server, position, doc) for server, docs in servers
-                 for position, doc in enumerate(docs)]
-        stray = next((server for server, _, doc in tools if doc.server != server), None)
-        if stray is not None:
-            raise ValueError(f"a doc of another server given as one of {stray!r}")
+        tools = [(server, position, row) for server, rows in servers
+                 for position, row in enumerate(rows)]
         if not tools:
             return
-        # comprehensions, the fields spelt out in FIELDS order: this is the writer's hot loop
+        # comprehensions, the fields spelt out in FIELDS order, the digests inlined
+        # (the sha256 of the UTF-8): this is the writer's hot loop
+        sha256 = hashlib.sha256
         texts = [(f.get("name", ""), f.get("description", ""), f.get("params", ""))
-                 for f in (doc.fields for _, _, doc in tools)]
-        text_digests = [_digest("\0".join(text)) for text in texts]
-        definition_digests = [_digest(doc.definition) for _, _, doc in tools]
+                 for f in (row[3] for _, _, row in tools)]
+        text_digests = [sha256("\0".join(text).encode("utf-8", "surrogatepass")).digest()
+                        for text in texts]
+        definition_digests = [sha256(row[2].encode("utf-8", "surrogatepass")).digest()
+                              for _, _, row in tools]
         text_ids, new_texts = self._texts.add(db, Counter(text_digests))
         text_of = dict(zip(text_digests, texts))
         db.executemany("INSERT INTO texts (id, digest, refs) VALUES (?, ?, ?)", new_texts)
         db.executemany(f"INSERT INTO tools_fts (rowid, {', '.join(FIELDS)}) VALUES (?, ?, ?, ?)",
                        [(id_, *text_of[digest]) for id_, digest, _ in new_texts])
         definition_ids, new_definitions = self._definitions.add(db, Counter(definition_digests))
-        body_of = dict(zip(definition_digests, (doc.definition for _, _, doc in tools)))
+        body_of = dict(zip(definition_digests, (row[2] for _, _, row in tools)))
         db.executemany("INSERT INTO definitions (id, digest, refs, body) VALUES (?, ?, ?, ?)",
                        [(*row, body_of[row[1]]) for row in new_definitions])
         db.executemany("INSERT INTO tools (server, position, name, handle, text_id, definition_id) "
                        "VALUES (?, ?, ?, ?, ?, ?)",
-                       [(server, position, doc.name, doc.handle, text_ids[text],
+                       [(server, position, row[0], row[1], text_ids[text],
                          definition_ids[definition])
-                        for (server, position, doc), text, definition in zip(
+                        for (server, position, row), text, definition in zip(
                             tools, text_digests, definition_digests)])
 
     def _forget_ids(self) -> None:
