@@ -46,11 +46,12 @@ from .errors import IntegrityError, UnknownHandleError
 from .indexwriter import IndexWriter, LocalWriter, new_records
 from .store import Store, shared_store
 from .toolsearch import ToolIndex
-from .toolspans import index_tools
+from .toolspans import LocatedTools, WorkerTool, built_tools, index_tools, located_later, worker_tools
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
-# (name, digest, record value, original length, definition, search fields).
-WorkerTools = tuple[str | None, list[tuple[str, str, bytes, int, str, dict[str, str]]]] | None
+# (name, digest, record value, original length, definition, search fields), or the tools
+# left for the index's writer to build (toolspans.LocatedTools).
+WorkerTools = tuple[str | None, list[WorkerTool] | LocatedTools] | None
 
 
 # Transactions handed to the index's writer and not yet written, at most (beyond this,
@@ -79,25 +80,28 @@ def clear_cache() -> None:
 class BatchWork:
     """Pure: the index's part of one batch's work, document by document (`add`), then
     all of it (`finish`). A tool's record is a span of its catalog's (ccr.prepare_span):
-    its sha256 and where it lies, a few dozen bytes committed after the catalog's."""
+    its sha256 and where it lies, a few dozen bytes committed after the catalog's.
 
-    def __init__(self) -> None:
+    `later`: the documents whose tools can be built from their bytes alone (see
+    toolspans.located_later) are handed on as LocatedTools, built by the index's writer
+    process (a run of one worker: the compressing process is the run's busiest)."""
+
+    def __init__(self, later: bool = False) -> None:
         self._docs: list[WorkerTools] = []
+        self._later = later
 
     def add(self, raw: bytes | None, out: bytes, digest: str,
             located: Located | None = None) -> None:
         """One document (raw None: a broken one, not indexed), in batch order, with the
         digest of its own record (the one its tools' records lie in) and where compress
         found its tools (catalog.compress_located)."""
+        if raw is not None and self._later:
+            left = located_later(raw, out, digest, located)
+            if left is not None:
+                self._docs.append(left)
+                return
         found = None if raw is None else index_tools(raw, out, located)
-        if found is None:
-            self._docs.append(None)
-            return
-        label, found_tools = found
-        value = ccr.span_value_of(digest)
-        self._docs.append((label, [(name, sha256, value(length, start), length, definition, fields)
-                                   for name, sha256, start, length, definition, fields
-                                   in found_tools]))
+        self._docs.append(None if found is None else (found[0], worker_tools(found[1], digest)))
 
     def finish(self) -> list[WorkerTools]:
         """What the index needs of each document added, in order."""
@@ -156,6 +160,12 @@ class IndexBuilder:
             store_url = None
         return cls(index, index.sources(), index.files(), store_url=store_url,
                    _sink=IndexWriter(index.location, embed))
+
+    @property
+    def builds_tools(self) -> bool:
+        """Whether the writer builds the tools handed over as LocatedTools (BatchWork's
+        `later`) and commits their records itself: a writer process with the run's store."""
+        return self.store_url is not None and isinstance(self._sink, IndexWriter)
 
     def close(self) -> None:
         """Wait for the writer (its errors are finish's to raise), then close the index."""
@@ -239,15 +249,17 @@ class IndexBuilder:
         commits the records itself, first: off this process's hands, and still before the
         index names them."""
         lists = [tools for _, tools, *_ in self._held] + self._extra
-        if self.store_url is None:
-            records = new_records(lists, self.committed)
+        if self.store_url is None:  # (no LocatedTools then: see builds_tools; built if any)
+            records = new_records([built_tools(tools) for tools in lists], self.committed)
             if records:
                 ccr.commit(store, records)
                 self.committed.update(record.digest for record in records)
             if self._held:
                 self._write(self._held)
-        elif lists:  # (committed: on its way, and the run fails if it does not get there)
-            self.committed.update(tool[1] for tools in lists for tool in tools)
+        elif lists:  # (committed: on its way, and the run fails if it does not get there;
+            # the digests of LocatedTools are the writer's to know: see keep_records)
+            self.committed.update(tool[1] for tools in lists if not isinstance(tools, LocatedTools)
+                                  for tool in tools)
             self._write(self._held, self._extra)
         self._held, self._extra, self._held_tools = [], [], 0
 
@@ -288,7 +300,9 @@ class IndexBuilder:
             return set()
         handles = self.index.handles(kept)
         absent: set[str] = set()
-        # (not those this run committed: they are this run's, and may still be on their way)
+        # (not those this run committed: they are this run's, and may still be on their way;
+        # one of tools its writer built (LocatedTools) is looked up, and if its commit has
+        # not landed yet, committed here again from its catalog: the same record)
         digests = sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs}
                          - self.committed)
         for at in range(0, len(digests), _TOUCH_BATCH):

@@ -12,19 +12,23 @@ returned.
 `index_tools(raw, out)` is what a pipeline worker computes per document for the index
 (pure: bytes in, bytes and strings out): the catalog's label, and per tool its name, the
 sha256 of its original bytes and where they lie, its compressed definition and its search
-text; `index_entries(raw, out)` the same with each tool's original bytes.
+text; `index_entries(raw, out)` the same with each tool's original bytes. With one worker,
+the compressing process hands most documents over as `LocatedTools` instead
+(`located_later`), and the index's writer process builds the same tools of them
+(`built_tools`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from . import _accel
+from . import _accel, ccr
 from .catalog import TOOLS_PATH, Located, Passthrough, _plan, locate_tools, parse, serialize
 # the key sets toolsearch's C path is handed: the C walker reads the very sets the
 # search text's definition (toolsearch._search_fields) does
@@ -335,3 +339,58 @@ def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int
         name, fields = _described(piece, digest, tools[at])
         found.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
     return _label(doc, shape), found
+
+
+# -- tools built by the index's writer -------------------------------------------------
+
+# One tool as the index's writer is handed it: its name, the sha256 (hex) of its bytes, its
+# record's value (a span of its catalog's record, ccr.span_value_of), their length, its
+# compressed definition, its search text.
+WorkerTool = tuple[str, str, bytes, int, str, dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class LocatedTools:
+    """A document's tools where compress located them, not built yet: what
+    `_located_tools` builds from the bytes alone, with the document's own record digest
+    (each tool's record is a span of that record). Its length is its number of tools."""
+
+    raw: bytes
+    out: bytes
+    spans: list[tuple[int, int, int, int]]  # (start, end) in raw, then in out, per tool
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+def located_later(raw: bytes, out: bytes, digest: str, located: Located | None
+                  ) -> tuple[str | None, LocatedTools] | None:
+    """index_tools' label and tools of a document, the tools left to build (built_tools),
+    when compress located every one of them and the output is not the input (a
+    passthrough's definitions are re-serialized, which a lone surrogate fails): then the
+    tools are built from the bytes alone and never come out None, so the document has
+    tools whichever process builds them. Else None: index_tools, here."""
+    if located is None or not located[2] or len(located[2]) != len(located[4]):
+        return None
+    if out is raw or out == raw:
+        return None
+    return _label(located[0], located[1]), LocatedTools(raw, out, located[4], digest)
+
+
+def built_tools(tools: Sequence[WorkerTool] | LocatedTools) -> Sequence[WorkerTool]:
+    """The tools as a worker makes them (see indexing.BatchWork): LocatedTools built."""
+    if not isinstance(tools, LocatedTools):
+        return tools
+    found = _located_tools(tools.raw, tools.out, tools.spans)
+    if found is None:  # (not for a document located_later took: see there)
+        raise ValueError("tools located in a document could not be built")
+    return worker_tools(found, tools.digest)
+
+
+def worker_tools(found: list[IndexedTool], digest: str) -> list[WorkerTool]:
+    """A document's tools (index_tools') with their records' values, spans of the
+    document's own record (of sha256 `digest`)."""
+    value = ccr.span_value_of(digest)
+    return [(name, sha256, value(length, start), length, definition, fields)
+            for name, sha256, start, length, definition, fields in found]

@@ -33,7 +33,7 @@ from ..inputs import discover
 from ..store import open_store
 from .commit import _commit, _index, _Touches
 from .dispatch import _dispatch
-from .executors import open_executor, scheduler_address
+from .executors import Inline, open_executor, scheduler_address
 from .incremental import ReusedStream, _load_previous, _Previous, stat_ahead
 from .model import LOCK_FILE, TMP_DIR, Config, Result, Summary
 from .publish import _Publisher
@@ -151,6 +151,9 @@ def _run(config: Config, progress: Progress | None,
     summary = Summary()
     executor = open_executor(config.executor, config.workers)
     index = _open_index(config)
+    if index is not None and isinstance(executor, Inline):
+        # one process compresses: the index's writer process builds what tools it can
+        executor.index_builds_tools = index.builds_tools
     try:
         with open_store(config.store_url) as store, _Publisher(out, tmp, config) as pub:
             if config.incremental:

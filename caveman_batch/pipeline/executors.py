@@ -97,10 +97,14 @@ class Inline:
     """One worker: the parent compresses each batch as it comes."""
 
     limit: Final = 2
+    # the index's writer builds the tools of the documents it can (indexing.BatchWork's
+    # `later`), set by the run when its writer can (IndexBuilder.builds_tools)
+    index_builds_tools: bool = False
 
     def submit(self, options: Options, raws: list[bytes], index: bool,
                temps: list[str | None] | None = None) -> list[tuple[Any, ...]]:
-        return work(options, raws, index)  # in the parent: nothing to spare it
+        # in the parent: nothing to spare it
+        return work(options, raws, index, later=index and self.index_builds_tools)
 
     def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
         return pending.result()

@@ -42,16 +42,17 @@ _RESULT_FIELDS: Final = ("status", "broken", "reason", "shape", "tools", "bytes_
                          "bytes_after", "tokens_before", "tokens_after")
 
 
-def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple[Any, ...]]:
+def work(options: Options, raws: list[bytes], index: bool = False,
+         later: bool = False) -> list[tuple[Any, ...]]:
     """Compress, hash and zstd each document: (output, result fields + the output's sha256,
     then the original's digest, record value and length; with `index`, what the index
-    needs of its tools, see indexing.BatchWork)."""
+    needs of its tools, see indexing.BatchWork, with `later` some left for its writer)."""
     out = []
     tools = None
     if index:
         from .. import indexing  # only a run with --index pays its import
 
-        tools = indexing.BatchWork()
+        tools = indexing.BatchWork(later)
     for raw in raws:
         if index:  # and where the C path found the tools: no second walk for the index
             data, result, located = compress_located(raw, options)
