@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_payload import check_laws
+from test_payload_real import skip_or_fail
 
 from caveman_batch import ccr
 from caveman_batch.payload import Budget, Hint, reduce
@@ -40,7 +41,7 @@ def _output(outputs: dict[str, fo.Output], name: str) -> fo.Output:
     if name not in outputs:
         maker = "binaries" if name.startswith("binary-") else name.replace("-", "_")  # cargo_mismatched, ...
         why = next((why for key, why in SKIPPED.items() if maker in key), "its tool is absent or cannot run here")
-        pytest.skip(f"{name}: {why}")
+        skip_or_fail(f"{name}: {why}")
     return outputs[name]
 
 
