@@ -30,7 +30,8 @@ class Output(_Output):
 
 
 class ToolMissing(RuntimeError):
-    """The tool a generator runs is not on this machine, or cannot run on it (a test then skips)."""
+    """The tool a generator runs is not on this machine, or cannot run on it (a test then
+    skips, or fails in CI)."""
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300) -> bytes:

@@ -320,6 +320,7 @@ _VERDICTS: dict[str, str | None] = {}
 
 
 def _first_line(text: bytes) -> str:
+    """The first line that is not blank (the error itself; what follows is help or a backtrace)."""
     lines = [line.strip() for line in text.decode("utf-8", "replace").split("\n")]
     return next((line for line in lines if line), "")
 
