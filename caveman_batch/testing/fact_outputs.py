@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .payload_outputs import Output as _Output
+from .payload_outputs import unusable
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,17 @@ class Output(_Output):
 
 
 class ToolMissing(RuntimeError):
-    """The tool a generator runs is not on this machine (a test then skips)."""
+    """The tool a generator runs is not on this machine, or cannot run on it (a test then
+    skips, or fails in CI)."""
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300) -> bytes:
-    if shutil.which(args[0]) is None and not Path(args[0]).exists():
-        raise ToolMissing(args[0])
+    if Path(args[0]).is_absolute():  # this Python, or a program a generator built
+        why = None if Path(args[0]).exists() else f"{args[0]} does not exist"
+    else:  # a tool on PATH: probed in the environment it runs in
+        why = unusable(args[0], cwd, os.environ if env is None else env)
+    if why is not None:
+        raise ToolMissing(why)
     done = subprocess.run(args, cwd=cwd, capture_output=True, env=env, timeout=timeout, check=False)
     return done.stdout + done.stderr
 
@@ -353,17 +358,19 @@ def binaries(tmp: Path) -> list[Output]:
                                ("zip", buf.getvalue()))]
 
 
-def fixtures(tmp: Path) -> list[Output]:
-    """Every output above whose tool is on this machine."""
+def fixtures(tmp: Path, skipped: dict[str, str] | None = None) -> list[Output]:
+    """Every output above whose tool can run on this machine; `skipped`, when given, gets
+    {generator: why} for the others."""
+    skipped = {} if skipped is None else skipped
     made: list[Output] = [ci_json(), esbuild_output(), c_source(), python_source(), malformed_csv()]
     for make in (minified_bundle, pip_no_match, cargo_mismatched, gcc_build, ruff_syntax,
                  pytest_many_failures, unittest_run, logging_traceback, logging_repeats, pip_list_table):
         try:
             made.append(make(tmp / make.__name__))
-        except ToolMissing:
-            continue
+        except ToolMissing as exc:
+            skipped[make.__name__] = str(exc)
     try:
         made += binaries(tmp / "binaries")
-    except ToolMissing:
-        pass
+    except ToolMissing as exc:
+        skipped["binaries"] = str(exc)
     return made

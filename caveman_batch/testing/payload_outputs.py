@@ -14,7 +14,7 @@ import random
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -300,18 +300,68 @@ def fixtures(tmp: Path) -> list[Output]:
 # --- The machine's own tools --------------------------------------------------------------
 # Each maker below runs a real program in a fresh directory and returns its output with the
 # facts a user acts on (the error and where, the summary, the failing package) and the cut it
-# must reach. A maker whose program is not installed raises Missing; `corpus` collects those
-# with their reasons (the tests skip them, and fail in CI, which installs every one).
+# must reach. A maker whose program is not installed, or is installed but cannot run here,
+# raises Missing; `corpus` collects those with their reasons (the tests skip them, and fail in
+# CI, which installs and sets up every one).
 
 
 class Missing(Exception):
-    """A tool a maker needs is not on this machine (the message says which)."""
+    """A tool a maker needs is not on this machine, or cannot run on it (the message says which)."""
 
 
-def _need(*tools: str) -> None:
+#: how a tool is asked whether it runs, where `--version` is not the way: JDK 8 knows only
+#: -version, POSIX find and ls have no version option
+_PROBES: Final[dict[str, tuple[str, ...]]] = {
+    "javac": ("-version",), "java": ("-version",), "find": (".", "-prune"), "ls": ("-d", "."),
+}
+PROBE_TIMEOUT: Final = 60  # seconds: a JVM starting on a loaded machine takes a few
+#: {executable: why it cannot run, or None}: each is probed once a process
+_VERDICTS: dict[str, str | None] = {}
+
+
+def _first_line(text: bytes) -> str:
+    """The first line that is not blank (the error itself; what follows is help or a backtrace)."""
+    lines = [line.strip() for line in text.decode("utf-8", "replace").split("\n")]
+    return next((line for line in lines if line), "")
+
+
+def _probe(tool: str, executable: str, cwd: Path, env: Mapping[str, str]) -> str | None:
+    """Why `executable` cannot run its probe in `env` (a rustup shim with no toolchain, a
+    broken install), or None when the probe exits 0."""
+    args = (executable, *_PROBES.get(tool, ("--version",)))
+    try:
+        done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{tool} is installed but cannot run: `{' '.join(args)}` did not end within {PROBE_TIMEOUT} s"
+    except OSError as exc:
+        return f"{tool} is installed but cannot run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = _first_line(done.stderr) or _first_line(done.stdout) or "(no output)"
+    return f"{tool} is installed but cannot run: {said} (`{' '.join(args)}` exits {done.returncode})"
+
+
+def unusable(tool: str, cwd: Path, env: Mapping[str, str]) -> str | None:
+    """Why `tool` cannot be used here: not on the PATH of `env`, or its probe (`--version`, or
+    the one in _PROBES) fails when run in `cwd` with `env`, the environment the real call gets;
+    None when it can. Each executable is probed once a process: the makers of one tool differ
+    only in their own folders (HOME, a target dir), which a probe's verdict does not hang on."""
+    executable = shutil.which(tool, path=env.get("PATH"))
+    if executable is None:
+        return f"{tool} is not installed"
+    if executable not in _VERDICTS:
+        _VERDICTS[executable] = _probe(tool, executable, cwd, env)
+    return _VERDICTS[executable]
+
+
+def _need(tmp: Path, *tools: str, env: Mapping[str, str] | None = None) -> None:
+    """Raise Missing unless every tool can run in `env`, the environment the maker runs them
+    with (by default `_env(tmp)`)."""
+    env = _env(tmp) if env is None else env
     for tool in tools:
-        if shutil.which(tool) is None:
-            raise Missing(f"{tool} is not installed")
+        why = unusable(tool, _fresh(tmp), env)
+        if why is not None:
+            raise Missing(why)
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -351,7 +401,7 @@ static int helper_{n}(int a, int b) {{
 def gcc_mid_errors(tmp: Path) -> Output:
     """gcc -Wall -Wextra on one C file: ~300 warnings, and the 3 errors in the middle (~23 KB
     in, past a 16 KB head and before a 4 KB tail), so only a scan of the whole text sees them."""
-    _need("gcc")
+    _need(tmp, "gcc")
     tmp = _fresh(tmp)
     parts = [C_WARNY.format(n=i) for i in range(300)]
     parts.insert(150, "int broken_a(void) { return missing_a + 1; }\n"
@@ -366,7 +416,7 @@ def gcc_mid_errors(tmp: Path) -> Output:
 
 def gcc_color(tmp: Path) -> Output:
     """The same kind of run with -fdiagnostics-color=always: every location wrapped in ANSI codes."""
-    _need("gcc")
+    _need(tmp, "gcc")
     tmp = _fresh(tmp)
     body = "".join(f"int f_{i}(int x) {{ int y_{i}; return x + nope_{i}; }}\n" for i in range(40))
     (tmp / "color.c").write_text(body)
@@ -377,7 +427,7 @@ def gcc_color(tmp: Path) -> Output:
 
 def gcc_link(tmp: Path) -> Output:
     """A link that fails: 30 undefined references and collect2's verdict."""
-    _need("gcc")
+    _need(tmp, "gcc")
     tmp = _fresh(tmp)
     calls = "".join(f"    total += missing_symbol_{i}();\n" for i in range(30))
     decls = "".join(f"int missing_symbol_{i}(void);\n" for i in range(30))
@@ -420,7 +470,7 @@ def _make_project(tmp: Path, units: int, broken: tuple[int, ...], target: str = 
 
 def make_keep_going(tmp: Path) -> Output:
     """`make -k` over 40 units, 3 of them broken (units 11, 23 and 34): every gcc line is there."""
-    _need("make", "gcc")
+    _need(tmp, "make", "gcc")
     proj = _make_project(tmp, 40, (11, 23, 34))
     out = _run(["make", "-k"], proj, _env(tmp))
     return Output("make-k", out, "build",
@@ -432,7 +482,7 @@ def make_keep_going(tmp: Path) -> Output:
 
 def make_recursive(tmp: Path) -> Output:
     """A top Makefile calling make in 6 sub-folders; one fails (make[1]: *** … Error 1)."""
-    _need("make", "gcc")
+    _need(tmp, "make", "gcc")
     top = _fresh(tmp)
     subs = [f"lib{k}" for k in range(6)]
     for k, sub in enumerate(subs):
@@ -453,16 +503,21 @@ def _cargo_project(tmp: Path, name: str, lib: str, main: str | None = None) -> P
     return tmp
 
 
+def _cargo_env(tmp: Path) -> dict[str, str]:
+    """The maker's environment, with the user's cargo and rustup homes: HOME is `tmp` there,
+    where a rustup shim would find no toolchain."""
+    return _env(tmp, CARGO_TARGET_DIR=str(tmp / "target"), CARGO_TERM_COLOR="never",
+                CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")),
+                RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")))
+
+
 def _cargo(tmp: Path, proj: Path, *args: str) -> bytes:
-    env = _env(tmp, CARGO_TARGET_DIR=str(tmp / "target"), CARGO_TERM_COLOR="never",
-               CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")),
-               RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")))
-    return _run(["cargo", *args, "--offline"], proj, env)
+    return _run(["cargo", *args, "--offline"], proj, _cargo_env(tmp))
 
 
 def cargo_errors(tmp: Path) -> Output:
     """`cargo build` of a crate with 30 mismatched types and one borrow error."""
-    _need("cargo")
+    _need(tmp, "cargo", env=_cargo_env(tmp))
     fns = "".join(f'pub fn value_{i}() -> u32 {{\n    let x: u32 = "{i}";\n    x\n}}\n\n' for i in range(30))
     fns += "pub fn moved() -> usize {\n    let v = vec![1];\n    let w = v;\n    v.len() + w.len()\n}\n"
     proj = _cargo_project(tmp, "demo_errors", fns)
@@ -474,7 +529,7 @@ def cargo_errors(tmp: Path) -> Output:
 
 def cargo_warnings(tmp: Path) -> Output:
     """`cargo build` that succeeds with 40 warnings (unused variables)."""
-    _need("cargo")
+    _need(tmp, "cargo", env=_cargo_env(tmp))
     fns = "".join(f"pub fn value_{i}(input: u32) -> u32 {{\n    let spare_{i} = input;\n    7\n}}\n\n"
                   for i in range(40))
     proj = _cargo_project(tmp, "demo_warnings", fns)
@@ -485,7 +540,7 @@ def cargo_warnings(tmp: Path) -> Output:
 
 def cargo_test(tmp: Path) -> Output:
     """`cargo test`: 60 passing tests and 3 failing ones."""
-    _need("cargo")
+    _need(tmp, "cargo", env=_cargo_env(tmp))
     tests = "".join(f"    #[test]\n    fn passes_{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(60))
     tests += ("    #[test]\n    fn totals_match() { assert_eq!(2 + 2, 5, \"cart total\"); }\n"
               "    #[test]\n    fn parses_header() { let v: Vec<u8> = vec![]; let _ = v[3]; }\n"
@@ -499,7 +554,7 @@ def cargo_test(tmp: Path) -> Output:
 
 def cargo_panic(tmp: Path) -> Output:
     """`cargo run` of a program that panics 40 calls deep, with RUST_BACKTRACE=1."""
-    _need("cargo")
+    _need(tmp, "cargo", env=_cargo_env(tmp))
     chain_fns = "".join(f"fn step_{i}(n: u32) -> u32 {{ step_{i + 1}(n + 1) }}\n" for i in range(40))
     main = (chain_fns + "fn step_40(n: u32) -> u32 {\n    let v: Vec<u32> = Vec::new();\n    v[n as usize]\n}\n"
             "fn main() {\n    println!(\"{}\", step_0(0));\n}\n")
@@ -516,7 +571,7 @@ def cargo_panic(tmp: Path) -> Output:
 
 def javac_errors(tmp: Path) -> Output:
     """javac on three classes with 25 errors between them."""
-    _need("javac")
+    _need(tmp, "javac")
     tmp = _fresh(tmp)
     for k in range(3):
         body = "".join(f"    int m{i}() {{ return missing{k}_{i}; }}\n" for i in range(8 + k))
@@ -547,7 +602,7 @@ public class Orders {{
 
 def java_trace(tmp: Path) -> Output:
     """A Java program dying 120 frames deep with a cause (Caused by: …)."""
-    _need("javac", "java")
+    _need(tmp, "javac", "java")
     tmp = _fresh(tmp)
     steps = "".join(f"    static int step{i}(String r) {{ return step{i + 1}(r); }}\n" for i in range(120))
     steps += "    static int step120(String r) { return parse(r); }\n"
@@ -564,7 +619,7 @@ def java_trace(tmp: Path) -> Output:
 
 def node_crash(tmp: Path) -> Output:
     """node dying in a deep recursion of its own functions (a TypeError)."""
-    _need("node")
+    _need(tmp, "node")
     tmp = _fresh(tmp)
     fns = "".join(f"function layer{i}(o) {{ return layer{i + 1}(o); }}\n" for i in range(60))
     (tmp / "crash.js").write_text(fns + "function layer60(o) { return o.config.port; }\n"
@@ -578,7 +633,7 @@ def node_crash(tmp: Path) -> Output:
 def node_error_object(tmp: Path) -> Output:
     """node dying on an error with fields (code, errno, details): node prints the object after
     the frames, `{ … }` over many lines."""
-    _need("node")
+    _need(tmp, "node")
     tmp = _fresh(tmp)
     fields = "".join(f"  err.detail_{i} = 'value number {i} of the failed request';\n" for i in range(60))
     (tmp / "errobj.js").write_text(
@@ -593,7 +648,7 @@ def node_error_object(tmp: Path) -> Output:
 
 def node_rejection(tmp: Path) -> Output:
     """An unhandled promise rejection through 40 async functions."""
-    _need("node")
+    _need(tmp, "node")
     tmp = _fresh(tmp)
     fns = "".join(f"async function hop{i}(n) {{ await null; return await hop{i + 1}(n + 1); }}\n" for i in range(40))
     (tmp / "reject.js").write_text(
@@ -612,7 +667,7 @@ def _npm(tmp: Path, proj: Path, *args: str) -> bytes:
 
 def npm_offline(tmp: Path) -> Output:
     """`npm install --offline` of a package the empty cache does not hold (npm 11: `npm error`)."""
-    _need("npm")
+    _need(tmp, "npm")
     proj = _fresh(tmp / "app")
     deps = {f"left-pad-{i}": "^1.0.0" for i in range(3)}
     (proj / "package.json").write_text(json.dumps({"name": "app", "version": "1.0.0", "dependencies": deps}))
@@ -624,7 +679,7 @@ def npm_offline(tmp: Path) -> Output:
 def npm_verbose(tmp: Path) -> Output:
     """`npm install --offline --loglevel silly`: hundreds of `npm silly`/`npm verbose` lines
     before the error (a log, not a directory tree)."""
-    _need("npm")
+    _need(tmp, "npm")
     proj = _fresh(tmp / "app")
     deps = {"express": "^4.19.0", "lodash": "^4.17.21", "left-pad": "^1.3.0"}
     (proj / "package.json").write_text(json.dumps({"name": "app", "version": "1.0.0", "dependencies": deps}))
@@ -647,7 +702,7 @@ def _commit_facts(log: bytes, commits: int) -> tuple[str, ...]:
 
 def git_history(tmp: Path) -> list[Output]:
     """git log -p, git log --stat, git show, git log --format as CSV, in the generated repo."""
-    _need("git")
+    _need(tmp, "git")
     repo = git_repo(tmp)
     log_p = _git(repo, tmp, "log", "-p", "-12")
     stat = _git(repo, tmp, "log", "--stat")
@@ -664,7 +719,7 @@ def git_history(tmp: Path) -> list[Output]:
 
 def grep_rn(tmp: Path) -> Output:
     """`grep -rn` over a source tree: path:line:text, not a directory listing."""
-    _need("grep")
+    _need(tmp, "grep")
     root = _fresh(tmp / "src")
     for k in range(30):
         (root / f"mod_{k:02d}.py").write_text("".join(f"def handler_{k}_{i}(request):\n    return TODO_{i}\n\n"
@@ -718,7 +773,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 def pip_build_failure(tmp: Path) -> Output:
     """`pip install --no-index --no-build-isolation` of a local C extension whose compile dies
     on a missing header: gcc's `fatal error:` inside pip's `subprocess-exited-with-error`."""
-    _need("gcc")
+    _need(tmp, "gcc")
     src = _fresh(tmp / "fastthing")
     (src / "pyproject.toml").write_text(PYPROJECT)
     (src / "backend.py").write_text(BACKEND)
@@ -879,7 +934,7 @@ def _tree(root: Path, dirs: int, files: int) -> Path:
 
 def find_big(tmp: Path) -> Output:
     """`find` over a big tree: 60 packages x 3 folders, 12,000 files (with totals kept)."""
-    _need("find")
+    _need(tmp, "find")
     root = _tree(_fresh(tmp / "big"), 60, 200)
     out = _run(["find", "."], root, _env(tmp))
     lines = [line for line in out.decode().split("\n") if line]
@@ -889,7 +944,7 @@ def find_big(tmp: Path) -> Output:
 
 def find_system(tmp: Path) -> Output:
     """`find` of a system folder of this machine (/usr/include or /usr/share/zoneinfo)."""
-    _need("find")
+    _need(tmp, "find")
     for where in ("/usr/include", "/usr/share/zoneinfo", "/usr/lib/python3"):
         if Path(where).is_dir():
             break
@@ -902,7 +957,7 @@ def find_system(tmp: Path) -> Output:
 
 def ls_long_recursive(tmp: Path) -> Output:
     """`ls -laR` of a tree: per folder a `total` line, then long entries (mode, owner, size, date)."""
-    _need("ls")
+    _need(tmp, "ls")
     root = _tree(_fresh(tmp / "lsr"), 12, 25)
     out = _run(["ls", "-laR", "."], root, _env(tmp))
     return Output("ls-laR", out, "tree", ("./pkg_00/src/mod_00", "./pkg_11/src/mod_11", "file_000.py"), "bash")
@@ -910,7 +965,7 @@ def ls_long_recursive(tmp: Path) -> Output:
 
 def ls_recursive(tmp: Path) -> Output:
     """`ls -R` of the same kind of tree."""
-    _need("ls")
+    _need(tmp, "ls")
     root = _tree(_fresh(tmp / "lsR"), 30, 40)
     out = _run(["ls", "-R", "."], root, _env(tmp))
     return Output("ls-R", out, "tree", ("./pkg_00/src/mod_00", "./pkg_05/src/mod_05"), "bash")
@@ -956,7 +1011,7 @@ def python_logging(tmp: Path, ndjson: bool = False) -> Output:
 
 def binary_file(tmp: Path) -> Output:
     """A compiled program's bytes (an ELF made by gcc), read as a tool's output."""
-    _need("gcc")
+    _need(tmp, "gcc")
     tmp = _fresh(tmp)
     (tmp / "hello.c").write_text("#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n")
     _run(["gcc", "-O0", "-g", "hello.c", "-o", "hello"], tmp, _env(tmp))
