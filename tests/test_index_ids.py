@@ -9,8 +9,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from caveman_batch.pipeline import Config, run
 from caveman_batch.toolsearch import ToolIndex
 
@@ -55,7 +53,6 @@ def _unique_servers(root: Path) -> None:
     assert {d[0] for d in docs} == set(servers)
 
 
-@pytest.mark.xfail(strict=True, reason="ids depend on how far dispatch ran ahead")
 def test_a_relabelled_line_takes_the_same_id_whatever_the_worker_count(tmp_path: Path) -> None:
     """Line 1 was "a" and becomes "b" while line 150 still is "b" (reused): dispatch runs
     up to 4 batches of 64 ahead with 2 workers, 0 inline. The index must be the same, and
@@ -77,7 +74,6 @@ def test_a_relabelled_line_takes_the_same_id_whatever_the_worker_count(tmp_path:
     assert one[0]["reg/b"] is not None and "reg/b@1" in one[0]
 
 
-@pytest.mark.xfail(strict=True, reason="an earlier catalog takes a kept file's id")
 def test_a_catalog_kept_with_its_file_is_not_replaced_by_an_earlier_one(tmp_path: Path) -> None:
     """A file reused whole (keep_file) holds "reg/b"; a line of a JSONL earlier in the input
     is relabelled to the same id. The kept file's catalog stays searchable, in this run and
