@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from caveman_batch.pipeline import Config, run
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from caveman_batch.pipeline import Config, run, sources
 from caveman_batch.toolsearch import ToolIndex
 
 LONG = " This sentence explains the background at length and states nothing at all." * 3
@@ -96,3 +101,72 @@ def test_a_catalog_kept_with_its_file_is_not_replaced_by_an_earlier_one(tmp_path
     shutil.copytree(src, fresh / "src")
     _run(fresh, fresh / "src", 2)
     assert _names(fresh) == _names(root)
+
+
+# -- the property: random registries, random label changes --------------------------------
+
+LABELS = st.sampled_from(["a", "b", "c", None])
+# a line of the second input: an old line (its index, its label changed or not, its tool's
+# description changed or not) or a new one (its label)
+_OLD = st.tuples(st.just("old"), st.integers(0, 7), st.one_of(st.just("same"), LABELS),
+                 st.booleans())
+_NEW = st.tuples(st.just("new"), LABELS)
+
+
+def _second(first: list[tuple[str | None, str]],
+            plan: list[tuple[Any, ...]]) -> list[tuple[str | None, str, str]]:
+    lines = []
+    for n, step in enumerate(plan):
+        if step[0] == "new":
+            lines.append((step[1], f"new_{n}", ""))
+            continue
+        _, at, label, changed = step
+        old_label, tool = first[at % len(first)]
+        lines.append((old_label if label == "same" else label, tool, " Changed." if changed else ""))
+    return lines
+
+
+def _scenario(root: Path, first: list[tuple[str | None, str]],
+              second: list[tuple[str | None, str, str]], file_changes: bool, workers: int,
+              batch_docs: int) -> tuple[Any, dict[str, bytes]]:
+    """Two incremental runs at `root` (a JSONL registry beside a catalog file whose id,
+    "reg/a", a line labelled "a" wants too), the second over the changed input; the index
+    rows (server, name, handle) and every file of OUT but the stat cache."""
+    shutil.rmtree(root, ignore_errors=True)
+    src = root / "src"
+    (src / "reg").mkdir(parents=True)
+    (src / "reg" / "a.json").write_bytes(_line(None, "file_tool"))
+    reg = _write_jsonl(src / "reg.jsonl", [_line(label, tool) for label, tool in first])
+    with pytest.MonkeyPatch.context() as mp:  # batches of a few documents: dispatch runs ahead
+        mp.setattr(sources, "BATCH_DOCS", batch_docs)
+        _run(root, src, workers)
+        _write_jsonl(reg, [_line(label, tool, extra) for label, tool, extra in second])
+        if file_changes:
+            (src / "reg" / "a.json").write_bytes(_line(None, "file_tool", " Changed."))
+        _run(root, src, workers)
+    out = {str(p.relative_to(root / "out")): p.read_bytes()
+           for p in sorted((root / "out").rglob("*")) if p.is_file() and "stat" not in p.name}
+    return _rows(root), out
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=8,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(first=st.lists(st.tuples(LABELS, st.just("")), min_size=1, max_size=8),
+       plan=st.lists(st.one_of(_OLD, _NEW), min_size=1, max_size=8), file_changes=st.booleans())
+@example(first=[("a", "")] + [(None, "")] * 4 + [("b", "")],  # the reviewer's case, in small
+         plan=[("old", 0, "b", False), *[("old", i, "same", False) for i in range(1, 6)]],
+         file_changes=False)
+def test_ids_depend_on_the_input_only_and_every_catalog_is_found(
+        first: list[tuple[str | None, str]], plan: list[tuple[Any, ...]],
+        file_changes: bool) -> None:
+    first = [(label, f"tool_{n}") for n, (label, _) in enumerate(first)]
+    second = _second(first, plan)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "run"  # (the same path for both: the manifest names the sources)
+        one = _scenario(root, first, second, file_changes, workers=1, batch_docs=64)
+        two = _scenario(root, first, second, file_changes, workers=2, batch_docs=2)
+    assert one == two
+    servers, docs = one[0]
+    wanted = sorted(["file_tool", *(tool for _, tool, _ in second)])
+    assert sorted(name for _, name, _ in docs) == wanted  # every catalog, once
+    assert len(servers) == len(wanted) == len({server for server, _, _ in docs})
