@@ -4,8 +4,9 @@ Workers compute, per document, what the index needs (`BatchWork`: the catalog's 
 and per tool its exact original bytes as a CCR span record, which names the catalog's
 own record and where the tool lies in it (no zstd frame per tool), its compressed
 definition and its search text: see toolspans). The per-tool records are committed after
-the catalogs' own, a few batches' worth in one transaction (`add`), then those batches'
-catalogs are written to the index in one transaction, in input order, both by a process
+the catalogs' own, a few batches' worth in one transaction (`added`), then those batches'
+catalogs are written to the index in one transaction, in the order they got their server
+ids (see below), both by a process
 of its own (indexwriter: the index is written while the next batches are compressed; the
 records are committed here when that process cannot open the store);
 at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
@@ -24,14 +25,16 @@ Server ids: a catalog file's path relative to its source, without its extension 
 several sources, under the source's name, as in OUT); a catalog inside a JSONL or
 registry file: that file's id, then "/" and the catalog's own name (its wrapper's
 "server" or "name"), else its line or item number. A catalog reused as indexed keeps the
-id it has. Every other one takes, in input order, the first of its id, id@line (or
-@item; a catalog file has neither), then id@line@2, id@line@3, ... that is free: not
-taken by a catalog before it in this run, and not one the index holds for another
-catalog of this run's source files that the input has not come to yet (that one may be
-reused, and keep it: the catalog that wants the id waits, its tools held, until the
-input comes to it, or to the end). So the ids depend on the input, in order, and on the
-previous index, never on the worker count or how far dispatch ran ahead, and no two
-catalogs of a run share one.
+id the index has for it. Every other catalog takes, in input order, the first that is
+free of: its id, id@line (or id@item), then id@line@2, id@line@3, ... (a catalog file:
+id, id@2, id@3, ...). Free: no catalog before it in this run has it, and the index does
+not hold it for another catalog of this run's source files that the input has not come
+to yet (that one may be reused, and then keeps it): the catalog that wants such an id
+waits, its tools held, until the input comes to that one (or to its end), then takes
+the id if that one was not reused, else its next. So the ids depend on the input, in
+order, and on the previous index, never on the worker count or how far dispatch ran
+ahead (which asks `current` ahead of the batches committed: it marks nothing), and no
+two catalogs of a run share one.
 """
 
 from __future__ import annotations
