@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from caveman_batch.pipeline import Config, run, sources
-from caveman_batch.toolsearch import ToolIndex
+from caveman_batch.toolsearch import ToolDoc, ToolIndex
 
 LONG = " This sentence explains the background at length and states nothing at all." * 3
 
@@ -170,3 +170,23 @@ def test_ids_depend_on_the_input_only_and_every_catalog_is_found(
     wanted = sorted(["file_tool", *(tool for _, tool, _ in second)])
     assert sorted(name for _, name, _ in docs) == wanted  # every catalog, once
     assert len(servers) == len(wanted) == len({server for server, _, _ in docs})
+
+
+def test_an_id_given_to_another_source_takes_its_file_out_of_the_wholly_indexed(
+        tmp_path: Path) -> None:
+    """Until a run's end writes the `files` table anew, a crash must not leave a file there
+    whose catalog's id went to another source's catalog: a rerun would reuse that file
+    whole, and its catalog would be missing from search for good."""
+    def tool(server: str, name: str) -> ToolDoc:
+        return ToolDoc(server, name, None, json.dumps({"name": name}), {"name": name})
+
+    with ToolIndex.open(tmp_path / "idx.db") as index:
+        index.apply([("reg/b", [tool("reg/b", "kept_tool")], "1" * 64, '{"path":"f.json"}', "f.json"),
+                     ("reg/s", [tool("reg/s", "other")], "2" * 64, '{"line":1,"path":"r.jsonl"}',
+                      "r.jsonl")], files={"f.json": "3" * 64, "r.jsonl": "4" * 64})
+        index.apply([("reg/s", [tool("reg/s", "other_again")], "5" * 64,
+                      '{"line":1,"path":"r.jsonl"}', "r.jsonl")])  # the same source: as it was
+        assert index.files() == {"f.json": "3" * 64, "r.jsonl": "4" * 64}
+        index.apply([("reg/b", [tool("reg/b", "new_tool")], "6" * 64,
+                      '{"line":2,"path":"r.jsonl"}', "r.jsonl")])
+        assert index.files() == {"r.jsonl": "4" * 64}
