@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -190,3 +192,21 @@ def test_an_id_given_to_another_source_takes_its_file_out_of_the_wholly_indexed(
         index.apply([("reg/b", [tool("reg/b", "new_tool")], "6" * 64,
                       '{"line":2,"path":"r.jsonl"}', "r.jsonl")])
         assert index.files() == {"r.jsonl": "4" * 64}
+
+
+def test_catalogs_read_from_stdin_keep_their_ids_too(tmp_path: Path) -> None:
+    """`compress -` (JSONL on stdin), through the CLI: a line relabelled to the id of a
+    later line that is reused takes "@line", and the reused line's tools stay."""
+    lines = [_line("a", "tool_1"), *(_line(f"s{i}", f"tool_{i}") for i in range(2, 6)),
+             _line("b", "tool_6")]
+    args = [sys.executable, "-m", "caveman_batch", "compress", "-", "-o", str(tmp_path / "out"),
+            "--store", f"lmdb://{tmp_path}/ccr", "--index", str(tmp_path / "idx.db"),
+            "--incremental", "--no-embed", "--quiet"]
+    for version in (lines, [_line("b", "tool_1", extra=" Renamed."), *lines[1:]]):
+        done = subprocess.run(args, input=b"".join(line + b"\n" for line in version),
+                              capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    servers, docs = _rows(tmp_path)
+    assert sorted(s for s in servers if s.startswith("stdin/b")) == ["stdin/b", "stdin/b@1"]
+    assert sorted((server, name) for server, name, _ in docs if server.startswith("stdin/b")) == [
+        ("stdin/b", "tool_6"), ("stdin/b@1", "tool_1")]
