@@ -27,11 +27,12 @@ registry file: that file's id, then "/" and the catalog's own name (its wrapper'
 "server" or "name"), else its line or item number. A catalog reused as indexed keeps the
 id the index has for it. Every other catalog takes, in input order, the first that is
 free of: its id, id@line (or id@item), then id@line@2, id@line@3, ... (a catalog file:
-id, id@2, id@3, ...). Free: no catalog before it in this run has it, and the index does
+id, id@2, id@3, ...). Free: no catalog of this run has taken it, and the index does
 not hold it for another catalog of this run's source files that the input has not come
 to yet (that one may be reused, and then keeps it): the catalog that wants such an id
 waits, its tools held, until the input comes to that one (or to its end), then takes
-the id if that one was not reused, else its next. So the ids depend on the input, in
+the id if that one was not reused, else goes on to its next (the catalogs after it do
+not wait for it: they choose as they come). So the ids depend on the input, in
 order, and on the previous index, never on the worker count or how far dispatch ran
 ahead (which asks `current` ahead of the batches committed: it marks nothing), and no
 two catalogs of a run share one.
