@@ -4,8 +4,9 @@ Workers compute, per document, what the index needs (`BatchWork`: the catalog's 
 and per tool its exact original bytes as a CCR span record, which names the catalog's
 own record and where the tool lies in it (no zstd frame per tool), its compressed
 definition and its search text: see toolspans). The per-tool records are committed after
-the catalogs' own, a few batches' worth in one transaction (`add`), then those batches'
-catalogs are written to the index in one transaction, in input order, both by a process
+the catalogs' own, a few batches' worth in one transaction (`added`), then those batches'
+catalogs are written to the index in one transaction, in the order they got their server
+ids (see below), both by a process
 of its own (indexwriter: the index is written while the next batches are compressed; the
 records are committed here when that process cannot open the store);
 at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
@@ -23,15 +24,26 @@ never drops a handle a search hands out while the catalog is still in SRC.
 Server ids: a catalog file's path relative to its source, without its extension (with
 several sources, under the source's name, as in OUT); a catalog inside a JSONL or
 registry file: that file's id, then "/" and the catalog's own name (its wrapper's
-"server" or "name"), else its line or item number. A second catalog of the same id in
-one run gets "@line" (or "@item") added.
+"server" or "name"), else its line or item number. A catalog reused as indexed keeps the
+id the index has for it. Every other catalog takes, in input order, the first that is
+free of: its id, id@line (or id@item), then id@line@2, id@line@3, ... (a catalog file:
+id, id@2, id@3, ...). Free: no catalog of this run has taken it, and the index does
+not hold it for another catalog of this run's source files that the input has not come
+to yet (that one may be reused, and then keeps it): the catalog that wants such an id
+waits, its tools held, until the input comes to that one (or to its end), then takes
+the id if that one was not reused, else goes on to its next (the catalogs after it do
+not wait for it: they choose as they come). So the ids depend on the input, in
+order, and on the previous index, never on the worker count or how far dispatch ran
+ahead (which asks `current` ahead of the batches committed: it marks nothing), and no
+two catalogs of a run share one.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +120,10 @@ class BatchWork:
         return self._docs
 
 
+def _order(wanting: _Wanting) -> int:
+    return wanting.order
+
+
 def _stem(rel: str) -> str:
     base, ext = os.path.splitext(rel)
     return base if ext.lower() in (".json", ".jsonl") else rel
@@ -116,6 +132,30 @@ def _stem(rel: str) -> str:
 def source_key(source: dict[str, object]) -> str:
     """A document's source as one string (as the manifest names it)."""
     return orjson.dumps(source, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
+@dataclass(slots=True)
+class _Wanting:
+    """A computed catalog waiting for an id: the candidate it wants (the index holds it for
+    a catalog the input has not come to yet), the ones after it, and what to write."""
+
+    order: int  # its place in the input, among those computed
+    server: str
+    candidates: Iterator[str]
+    tools: list[Any]
+    digest: str
+    key: str
+    path: str | None
+
+
+def _candidates(server: str, where: object) -> Iterator[str]:
+    """The ids a computed catalog may take, in order (see "Server ids")."""
+    yield server
+    if where is not None:
+        server = f"{server}@{where}"
+        yield server
+    for n in itertools.count(2):
+        yield f"{server}@{n}"
 
 
 @dataclass
@@ -130,7 +170,13 @@ class IndexBuilder:
     committed: set[str] = field(default_factory=set)  # digests of the tool records committed
     kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
     rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
-    _by_file: dict[str, list[str]] | None = None  # source file -> its catalogs' servers, as opened
+    _by_file: dict[str, list[tuple[str, str]]] | None = None  # source file -> its catalogs'
+    # (server, source), as opened
+    # ids the index holds for catalogs of this run's source files the input has not come to
+    # (server -> source), and the computed catalogs waiting for one of them (by that source)
+    _claims: dict[str, str] = field(default_factory=dict)
+    _waiting: dict[str, list[_Wanting]] = field(default_factory=dict)
+    _computed: int = 0  # computed catalogs given to add (their order)
     # the index's one writer: a process of its own (indexwriter), so that its work overlaps
     # the next batches'; a thread of ours hands it the transactions, in submission order,
     # each after the records of the tools it names are committed
@@ -179,66 +225,117 @@ class IndexBuilder:
 
     # reuse -------------------------------------------------------------------------
 
+    def expect(self, paths: Iterable[str]) -> None:
+        """The source files this run reads (as documents' sources name them): the ids the
+        index holds for their catalogs are theirs until the input comes to them (see
+        "Server ids"). Before the first batch is added."""
+        wanted = set(paths)
+        self._claims = {server: source for source, (server, _, path) in self.known.items()
+                        if path in wanted}
+
     def current(self, source: dict[str, object], digest: str) -> bool:
-        """Whether the index holds this document's catalog as read from this source; if
-        so it is kept."""
+        """Whether the index holds this document's catalog as read from this source (then
+        it may be reused: `keep` it when its batch is added). Marks nothing: it is asked
+        as documents are dispatched, ahead of the batches added."""
         known = self.known.get(source_key(source))
-        if known is None or known[1] != digest:
-            return False
-        self._keep(known[0])
-        self.kept.add(known[0])
-        return True
+        return known is not None and known[1] == digest
 
     def file_current(self, path: str, sha256: str) -> bool:
         """Whether every catalog of this source file, as it is, is indexed."""
         return self.files.get(path) == sha256
 
+    # the input, in order ----------------------------------------------------------
+
+    def keep(self, source: dict[str, object]) -> None:
+        """A document reused as indexed (`current` said so): its catalog keeps its id."""
+        key = source_key(source)
+        known = self.known.get(key)
+        if known is not None:
+            self._keep(known[0])
+            self.kept.add(known[0])
+        self._reach(key)
+
     def keep_file(self, path: str) -> None:
-        """A file source reused whole: its catalogs stay."""
+        """A file source reused whole: its catalogs stay, with their ids."""
         if self._by_file is None:  # one map, not a scan of every catalog per file kept
             self._by_file = {}
-            for server, _, origin in self.known.values():
+            for key, (server, _, origin) in self.known.items():
                 if origin is not None:
-                    self._by_file.setdefault(origin, []).append(server)
-        for server in self._by_file.get(path, ()):
+                    self._by_file.setdefault(origin, []).append((server, key))
+        for server, key in self._by_file.get(path, ()):
             self._keep(server)
             self.kept.add(server)
+            self._reach(key)
+
+    def reach(self, source: dict[str, object]) -> None:
+        """A document neither reused nor indexed (broken, no tools): the id its source's
+        catalog had is free."""
+        self._reach(source_key(source))
 
     def _keep(self, server: str) -> None:
         self.seen.add(server)
         self.used.add(server)
 
+    def _reach(self, key: str) -> None:
+        """The input is at this source: the id the index holds for it is no longer kept
+        for it (taken, if it was kept), and the catalogs waiting for that id choose again,
+        in input order."""
+        known = self.known.get(key)
+        if known is not None and self._claims.get(known[0]) == key:
+            del self._claims[known[0]]
+        for wanting in self._waiting.pop(key, ()):
+            self._claim(wanting)
+
+    def _claim(self, wanting: _Wanting) -> None:
+        """The catalog takes its first free candidate, or waits for the source the index
+        holds it for."""
+        while wanting.server in self.used:
+            wanting.server = next(wanting.candidates)
+        holder = self._claims.get(wanting.server)
+        if holder is None:
+            self._place(wanting)
+        else:
+            self._waiting.setdefault(holder, []).append(wanting)
+
     # writing -----------------------------------------------------------------------
 
-    def add(self, found: Sequence[tuple[Any, str | None, WorkerTools]], store: Store) -> None:
-        """One batch's computed documents, (document, its sha256, worker tools), in input
-        order, once their catalogs' originals are committed: their tools' records are
-        committed, and the batch's catalogs written in one index transaction after them.
-
-        Both wait for a few batches' worth (_TOOLS_PER_COMMIT tools): tool digests are
-        spread all over the store's B-tree, and a commit per batch rewrote most of its
-        leaves each time (32k records in 81 transactions: 0.5 s; in one: 0.13 s); and
-        the index's commits cost less, fewer."""
-        replace = []
-        for doc, digest, tools in found:
-            if tools is None:
-                continue
+    def add(self, doc: Any, digest: str | None, tools: WorkerTools) -> None:
+        """A computed document (its sha256, its worker tools), in input order, once its
+        catalog's original is committed: its catalog takes an id (now, or once the input
+        comes to the source the index holds that id for: see "Server ids")."""
+        key = source_key(doc.source)
+        self._reach(key)  # (the catalogs before it that wait for its id choose first)
+        if tools is None:
+            return
+        if digest is None:
+            self._extra.append(tools[1])
             self._held_tools += len(tools[1])
-            if digest is None:
-                self._extra.append(tools[1])
-                continue
-            key = source_key(doc.source)
-            server = self._server_id(doc, tools[0])
-            known = self.known.get(key)
-            self._keep(server)
-            if known is not None and known[0] == server and known[1] == digest:
-                self._extra.append(tools[1])  # already indexed as it is: its records only
-                continue
-            path = doc.source.get("path")
-            replace.append((server, tools[1], digest, key, path if isinstance(path, str) else None))
-            self.rewritten.add(server)
-            self.known[key] = (server, digest, path if isinstance(path, str) else None)
-        self._held.extend(replace)
+            return
+        path = doc.source.get("path")
+        server, where = self._server_id(doc, tools[0])
+        self._computed += 1
+        self._claim(_Wanting(self._computed, server, _candidates(server, where), tools[1],
+                             digest, key, path if isinstance(path, str) else None))
+
+    def _place(self, wanting: _Wanting) -> None:
+        """The catalog has its id: written (or, indexed as it is, its records only)."""
+        server, key, digest = wanting.server, wanting.key, wanting.digest
+        self._keep(server)
+        self._held_tools += len(wanting.tools)
+        known = self.known.get(key)
+        if known is not None and known[0] == server and known[1] == digest:
+            self._extra.append(wanting.tools)  # already indexed as it is: its records only
+            return
+        self._held.append((server, wanting.tools, digest, key, wanting.path))
+        self.rewritten.add(server)
+        self.known[key] = (server, digest, wanting.path)
+
+    def added(self, store: Store) -> None:
+        """A batch is in: the tools' records held are committed, and their catalogs written
+        in one index transaction after them, once there are a few batches' worth
+        (_TOOLS_PER_COMMIT tools): tool digests are spread all over the store's B-tree, and
+        a commit per batch rewrote most of its leaves each time (32k records in 81
+        transactions: 0.5 s; in one: 0.13 s); and the index's commits cost less, fewer."""
         if self._held_tools >= _TOOLS_PER_COMMIT:
             self._flush(store)
 
@@ -340,17 +437,14 @@ class IndexBuilder:
             ccr.commit(store, list(records.values()))
         return records.keys() == wanted
 
-    def _server_id(self, doc: Any, label: str | None) -> str:
+    @staticmethod
+    def _server_id(doc: Any, label: str | None) -> tuple[str, object]:
+        """A computed catalog's own id, and its line or item number (None: a catalog file)."""
         sink = doc.sink
         if sink.kind == "file":
-            server = _stem(sink.rel)
-        else:
-            where = doc.source.get("line", doc.source.get("item"))
-            server = f"{_stem(sink.rel)}/{label or where}"
-        if server in self.used:
-            where = "@{}".format(doc.source.get("line", doc.source.get("item", len(self.used))))
-            server += where
-        return server
+            return _stem(sink.rel), None
+        where = doc.source.get("line", doc.source.get("item"))
+        return f"{_stem(sink.rel)}/{label or where}", where
 
     def finish(self, files: dict[str, str], store: Store, verify: bool = False) -> None:
         """The run is over: the tool records of the catalogs kept are refreshed (see
@@ -360,6 +454,11 @@ class IndexBuilder:
         The refresh and the reads run while the writer writes the last catalogs (they
         concern only catalogs kept, and every catalog written is one seen); what they
         decide is written after those, and the run waits for it all."""
+        self._claims.clear()  # the input is over: the catalogs still waiting choose, in order
+        waiting = sorted((w for ws in self._waiting.values() for w in ws), key=_order)
+        self._waiting.clear()
+        for wanting in waiting:
+            self._claim(wanting)
         self._flush(store)
         if isinstance(self._sink, LocalWriter):  # one connection: no reads beside its writes
             self._drain()

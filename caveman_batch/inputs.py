@@ -33,6 +33,7 @@ from .catalog import _tool_of
 from .errors import UsageError
 
 CHUNK: Final = 1 << 20
+STDIN: Final = "<stdin>"  # the path the documents read from stdin name
 _WRAPPER = re.compile(rb'\A\s*\{\s*"(servers|items|catalogs|registry)"\s*:\s*\[')
 _DECODER = json.JSONDecoder()
 
@@ -201,7 +202,7 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
         yield from _unread(path, rel, "symlink, not followed (--follow-symlinks)")
         return
     if path is None:
-        yield from _jsonl(sys.stdin.buffer, "<stdin>", Sink(rel, "jsonl"), max_bytes, spill_dir)
+        yield from _jsonl(sys.stdin.buffer, STDIN, Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "jsonl":
         yield from _open_then(path, rel, lambda fh, st: _jsonl(
             fh, path, Sink(rel, "jsonl", fingerprint=True, source_stat=fsio.settled_identity(st)),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OutputError, UsageError
-from ..inputs import discover
+from ..inputs import STDIN, discover
 from ..store import open_store
 from .commit import _commit, _index, _Touches
 from .dispatch import _dispatch
@@ -162,6 +162,8 @@ def _run(config: Config, progress: Progress | None,
                 previous.identities = identities
                 pub.converge.knows_streams(previous.fingerprint_streams)
             previous.index = index
+            if index is not None and config.incremental:  # (none reused otherwise)
+                index.expect(STDIN if path is None else path for path, _, _ in found.entries)
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
             for batch, results in _dispatch(batches, config, previous, executor):

@@ -27,17 +27,23 @@ def _commit(store: Store, results: list[Result | None]) -> None:
 def _index(index: indexing.IndexBuilder, batch: list[Any], results: list[Result | None],
            store: Store) -> None:
     """The batch's catalogs into the search index, once their originals are committed (their
-    tools' own originals are committed by the index builder, before it names them)."""
-    found = []
+    tools' own originals are committed by the index builder, before it names them), told
+    in input order: the order their server ids are given in (see indexing)."""
     for item, result in zip(batch, results):
         if isinstance(item, ReusedStream):
             index.keep_file(item.record["source"])
         elif isinstance(item, ReusedRun):
             for record in item.records:
                 index.keep_file(record["source"])
-        elif result is not None and result.tools is not None:
-            found.append((item, result.row["sha256"], result.tools))
-    index.add(found, store)
+        elif result is None:
+            continue  # not a document
+        elif result.tools is not None:
+            index.add(item, result.row["sha256"], result.tools)
+        elif result.touch is not None:  # reused: dispatch found the index current for it
+            index.keep(item.source)
+        else:
+            index.reach(item.source)
+    index.added(store)
 
 
 class _Touches:
