@@ -332,8 +332,8 @@ def _open_writable(path: Path) -> lmdb.Environment:
 def _open_readonly(path: Path) -> lmdb.Environment:
     """data.mdb mapped read-only; without LMDB's locks only if the lock file is not
     writable (a 0444 store: then no writer can be at work either)."""
-    options = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True, max_dbs=0,
-                   max_readers=256, readahead=False)
+    options: dict[str, Any] = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True,
+                                   max_dbs=0, max_readers=256, readahead=False)
     with _translated(path, "open"):
         try:
             return lmdb.open(str(path), lock=True, **options)
@@ -380,7 +380,8 @@ def _is_our_key(key: bytes) -> bool:
         len(key) == 64 and all(c in b"0123456789abcdef" for c in key))
 
 
-def _scan(txn: lmdb.Transaction, start: bytes, inclusive: bool, prefix: bytes) -> list[bytes]:
+def _scan(txn: lmdb.Transaction[bytes], start: bytes, inclusive: bool, prefix: bytes
+          ) -> list[bytes]:
     found: list[bytes] = []
     cursor = txn.cursor()
     if not cursor.set_range(start):

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -156,15 +156,15 @@ def _delta(d: dict[str, int]) -> str:
     return f"{before:,} -> {after:,} tokens (-{max(saved, 0.0):.1f}%)"
 
 
-def _describe_change(change: dict[str, object]) -> str:
+def _describe_change(change: dict[str, Any]) -> str:
     if change["kind"] == "annotation":
         return f"{change['path']}: annotation dropped"
-    dropped = change.get("dropped") or []
+    dropped: list[str] = change.get("dropped") or []
     parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else ["white space folded"]
     if change.get("lead_cut"):
         parts.append("lead cut")
     lines = [f"{change['path']}: " + ", ".join(parts)]
-    lines += [f"      - {s}" for s in dropped]  # type: ignore[union-attr]
+    lines += [f"      - {s}" for s in dropped]
     return "\n".join(lines)
 
 

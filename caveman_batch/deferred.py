@@ -329,7 +329,8 @@ class DeferredProxy:
         raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            self.client_calls.pop(key, None)
+            if key is not None:
+                self.client_calls.pop(key, None)
             if reply.message is None:
                 self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
             elif reply.ok and msg.method in listing.LIST_KEYS:
@@ -705,7 +706,8 @@ class DeferredProxy:
         key = rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            self.client_calls.pop(key, None)
+            if key is not None:
+                self.client_calls.pop(key, None)
             if reply.ok:
                 assert reply.message is not None
                 self._send(rpc.replace(reply.message, "id", raw_id))

@@ -41,7 +41,7 @@ BUILTIN: Final[tuple[str, ...]] = (
 
 def load(target: str) -> Cut:
     module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 @cache

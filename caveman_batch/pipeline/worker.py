@@ -46,7 +46,7 @@ def work(options: Options, raws: list[bytes], index: bool = False) -> list[tuple
     """Compress, hash and zstd each document: (output, result fields + the output's sha256,
     then the original's digest, record value and length; with `index`, what the index
     needs of its tools, see indexing.BatchWork)."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     tools = None
     if index:
         from .. import indexing  # only a run with --index pays its import

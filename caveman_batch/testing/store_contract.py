@@ -229,7 +229,7 @@ class StoreContract:
             scheme = "untouchable"
 
             @classmethod
-            def open(cls, location: str, create: bool = True) -> Store:
+            def open(cls, location: str, create: bool = True, readonly: bool = False) -> Store:
                 return cls()
 
             @property
