@@ -254,7 +254,8 @@ class LmdbStore(Store):
         # Short read transactions, resumed by key: a long scan never pins old pages.
         start, inclusive = prefix, True
         while True:
-            chunk: list[bytes] = self._read(lambda txn: _scan(txn, start, inclusive, prefix))
+            # (each lambda runs at once, in its own iteration)
+            chunk: list[bytes] = self._read(lambda txn: _scan(txn, start, inclusive, prefix))  # noqa: B023
             yield from chunk
             if len(chunk) < _KEYS_PER_READ_TXN:
                 return

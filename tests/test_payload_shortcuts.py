@@ -74,7 +74,7 @@ def test_ls_blocks_counted_from_the_text_are_the_lines_looked_at(text: str, room
 def test_newlines_counted_from_the_lines_are_the_text_s(text: str, split: bool) -> None:
     doc = Doc(text)
     if split:
-        doc.lines  # as `reduce` leaves it
+        _ = doc.lines  # as `reduce` leaves it
     assert newlines_and_one(doc) == text.count("\n") + 1
 
 
