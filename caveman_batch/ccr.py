@@ -251,7 +251,7 @@ def span_value_of(whole: str, content_type: str = "application/json", *,
 _LENGTH_AT: Final = struct.calcsize(">3sBBBH")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _span_packer(middle: int) -> struct.Struct:
     return struct.Struct(f">{_LENGTH_AT}sQ{middle}sQ")
 

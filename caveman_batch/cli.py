@@ -20,11 +20,12 @@ import typer
 from . import __version__, _accel, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
-from .payload.cli import payload_app
 from .fsio import write_target
+from .payload.cli import payload_app
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
 from .store import Store, canonical_url, open_store
+
 # default_store_url and ALLOW_MEMORY_ENV are cli's public names too (tests and callers use them)
 from .storeurl import ALLOW_MEMORY_ENV, default_store_url, minting_store_url, store_url  # noqa: F401
 
@@ -393,7 +394,7 @@ def prune(
 def _when(ts: float) -> str:
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @app.command()

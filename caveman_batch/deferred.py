@@ -40,8 +40,8 @@ from typing import Any, Final, TextIO
 from . import __version__, ccr, listing, rpc
 from .catalog import Options, compress, parse, serialize
 from .embedding import Embedder, choose_embedder
-from .proxy import exit_status, open_or_warn
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
+from .proxy import exit_status, open_or_warn
 from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
 from .toolspans import index_entries

@@ -19,8 +19,8 @@ of this one) are recomputed instead of compared with vectors they do not share a
 from __future__ import annotations
 
 import importlib.metadata
-from array import array
 import importlib.util
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol

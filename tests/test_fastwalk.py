@@ -42,9 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # bench_data is not an installed package: it runs from the repo
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import catalogish, catalogs, encoded, json_data  # noqa: E402
-
 from bench_data.generate import generate_registry  # noqa: E402
+from test_catalog_properties import catalogish, catalogs, encoded, json_data  # noqa: E402
 
 fastwalk = _accel.fastwalk
 pytestmark = pytest.mark.skipif(

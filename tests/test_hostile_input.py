@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bench_data.generate import generate_registry
-from caveman_batch import ccr, pipeline
+from caveman_batch import ccr
 from caveman_batch.cli import main
 from caveman_batch.errors import IntegrityError
 from caveman_batch.pipeline import LOCK_FILE, TMP_DIR, Config, run

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sqlite3
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 
 from caveman_batch import ccr
-from caveman_batch.catalog import compress, locate_tools, parse, serialize
 from caveman_batch.pipeline import Config, run
 from caveman_batch.store import open_store
 from caveman_batch.toolsearch import ToolIndex

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caveman_batch import ccr, indexing, toolspans
+from caveman_batch import ccr, indexing
 from caveman_batch.catalog import compress_located
 from caveman_batch.toolspans import index_entries
 

@@ -13,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
+from caveman_batch.payload import view
 from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tree
 from caveman_batch.payload.cuts._lines import newlines_and_one
-from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, shared
-
 from test_payload_census import _tree_cut_plain  # the tree cut, every rendering tried
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",

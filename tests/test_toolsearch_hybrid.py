@@ -53,7 +53,7 @@ class Counting:
     def dim(self) -> int:
         return self.inner.dim
 
-    def encode(self, texts: Sequence[str]):  # noqa: ANN201 - numpy array
+    def encode(self, texts: Sequence[str]):  # -> a numpy array
         self.texts += len(texts)
         return self.inner.encode(texts)
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from caveman_batch import _accel, toolspans
 from caveman_batch.catalog import _plan, compress, compress_located, locate_tools, parse, serialize

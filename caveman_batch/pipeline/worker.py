@@ -14,6 +14,7 @@ from .. import __version__, ccr, fsio
 from ..catalog import Options, compress, compress_located
 from ..errors import UsageError
 
+
 def _worker_init(parent: int) -> None:
     """Die with the parent: a SIGKILLed run must not leave workers behind."""
     try:
