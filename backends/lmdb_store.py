@@ -254,7 +254,8 @@ class LmdbStore(Store):
         # Short read transactions, resumed by key: a long scan never pins old pages.
         start, inclusive = prefix, True
         while True:
-            chunk: list[bytes] = self._read(lambda txn: _scan(txn, start, inclusive, prefix))
+            # (each lambda runs at once, in its own iteration)
+            chunk: list[bytes] = self._read(lambda txn: _scan(txn, start, inclusive, prefix))  # noqa: B023
             yield from chunk
             if len(chunk) < _KEYS_PER_READ_TXN:
                 return
@@ -332,8 +333,8 @@ def _open_writable(path: Path) -> lmdb.Environment:
 def _open_readonly(path: Path) -> lmdb.Environment:
     """data.mdb mapped read-only; without LMDB's locks only if the lock file is not
     writable (a 0444 store: then no writer can be at work either)."""
-    options = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True, max_dbs=0,
-                   max_readers=256, readahead=False)
+    options: dict[str, Any] = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True,
+                                   max_dbs=0, max_readers=256, readahead=False)
     with _translated(path, "open"):
         try:
             return lmdb.open(str(path), lock=True, **options)
@@ -380,7 +381,8 @@ def _is_our_key(key: bytes) -> bool:
         len(key) == 64 and all(c in b"0123456789abcdef" for c in key))
 
 
-def _scan(txn: lmdb.Transaction, start: bytes, inclusive: bool, prefix: bytes) -> list[bytes]:
+def _scan(txn: lmdb.Transaction[bytes], start: bytes, inclusive: bool, prefix: bytes
+          ) -> list[bytes]:
     found: list[bytes] = []
     cursor = txn.cursor()
     if not cursor.set_range(start):

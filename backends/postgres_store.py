@@ -346,7 +346,8 @@ class PostgresStore(Store):
         upper = _upper_bound(prefix)
         after: bytes | None = None
         while True:
-            chunk = self._run("read", lambda conn: _scan(conn, prefix, upper, after))
+            # (each lambda runs at once, in its own iteration)
+            chunk = self._run("read", lambda conn: _scan(conn, prefix, upper, after))  # noqa: B023
             yield from chunk
             if len(chunk) < _KEYS_PER_READ:
                 return

@@ -25,7 +25,6 @@ In the normal test run (--benchmark-disable) each runs once on small data: a smo
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-
 DISABLED: bool = os.environ.get("CAVEMAN_PURE_PYTHON", "") not in ("", "0")
 
 

@@ -98,7 +98,7 @@ class CompressResult:
         return max(0.0, 1.0 - self.tokens_after / self.tokens_before)
 
     def as_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        data = {name: getattr(self, name) for name in self.__slots__}
         data["ratio"] = round(self.ratio, 4)
         return data
 
@@ -361,7 +361,7 @@ def compress_located(raw: bytes, options: Options = DEFAULT_OPTIONS
     if fast is not None:
         out, shape, ntools, reduced, dropped = fast
         return (*_finish(raw, out, shape, ntools, reduced, dropped, options),
-                tuple(located))  # type: ignore[return-value]
+                tuple(located))
     return (*_reference_compress(raw, options), None)
 
 
@@ -466,7 +466,7 @@ def _plan(doc: Any, shape: str, tools: list[dict[str, Any]]
     for key in path:
         container = container.get(key) if isinstance(container, dict) else None
     if shape == "single-tool":
-        tool = tools[0]
+        tool: dict[str, Any] | None = tools[0]  # (below: the next tool to place, or None)
         if tool is container:
             return path, 1
         if isinstance(container, dict) and tool is container.get("function"):

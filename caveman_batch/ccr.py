@@ -251,7 +251,7 @@ def span_value_of(whole: str, content_type: str = "application/json", *,
 _LENGTH_AT: Final = struct.calcsize(">3sBBBH")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _span_packer(middle: int) -> struct.Struct:
     return struct.Struct(f">{_LENGTH_AT}sQ{middle}sQ")
 
@@ -734,7 +734,8 @@ def prune(
     """
     cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
     seen = _seen_entries(store)
-    stale, spans = [], []
+    stale: list[RecordInfo] = []
+    spans: list[RecordInfo] = []
     live_wholes: set[str] = set()  # records a span that stays lies in
     stale_spans: dict[bytes, list[bytes]] = {}  # record key -> the stale spans lying in it
     for d, h, v in iter_verified(store):
@@ -811,8 +812,8 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
         if len(batch) >= batch_size:
             target.commit(batch, merge=merge_record)
             batch = []
-    for key, value, whole in spans:
-        if whole in copied:
+    for key, value, lies_in in spans:
+        if lies_in in copied:
             batch.append((key, value))
         else:  # it verified, but the record it lies in did not, whole
             handle = make_handle(key.decode("ascii"))

@@ -13,18 +13,19 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from . import __version__, _accel, ccr, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
-from .payload.cli import payload_app
 from .fsio import write_target
+from .payload.cli import payload_app
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
 from .store import Store, canonical_url, open_store
+
 # default_store_url and ALLOW_MEMORY_ENV are cli's public names too (tests and callers use them)
 from .storeurl import ALLOW_MEMORY_ENV, default_store_url, minting_store_url, store_url  # noqa: F401
 
@@ -156,15 +157,15 @@ def _delta(d: dict[str, int]) -> str:
     return f"{before:,} -> {after:,} tokens (-{max(saved, 0.0):.1f}%)"
 
 
-def _describe_change(change: dict[str, object]) -> str:
+def _describe_change(change: dict[str, Any]) -> str:
     if change["kind"] == "annotation":
         return f"{change['path']}: annotation dropped"
-    dropped = change.get("dropped") or []
+    dropped: list[str] = change.get("dropped") or []
     parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else ["white space folded"]
     if change.get("lead_cut"):
         parts.append("lead cut")
     lines = [f"{change['path']}: " + ", ".join(parts)]
-    lines += [f"      - {s}" for s in dropped]  # type: ignore[union-attr]
+    lines += [f"      - {s}" for s in dropped]
     return "\n".join(lines)
 
 
@@ -393,7 +394,7 @@ def prune(
 def _when(ts: float) -> str:
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @app.command()

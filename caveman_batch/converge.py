@@ -46,6 +46,7 @@ import orjson
 from . import fsio
 from .errors import OutputError
 
+
 def journal_path(manifest: Path) -> Path:
     """Beside the manifest, hidden: outputs renamed into OUT since it was last published."""
     return manifest.with_name(f".{manifest.stem}.pending.jsonl")

@@ -40,8 +40,8 @@ from typing import Any, Final, TextIO
 from . import __version__, ccr, listing, rpc
 from .catalog import Options, compress, parse, serialize
 from .embedding import Embedder, choose_embedder
-from .proxy import exit_status, open_or_warn
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
+from .proxy import exit_status, open_or_warn
 from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
 from .toolspans import index_entries
@@ -329,7 +329,8 @@ class DeferredProxy:
         raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            self.client_calls.pop(key, None)
+            if key is not None:
+                self.client_calls.pop(key, None)
             if reply.message is None:
                 self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
             elif reply.ok and msg.method in listing.LIST_KEYS:
@@ -705,7 +706,8 @@ class DeferredProxy:
         key = rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            self.client_calls.pop(key, None)
+            if key is not None:
+                self.client_calls.pop(key, None)
             if reply.ok:
                 assert reply.message is not None
                 self._send(rpc.replace(reply.message, "id", raw_id))

@@ -19,8 +19,8 @@ of this one) are recomputed instead of compared with vectors they do not share a
 from __future__ import annotations
 
 import importlib.metadata
-from array import array
 import importlib.util
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -30,6 +30,7 @@ from .errors import EmbedderUnavailable
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+    from tokenizers import Tokenizer
 
 __all__ = [
     "EMBED_EXTRA_HINT",
@@ -123,7 +124,7 @@ class WordLlamaEmbedder:
         self._weights_path, self._tokenizer_path, digest = _model_files()
         self._name = f"wordllama/l2_supercat_256@{digest[:16]}/{self._METHOD}"
         self._table: npt.NDArray[np.float32] | None = None
-        self._tokenizer = None
+        self._tokenizer: Tokenizer | None = None
         self._word_ids: dict[str, bytes] = {}  # word -> its token ids, int32
 
     @property
@@ -163,8 +164,8 @@ class WordLlamaEmbedder:
         for word, encoding in zip(new, encode(new, add_special_tokens=False)):
             self._word_ids[word] = array("i", encoding.ids).tobytes()  # joined per text
 
-    def _loaded(self):  # -> tuple[ndarray, tokenizers.Tokenizer]
-        if self._table is None:
+    def _loaded(self) -> tuple[npt.NDArray[np.float32], Tokenizer]:
+        if self._table is None or self._tokenizer is None:  # both made at once
             import numpy as np
             from safetensors.numpy import load_file
             from tokenizers import Tokenizer

@@ -43,11 +43,11 @@ from __future__ import annotations
 import itertools
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -58,7 +58,14 @@ from .errors import IntegrityError, UnknownHandleError
 from .indexwriter import IndexWriter, LocalWriter, new_records
 from .store import Store, shared_store
 from .toolsearch import ToolIndex
-from .toolspans import LocatedTools, WorkerTool, built_tools, index_tools, located_later, worker_tools
+from .toolspans import (
+    LocatedTools,
+    WorkerTool,
+    built_tools,
+    index_tools,
+    located_later,
+    worker_tools,
+)
 
 # What a worker sends back per document: None (no tools), or (label, tools) with each tool
 # (name, digest, record value, original length, definition, search fields), or the tools
@@ -142,7 +149,7 @@ class _Wanting:
     order: int  # its place in the input, among those computed
     server: str
     candidates: Iterator[str]
-    tools: list[Any]
+    tools: list[WorkerTool] | LocatedTools
     digest: str
     key: str
     path: str | None

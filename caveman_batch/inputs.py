@@ -198,11 +198,10 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
         yield Document({"path": shown}, sink, error="file name is not UTF-8: skipped")
         yield SinkEnd(sink)
         return
-    if kind == "symlink":
-        yield from _unread(path, rel, "symlink, not followed (--follow-symlinks)")
-        return
     if path is None:
         yield from _jsonl(sys.stdin.buffer, STDIN, Sink(rel, "jsonl"), max_bytes, spill_dir)
+    elif kind == "symlink":
+        yield from _unread(path, rel, "symlink, not followed (--follow-symlinks)")
     elif kind == "jsonl":
         yield from _open_then(path, rel, lambda fh, st: _jsonl(
             fh, path, Sink(rel, "jsonl", fingerprint=True, source_stat=fsio.settled_identity(st)),

@@ -100,7 +100,9 @@ def parameters(schema: Any, prefix: str = "") -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     if not isinstance(schema, dict):
         return found
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    required = schema.get("required")
+    if not isinstance(required, list):
+        required = []
     props = schema.get("properties")
     for name, sub in (props.items() if isinstance(props, dict) else ()):
         path = f"{prefix}{name}"

@@ -51,17 +51,17 @@ ENTRY_POINT_GROUP: Final = "caveman_batch.stores"
 
 
 def apply_commit(items: Iterable[tuple[bytes, bytes]], merge: Merge | None,
-                 read: Callable[[bytes], bytes | None], write: Callable[[bytes, bytes], None],
-                 delete: Callable[[bytes], None]) -> None:
+                 read: Callable[[bytes], bytes | None], write: Callable[[bytes, bytes], object],
+                 delete: Callable[[bytes], object]) -> None:
     """The commit loop every backend runs inside its own transaction."""
     for key, value in items:
         result = value if merge is None else merge(key, read(key), value)
         if result is None:
             continue
-        if result is DELETE:
+        if isinstance(result, _Delete):  # DELETE, the one instance (mypy narrows on isinstance)
             delete(key)
         else:
-            write(key, result)  # type: ignore[arg-type]
+            write(key, result)
 
 # scheme -> "module:attr"; built-in backends go through the same table an outside
 # one registered by entry point would, and are imported only when used.

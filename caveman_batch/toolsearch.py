@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from . import _accel
-from .catalog import NAME_MAPS, SCHEMA_KEYS, SCHEMA_LIST, ONE_SCHEMA
+from .catalog import NAME_MAPS, ONE_SCHEMA, SCHEMA_KEYS, SCHEMA_LIST
 from .errors import SearchIndexError, SearchIndexNotFoundError, SearchIndexOutdatedError
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 

@@ -29,7 +29,8 @@ from typing import Any, Final
 import orjson
 
 from . import _accel, ccr
-from .catalog import TOOLS_PATH, Located, Passthrough, _plan, locate_tools, parse, serialize
+from .catalog import Located, Passthrough, _plan, locate_tools, parse, serialize
+
 # the key sets toolsearch's C path is handed: the C walker reads the very sets the
 # search text's definition (toolsearch._search_fields) does
 from .toolsearch import _FAST_KEYS, search_fields

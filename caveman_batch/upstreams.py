@@ -88,7 +88,7 @@ def _spec(source: str, name: str, entry: Any) -> ServerSpec:
 # An event: (source, line) for each line read (a last line without a newline included),
 # then (source, None) at end of file. The client's source is None.
 Event = tuple[str | None, bytes | None]
-Events = queue.SimpleQueue  # of Event
+Events = queue.SimpleQueue[Event]
 
 
 def pump_lines(fd: int, source: str | None, events: Events) -> None:

@@ -27,6 +27,7 @@ from caveman_batch.profile import profile
 from caveman_batch.testing.issue_rules import independent_rule_sentences, lost_rule_sentences
 from test_catalog_corpora import CORPUS_NAMES, catalogs, compressed, structure_problems
 
+
 def test_the_independent_detector_sees_rules_and_splits_plainly() -> None:
     text = ("Fetches a URL. Use this tool when the page is public.\n\nThe timeout must be at most "
             "30 s. Returns markdown. Dates are ISO 8601 (e.g. 2024-01-01).")

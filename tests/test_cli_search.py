@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench_data import livemcpbench
+from bench_data import livemcpbench  # noqa: E402
 
 TOOLS = {
     "files": [{"name": "read_file", "description": "Read a file from disk."},

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from caveman_batch import ccr, deferred, listing, rpc
-from caveman_batch.catalog import Options, serialize, parse
+from caveman_batch.catalog import Options, parse, serialize
 from caveman_batch.cli import main
 from caveman_batch.errors import ServersFileError
 from caveman_batch.profile import profile_doc

@@ -30,7 +30,6 @@ from test_deferred import SCRIPTED  # noqa: E402
 from test_proxy_e2e import dump, entry_point, git_repo  # noqa: E402
 
 
-
 @pytest.fixture
 def scripted(tmp_path: Path) -> list[str]:
     path = tmp_path / "scripted_server.py"

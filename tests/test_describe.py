@@ -445,7 +445,7 @@ def test_units_linear_in_glued_lines() -> None:
 ISSUE_BLOCK = "```\ncreate_team(organizationSlug='x')\n```"
 YAML_BLOCK = ("```yaml\napiVersion: apps/v1\nkind: Deployment\nspec:\n  replicas: 3\n  template:\n"
               "    containers:\n      - name: web\n        image: nginx:1.25\n```")
-SENTRY_SHAPE = f"""Find issues in Sentry.
+SENTRY_SHAPE = """Find issues in Sentry.
 
 Use this tool when you need to:
 - View all issues in a Sentry organization

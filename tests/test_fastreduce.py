@@ -127,8 +127,8 @@ def test_greek_fragments_leave_capital_sigma_to_python() -> None:
 
 # The fragments' own language, sampled: strings each fragment matches (with Python's
 # parser, whose syntax RE2 shares for this subset; \d and \w are ASCII as in RE2).
-from re import _constants as sre_c  # private, but the parser `re` itself uses
-from re import _parser as sre_parse
+from re import _constants as sre_c  # private, but the parser `re` itself uses  # noqa: E402
+from re import _parser as sre_parse  # noqa: E402
 
 WORD_CHARS = string.ascii_letters + string.digits + "_"
 

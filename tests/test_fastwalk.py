@@ -42,9 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # bench_data is not an installed package: it runs from the repo
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import catalogish, catalogs, encoded, json_data
-
-from bench_data.generate import generate_registry
+from bench_data.generate import generate_registry  # noqa: E402
+from test_catalog_properties import catalogish, catalogs, encoded, json_data  # noqa: E402
 
 fastwalk = _accel.fastwalk
 pytestmark = pytest.mark.skipif(
@@ -211,7 +210,7 @@ def test_every_corpus_catalog(corpora: Path) -> None:
 
 @pytest.mark.parametrize("options", OPTION_SETS[1:], ids=["annotations-kept", "short-40", "short-0"])
 def test_corpus_catalogs_under_other_options(corpora: Path, options: Options) -> None:
-    for name, raw in list(corpus_documents(corpora))[::7]:
+    for _name, raw in list(corpus_documents(corpora))[::7]:
         check_same(raw, options)
 
 

@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import schemas, tools
-from test_fastwalk import corpus_documents
-from test_fastwalk_search_text import enum_values, names
+from test_catalog_properties import schemas, tools  # noqa: E402
+from test_fastwalk import corpus_documents  # noqa: E402
+from test_fastwalk_search_text import enum_values, names  # noqa: E402
 
 fastwalk = _accel.fastwalk
 pytestmark = pytest.mark.skipif(

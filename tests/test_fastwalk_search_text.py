@@ -27,10 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import json_data, schemas, tools
-from test_fastwalk import corpus_documents
-
-from bench_data.generate import generate_registry
+from bench_data.generate import generate_registry  # noqa: E402
+from test_catalog_properties import json_data, schemas, tools  # noqa: E402
+from test_fastwalk import corpus_documents  # noqa: E402
 
 fastwalk = _accel.fastwalk
 pytestmark = pytest.mark.skipif(

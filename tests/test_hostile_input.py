@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from bench_data.generate import generate_registry
-from caveman_batch import ccr, pipeline
+from caveman_batch import ccr
 from caveman_batch.cli import main
+from caveman_batch.errors import IntegrityError
 from caveman_batch.pipeline import LOCK_FILE, TMP_DIR, Config, run
 from caveman_batch.store import DELETE, open_store
 
@@ -491,7 +492,7 @@ def test_checksum_rerun_heals_a_tampered_original(tmp_path: Path) -> None:
             value[-3] ^= 0xFF  # inside the zstd frame: no longer the original
             store.put(digest.encode(), bytes(value))
         for digest in tampered:
-            with pytest.raises(Exception):
+            with pytest.raises(IntegrityError):
                 ccr.recover(store, digest)
     _, plain = _compress(tmp_path, src, reg, incremental=True, max_bytes=32 << 20)
     assert plain.reused == first.documents  # metadata trusted: not read (the documented trade)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sqlite3
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 
 from caveman_batch import ccr
-from caveman_batch.catalog import compress, locate_tools, parse, serialize
 from caveman_batch.pipeline import Config, run
 from caveman_batch.store import open_store
 from caveman_batch.toolsearch import ToolIndex
@@ -370,8 +368,8 @@ def test_an_incremental_rerun_keeps_every_tool_record_it_reuses_from_prune(
     src = _tree(tmp_path / "src")
     if jsonl:
         lines = [_catalog("a_tool", server="alpha"), _catalog("b_tool", server="beta")]
-        (src / "reg.jsonl").write_bytes(b"\n".join(json.dumps(json.loads(l)).encode()
-                                                    for l in lines) + b"\n")
+        (src / "reg.jsonl").write_bytes(b"\n".join(json.dumps(json.loads(line)).encode()
+                                                    for line in lines) + b"\n")
     _run(tmp_path, src, incremental=True)
     time.sleep(1.1)
     between = time.time()

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import catalogs, encoded
-from test_toolspans import LAW
+from test_catalog_properties import catalogs, encoded  # noqa: E402
+from test_toolspans import LAW  # noqa: E402
 
 _STAMPS = slice(16, 32)  # a record header's first-stored and last-seen times
 

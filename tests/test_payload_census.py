@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_payload_fast import _plain_detect
 
 from caveman_batch import _accel
 from caveman_batch.payload import Hint, registry
@@ -29,6 +28,7 @@ from caveman_batch.payload.cuts import code, log, stacktrace, tree
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import _CENSUS, Doc, NumberedDoc, fits, plain
 from caveman_batch.testing import payload_outputs as po
+from test_payload_fast import _plain_detect
 
 _DETECTED = ("diff", "tests", "lint", "build", "stacktrace", "gitlog", "install", "log")
 _PIECES = ("\n", "\n\n", " ", "\t", "e", "error", "rror: ", "Ran ", "at ", "é", "✖ ", "😀", "\x00", "=", "commit ",
@@ -195,7 +195,7 @@ def test_ls_groups_on_real_listings(tmp_path: Path) -> None:
     for make in (po.ls_long_recursive, po.ls_recursive):
         try:
             out = make(tmp_path / make.__name__)
-        except Exception as exc:  # noqa: BLE001  # a tool the machine lacks
+        except Exception as exc:  # a tool the machine lacks
             pytest.skip(f"{make.__name__}: {exc}")
         lines = Doc(out.data.decode("utf-8", "replace")).lines
         assert tree._ls_counted(lines) == _ls_groups_plain(lines)

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_payload import check_laws
-from test_payload_real import skip_or_fail
 
 from caveman_batch import ccr
 from caveman_batch.payload import Budget, Hint, reduce
 from caveman_batch.store import Store, open_store
 from caveman_batch.testing import fact_outputs as fo
+from test_payload import check_laws
+from test_payload_real import skip_or_fail
 
 NAMES = ("minified-bundle", "pip-no-match", "pytest-many", "unittest", "logging-traceback", "logging-repeats", "c-source", "python-source",
          "ci-json", "malformed-csv", "pip-list", "esbuild", "cargo-mismatched", "gcc-build", "ruff-syntax",

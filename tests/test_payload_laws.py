@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from payload_kinds import KINDS
-from test_payload import check_laws
 
 from caveman_batch.payload import Budget, Hint, Limits, reduce, registry
 from caveman_batch.payload.view import count_lines
+from payload_kinds import KINDS
+from test_payload import check_laws
 
 _TOKENS = [
     "ERROR", "WARN", "INFO", "PASSED", "FAILED test_x.py::t - E", "=== 1 failed, 2 passed in 0.1s ===",

@@ -13,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caveman_batch import _accel
+from caveman_batch.payload import view
 from caveman_batch.payload.cuts import _lines, build, code, lint, stacktrace, tree
 from caveman_batch.payload.cuts._lines import newlines_and_one
-from caveman_batch.payload import view
 from caveman_batch.payload.model import Limits
 from caveman_batch.payload.view import Doc, shared
-
 from test_payload_census import _tree_cut_plain  # the tree cut, every rendering tried
 
 _PIECES = ("", "\n", "\n\n", ":", ":\n", " .", " ..", " .\n", " ..\n", "a", "./a/b:", "total 4", "total ",
@@ -74,7 +73,7 @@ def test_ls_blocks_counted_from_the_text_are_the_lines_looked_at(text: str, room
 def test_newlines_counted_from_the_lines_are_the_text_s(text: str, split: bool) -> None:
     doc = Doc(text)
     if split:
-        doc.lines  # as `reduce` leaves it
+        _ = doc.lines  # as `reduce` leaves it
     assert newlines_and_one(doc) == text.count("\n") + 1
 
 

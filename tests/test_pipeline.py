@@ -18,11 +18,10 @@ import pytest
 
 from bench_data.generate import generate_registry
 from caveman_batch import ccr, fsio, pipeline
-from caveman_batch.pipeline import incremental
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
 from caveman_batch.errors import OutputError
-from caveman_batch.pipeline import TMP_DIR, Config, run
+from caveman_batch.pipeline import TMP_DIR, Config, incremental, run
 from caveman_batch.store import open_store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "bench_data" / "samples"

@@ -253,7 +253,7 @@ def child_reader(url: str, stop: Path, map_size: int) -> None:
             if must_exist:
                 errors.append(f"{wi}: a batch-mate is visible but this record is not")
             return False
-        except Exception as exc:  # noqa: BLE001 - torn, corrupt, driver error: all count
+        except Exception as exc:  # torn, corrupt, driver error: all count
             errors.append(f"{wi}: {type(exc).__name__}: {exc}")
             return False
         if got != originals[wi]:

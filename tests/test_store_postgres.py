@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 from caveman_batch import ccr
-from caveman_batch.pipeline import LOCK_FILE
 from caveman_batch.errors import (
     BackendUnavailableError,
     ForeignStoreError,
     StoreError,
     StoreURLError,
 )
+from caveman_batch.pipeline import LOCK_FILE
 from caveman_batch.store import DELETE, Store, canonical_url, open_store, split_store_url
-from caveman_batch.testing.postgres_server import Cluster, as_user, fresh_schema
+from caveman_batch.testing.postgres_server import Cluster, as_user
 from caveman_batch.testing.store_contract import StoreContract
 
 SCRIPT = Path(__file__).resolve()
@@ -335,7 +335,7 @@ def test_two_hosts_read_modify_write_the_same_keys_without_losing_one(postgres_u
             for _ in range(rounds):
                 batch = rng.sample(keys, len(keys))
                 store.commit([(k, b"") for k in batch], merge=count_up)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=host, args=(s, i)) for i, s in enumerate(stores)]
@@ -368,7 +368,7 @@ def test_a_guard_being_deleted_on_another_host_is_waited_for(postgres_url: str, 
         def prune() -> None:
             try:
                 pruner.commit([(guards[0], b"")], merge=slow_delete)  # type: ignore[arg-type]
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 failed.append(exc)
 
         thread = threading.Thread(target=prune)
@@ -494,7 +494,7 @@ def test_a_forked_child_opens_its_own_connection(postgres_url: str) -> None:
             try:
                 ccr.store_original(store, b"child")
                 code = 0 if backend_pid(store) != parent_pid else 3
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 code = 4
             os._exit(code)
         _, status = os.waitpid(child, 0)

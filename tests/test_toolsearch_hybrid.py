@@ -53,7 +53,7 @@ class Counting:
     def dim(self) -> int:
         return self.inner.dim
 
-    def encode(self, texts: Sequence[str]):  # noqa: ANN201 - numpy array
+    def encode(self, texts: Sequence[str]):  # -> a numpy array
         self.texts += len(texts)
         return self.inner.encode(texts)
 
@@ -107,7 +107,7 @@ def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedde
 def test_refresh_embeds_only_new_and_changed_tools(tmp_path: Path, embedder: Embedder) -> None:
     path = tmp_path / "i.db"
     _build(path, embedder).close()
-    before = dict(((s, n), v) for s, n, v in _blobs(path))
+    before = {(s, n): v for s, n, v in _blobs(path)}
     counting = Counting(embedder)
     with ToolIndex.open(path, embedder=counting) as index:
         assert counting.texts == 0  # reopening embeds nothing
@@ -118,7 +118,7 @@ def test_refresh_embeds_only_new_and_changed_tools(tmp_path: Path, embedder: Emb
         index.replace_server("ops", _docs("ops", changed))
         assert counting.texts == 2  # the changed tool and the new one
         index.remove_server("files")
-    after = dict(((s, n), v) for s, n, v in _blobs(path))
+    after = {(s, n): v for s, n, v in _blobs(path)}
     assert set(after) == {("ops", tool["name"]) for tool in OPS} | {("ops", "ping")}
     with sqlite3.connect(path) as db:  # no vector outlives its tool
         assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (len(after),)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from caveman_batch import _accel, toolspans
 from caveman_batch.catalog import _plan, compress, compress_located, locate_tools, parse, serialize
@@ -19,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from test_catalog_properties import catalogs, encoded
+from test_catalog_properties import catalogs, encoded  # noqa: E402
 
 LAW = settings(derandomize=True, database=None, deadline=None, max_examples=200,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -137,7 +137,7 @@ def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -
         if not cut.detect(text, hint):
             return None
         body = cut.cut(text, limits)
-    except Exception as exc:  # an outside cut must never break a reduce  # noqa: BLE001
+    except Exception as exc:  # an outside cut must never break a reduce
         warnings.append(f"cut {getattr(cut, 'name', cut)!r} failed and was skipped: {exc!r}")
         return None
     if body is None or len(body) >= len(text):

@@ -82,7 +82,8 @@ class PayloadResult:
 class Cut(Protocol):
     """One content-aware cut. `cut` returns a view within `limits`, or None to pass."""
 
-    name: str
+    @property  # read-only: a frozen dataclass's field or a class attribute satisfies it
+    def name(self) -> str: ...
 
     def detect(self, text: str, hint: Hint) -> bool: ...
 

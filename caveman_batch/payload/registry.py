@@ -41,7 +41,7 @@ BUILTIN: Final[tuple[str, ...]] = (
 
 def load(target: str) -> Cut:
     module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 @cache
@@ -60,7 +60,7 @@ def _plugins() -> tuple[tuple[Cut, ...], tuple[str, ...]]:
             cut = cut() if isinstance(cut, type) else cut
             if not isinstance(cut, Cut):
                 raise TypeError("does not implement the Cut protocol (name, detect, cut)")
-        except Exception as exc:  # a broken plugin is skipped, never fatal  # noqa: BLE001
+        except Exception as exc:  # a broken plugin is skipped, never fatal
             warnings.append(f"payload cut plugin {ep.name!r} skipped: {exc!r}")
             continue
         found.append(cut)

@@ -17,6 +17,7 @@ def parse_lines(spec: str) -> tuple[int, int | None]:
     m = _RANGE.fullmatch(spec.strip())
     if m is None:
         raise UsageError(f"invalid line range {spec!r}: use A:B (1-based, inclusive), A: or :B")
+    last: int | None
     if m.group(3):
         first = last = int(m.group(3))
     else:

@@ -38,7 +38,7 @@ def plain(text: str) -> str:
     if "\x1b" not in text:
         return text
     fast = _accel.fastscan
-    return fast.plain(text) if fast is not None else _ANSI.sub("", text)  # type: ignore[no-any-return]
+    return fast.plain(text) if fast is not None else _ANSI.sub("", text)
 
 
 def count_lines(text: str) -> int:
@@ -86,7 +86,7 @@ def present(text: str, needles: tuple[str, ...]) -> tuple[bool, ...]:
     """`tuple(needle in text for needle in needles)` (the definition), in one pass in C."""
     fast = _accel.fastscan
     if fast is not None:
-        return fast.present(text, needles)  # type: ignore[no-any-return]
+        return fast.present(text, needles)
     return tuple(needle in text for needle in needles)
 
 
@@ -165,7 +165,8 @@ class Doc:
         a method called line by line cost ten times more."""
         if "" in suffixes:  # every string ends with the empty one
             return list(range(len(self.lines)))
-        text, found = self.text, []
+        text = self.text
+        found: list[int] = []
         for suffix in suffixes:
             found += map(re.Match.start, re.finditer(re.escape(suffix + "\n"), text))
         lines = self.line_index(sorted(found))

@@ -26,14 +26,14 @@ def _dispatch(batches: Iterable[list[Any]], config: Config, previous: _Previous,
     spool = f"{config.out}/{TMP_DIR}/spool-"  # temp files the workers may write outputs to
     for number, batch in enumerate(batches):
         results, todo = _plan(batch, config, previous)
-        raws = [batch[i].raw for i in todo]  # type: ignore[union-attr]
+        raws = [batch[i].raw for i in todo]
         if not raws:
-            window.append((batch, results, work(config.options, raws, index), todo))  # type: ignore[arg-type]
+            window.append((batch, results, work(config.options, raws, index), todo))
         else:
             # a catalog file's output may be written by its worker (a stream's is the parent's)
-            temps = [f"{spool}{number}/{i}" if batch[i].sink.kind == "file" else None  # type: ignore[union-attr]
+            temps = [f"{spool}{number}/{i}" if batch[i].sink.kind == "file" else None
                      for i in todo]
-            window.append((batch, results, executor.submit(config.options, raws, index, temps), todo))  # type: ignore[arg-type]
+            window.append((batch, results, executor.submit(config.options, raws, index, temps), todo))
         # in order: the oldest as soon as it needs no worker, else once the window is full
         while window and (len(window) >= executor.limit or not isinstance(window[0][2], Future)):
             yield _settle(window.popleft(), config, executor)

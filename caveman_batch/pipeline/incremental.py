@@ -472,9 +472,10 @@ def _intact(reused: ReusedStream, files: list[tuple[str, int | None]],
     """Whether the source and its output hash as the fingerprint says; if so, what the
     stat cache is to keep of them."""
     got = [job.result() for job in jobs] if jobs is not None else [_file_sha256(*f) for f in files]
-    if None in got or [g[0] for g in got] != _intact_hashes(reused):
+    hashed = [g for g in got if g is not None]
+    if len(hashed) < len(got) or [g[0] for g in hashed] != _intact_hashes(reused):
         return False
-    (_, source), (_, output) = got
+    (_, source), (_, output) = hashed
     reused.stats = [fsio.settled_identity(source), fsio.identity(output)]
     return True
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import __version__, ccr, converge

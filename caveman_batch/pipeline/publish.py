@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,7 +44,7 @@ class _Publisher:
         self.hashes: dict[int, tuple[Any, int]] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
-        self.stats: dict[str, list[list[int] | None]] = {}  # rel -> [source, output] identity
+        self.stats: dict[str, Sequence[list[int] | None]] = {}  # rel -> [source, output] identity
         self.converge = converge.Converger(
             out, tmp, config.manifest_path, config.streams_path,
             [config.stats_path, *([config.changes] if config.changes else [])],
@@ -355,8 +355,9 @@ class _Publisher:
                 paths[1].unlink(missing_ok=True)
                 return
             now = fsio.fs_now_ns(self.tmp)
-            stats = {rel: s for rel, s in self.stats.items()
-                     if rel in self.records and s[0] is not None and s[1][4] < now}
+            # (an output's identity is always known, a source's only once settled: both checked)
+            stats = {rel: s for rel, s in self.stats.items() if rel in self.records
+                     and s[0] is not None and s[1] is not None and s[1][4] < now}
             fsio.atomic_write(paths[1], orjson.dumps({
                 "fingerprint_sha256": hashlib.sha256(fingerprint).hexdigest(), "boot_id": boot,
                 "stats": stats,

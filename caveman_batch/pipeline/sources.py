@@ -13,8 +13,15 @@ from typing import Any, Final
 
 from ..inputs import Document, Item, iter_entry
 from . import incremental
-from .incremental import (ReusedRun, ReusedStream, _candidate, _intact, _intact_files, _Previous,
-                          _unchanged_run)
+from .incremental import (
+    ReusedRun,
+    ReusedStream,
+    _candidate,
+    _intact,
+    _intact_files,
+    _Previous,
+    _unchanged_run,
+)
 from .model import Config
 
 BATCH_DOCS: Final = 64

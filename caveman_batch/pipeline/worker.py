@@ -14,6 +14,7 @@ from .. import __version__, ccr, fsio
 from ..catalog import Options, compress, compress_located
 from ..errors import UsageError
 
+
 def _worker_init(parent: int) -> None:
     """Die with the parent: a SIGKILLed run must not leave workers behind."""
     try:
@@ -47,7 +48,7 @@ def work(options: Options, raws: list[bytes], index: bool = False,
     """Compress, hash and zstd each document: (output, result fields + the output's sha256,
     then the original's digest, record value and length; with `index`, what the index
     needs of its tools, see indexing.BatchWork, with `later` some left for its writer)."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     tools = None
     if index:
         from .. import indexing  # only a run with --index pays its import

@@ -229,7 +229,7 @@ class StoreContract:
             scheme = "untouchable"
 
             @classmethod
-            def open(cls, location: str, create: bool = True) -> Store:
+            def open(cls, location: str, create: bool = True, readonly: bool = False) -> Store:
                 return cls()
 
             @property
@@ -472,7 +472,7 @@ class StoreContract:
         day = 24 * 3_600_000
         catalogs = {name: _catalog_with(b'{"name":"%s"}' % name, name) for name in
                     (b"live", b"both", b"busy", b"tool")}
-        for name, (catalog, tool) in catalogs.items():
+        for catalog, tool in catalogs.values():
             ccr.commit(store, [ccr.prepare(catalog, now_ms=1_000), _span(tool, catalog, 1_000)])
         digest = {name: (ccr.digest_of(c), ccr.digest_of(t)) for name, (c, t) in catalogs.items()}
         ccr.touch(store, [digest[b"live"][1]], now_ms=9 * day)  # the span seen, its catalog not

@@ -4,11 +4,10 @@ inwards, then the other imports, then nested definitions, each with its line num
 from __future__ import annotations
 
 import re
-from typing import Final
-
 from collections.abc import Iterator
 from functools import partial
 from itertools import islice
+from typing import Final
 
 from ..model import Hint, Limits
 from ..view import Doc, NumberedDoc, Run, census, finish, line_hits, pick

@@ -59,7 +59,10 @@ class CsvCut:
             runs.append((k + 1, n - k, n - k + 1))
             if k > 200:
                 break
-        label = lambda s, e: f"[… {e - s:,} rows omitted …]"
+
+        def label(s: int, e: int) -> str:
+            return f"[… {e - s:,} rows omitted …]"
+
         return finish(pick(doc, runs, limits, lead=_lead(n, fields, bad), label=label, lead_after=1), limits)
 
 

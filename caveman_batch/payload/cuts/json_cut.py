@@ -25,7 +25,7 @@ _WIDTHS: Final = ((12, 40, 400, 10), (5, 20, 200, 8), (3, 12, 120, 6), (2, 8, 80
                   (0, 2, 30, 2), (0, 1, 20, 2))
 
 
-_EMPTY: Final = (None, False, [], {}, "")
+_EMPTY: Final[tuple[object, ...]] = (None, False, [], {}, "")
 _STATUS_KEYS: Final = frozenset({"status", "level", "state"})
 
 
@@ -175,7 +175,7 @@ def _error_values(column: Sequence[Any]) -> Iterable[bool]:
 
 class _Skeleton:
     def __init__(self, items: int, keys: int, chars: int, depth: int,
-                 notable: dict[int, list[int]]) -> None:
+                 notable: dict[int, list[list[int]]]) -> None:
         self.items, self.keys, self.chars, self.depth = items, keys, chars, depth
         self.notable = notable  # id(array) -> its error and outlier items, shared by widths
         self.boosted = False  # rendering an error's value past the depth limit
@@ -261,7 +261,7 @@ class _Skeleton:
         """Error items and items shaped unlike the first, found once per array."""
         found = self.notable.get(id(arr))
         if found is None:
-            found = self.notable[id(arr)] = list(_notable_items(arr))  # type: ignore[assignment]
+            found = self.notable[id(arr)] = list(_notable_items(arr))
         return found[0], found[1]
 
 
@@ -298,7 +298,7 @@ class JsonCut:
             value = _loads(text)
         except ValueError:
             return None
-        notable: dict[int, list[int]] = {}
+        notable: dict[int, list[list[int]]] = {}
         for items, keys, chars, depth in _WIDTHS:
             view = "\n".join(_Skeleton(items, keys, chars, depth, notable).render(value, "", 0))
             if fits(view, limits):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..model import Hint, Limits
-from ..view import Doc, census, line_hits, needle_lines
+from ..view import Doc, Needle, census, line_hits, needle_lines
 from ._lines import LineCut, rx
 
 _ESLINT_FILE = rx(r"^(?:/|\.{0,2}[\w@.-]*/|[A-Za-z]:\\)[^ \t\n]*\.\w+\r?$")
@@ -116,11 +116,15 @@ _SEVERITIES: Final = _SHORT_NEEDLES[:6]
 #: what a ruff concise line (`a.py:1:2: F401 `) holds, a digit then ": ": a text with none is
 #: not searched for its needle (the one that is a pattern, not a literal)
 _RUFF_LITERALS: Final = census(*(f"{d}: " for d in "0123456789"))
+#: the needles of each short form (typed: mypy's inferred join of the three slices depended on
+#: the hash seed of its run)
+_FORM_NEEDLES: Final[tuple[tuple[Needle, ...], ...]] = (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7],
+                                                         _SHORT_NEEDLES[7:])
 #: each short form alone, with the needles its lines hold and literals one of which the text
 #: must hold (none: its needles are literals): eslint's severity words are on most lines of
 #: an npm log, whose lines the ruff form would then be read through
 _SHORT_FORMS: Final = tuple((rx(f"^(?:{line})"), needles, literals) for line, needles, literals in zip(
-    _SIGNAL_LINES[:3], (_SHORT_NEEDLES[:6], _SHORT_NEEDLES[6:7], _SHORT_NEEDLES[7:]), ((), _RUFF_LITERALS, ()),
+    _SIGNAL_LINES[:3], _FORM_NEEDLES, ((), _RUFF_LITERALS, ()),
     strict=True))
 
 

@@ -53,11 +53,11 @@ def _passes(doc: Doc) -> int:
     lines = doc.lines
     summaries = doc.grep(_PYTEST_PASSED, (" passed",))
     if summaries:
-        return sum(int(next(filter(None, _PYTEST_PASSED.search(lines[i]).groups())))  # type: ignore[union-attr]
-                   for i in summaries)
+        return sum(int(next(filter(None, m.groups())))
+                   for i in summaries if (m := _PYTEST_PASSED.search(lines[i])))  # grep found it
     ran = doc.grep(_UNITTEST_RAN, ("Ran ",))
     if ran:
-        total = sum(int(_UNITTEST_RAN.search(lines[i]).group(1)) for i in ran)  # type: ignore[union-attr]
+        total = sum(int(m.group(1)) for i in ran if (m := _UNITTEST_RAN.search(lines[i])))
         failed = sum(int(n) for i in doc.grep(_UNITTEST_BAD, ("FAILED (",))
                      for n in re.findall(r"(?:failures|errors)=(\d+)", lines[i]))
         return max(total - failed, 0)

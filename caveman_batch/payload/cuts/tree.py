@@ -236,7 +236,8 @@ def _between(headers: list[int], nothing: list[int]) -> Iterator[int]:
 def _first_names(groups: Groups, lines: list[str], directories: list[str], firsts: list[int],
                  ends: list[int]) -> None:
     """Each directory's first few names, from its blocks in order until it has them."""
-    most, seen = _PER_DIR[0], {}
+    most = _PER_DIR[0]
+    seen: dict[str, str | None] = {}
     for directory, start, end in zip(directories, firsts, ends):
         shown = groups[directory][1]
         if len(shown) < most:  # a directory listed again: its first names are known
