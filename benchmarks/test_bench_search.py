@@ -9,26 +9,18 @@
 - index cost: `compress` of the seeded 50 MB JSONL registry (2 MB when benchmarks are
   disabled), 1 worker, caches cold, with and without `--index` (BM25 alone: `--no-embed`),
   timed in alternating pairs; the figure is the median of the pairs' ratios. Target: <= 1.25.
-- the floor under that ratio on this machine: the same plain run alone, and beside a process
-  doing only FTS5 inserts of the registry's tool texts over and over (what the index writer
-  spends most of its CPU on, with no exchange with the run), in alternating pairs: what
-  running any writer on the other core costs the compressing process by itself.
 - retrieval: LiveMCPBench's 94 annotated tasks against its 527 tools (skipped without
   ../shared/corpora): recall@1/5/10 and MRR, original and compressed search text.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,12 +29,10 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from bench_data import livemcpbench
 from bench_data.generate import generate_registry
 from caveman_batch import describe, indexing, tokens
-from caveman_batch.catalog import Passthrough, locate_tools
 from caveman_batch.embedding import EMBED_EXTRA_HINT, extra_installed, load_embedder
 from caveman_batch.pipeline import Config, Summary, run
 from caveman_batch.searcheval import compare_original, read_queries
-from caveman_batch.toolsearch import TOKENIZER, ToolIndex
-from caveman_batch.toolspans import load
+from caveman_batch.toolsearch import ToolIndex
 
 MB = 1_000_000
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
@@ -143,84 +133,6 @@ def test_index_overhead(benchmark: BenchmarkFixture, tmp_path_factory: pytest.Te
         benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
         benchmark.extra_info["seconds_plain_indexed"] = [round(statistics.median(s), 2)
                                                          for s in zip(*seconds)]
-
-
-# The neighbour: FTS5 inserts of the rows it reads (a JSON array on its first line), in
-# transactions of 2,048 as the writer makes them, into a new in-memory table each round,
-# until its stdin closes. It says "ready" once it has built its first table.
-_NEIGHBOUR = f"""
-import json, sqlite3, sys, threading
-rows = json.loads(sys.stdin.readline())
-done = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-ready = False
-while not done.is_set():
-    db = sqlite3.connect(":memory:")
-    db.execute("CREATE VIRTUAL TABLE f USING fts5(name, description, tokenize='{TOKENIZER}')")
-    for at in range(0, len(rows), 2048):
-        with db:
-            db.executemany("INSERT INTO f VALUES (?, ?)", rows[at:at + 2048])
-    db.close()
-    if not ready:
-        print("ready", flush=True)
-        ready = True
-"""
-
-
-def _tool_texts(src: Path) -> list[tuple[str, str]]:
-    """(name, description) of every tool of the registry, as the index's texts hold them."""
-    texts = []
-    with src.open("rb") as lines:
-        for line in lines:
-            try:
-                _, tools = locate_tools(load(line))
-            except Passthrough:  # (the registry's broken lines)
-                continue
-            texts.extend((str(t.get("name", "")), str(t.get("description", ""))) for t in tools)
-    return texts
-
-
-@contextlib.contextmanager
-def _neighbour(rows: list[tuple[str, str]]) -> Iterator[None]:
-    child = subprocess.Popen([sys.executable, "-c", _NEIGHBOUR], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        child.stdin.write(json.dumps(rows) + "\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == "ready\n"
-        yield
-    finally:
-        child.stdin.close()
-        child.wait()
-        child.stdout.close()
-
-
-def test_plain_run_beside_a_busy_core(benchmark: BenchmarkFixture,
-                                      tmp_path_factory: pytest.TempPathFactory,
-                                      benchmarks_enabled: bool, registry: Path) -> None:
-    """What test_index_overhead's ratio cannot go under on this machine, however little the
-    run itself does for the index: the cost to the compressing process of a writer busy on
-    the other core (shared caches and memory bandwidth)."""
-    root = tmp_path_factory.mktemp("busy-core")
-    rows = _tool_texts(registry)
-    assert rows
-    ratios: list[float] = []
-    seconds: list[tuple[float, float]] = []
-
-    def pair() -> None:
-        _, alone = _timed(registry, root / "alone", False)
-        with _neighbour(rows):
-            _, beside = _timed(registry, root / "beside", False)
-        ratios.append(beside / alone)
-        seconds.append((alone, beside))
-
-    benchmark.pedantic(pair, rounds=5 if benchmarks_enabled else 1, iterations=1)
-    if getattr(benchmark, "stats", None) is not None:
-        benchmark.extra_info["ratios"] = [round(r, 2) for r in ratios]
-        benchmark.extra_info["median_ratio"] = round(statistics.median(ratios), 2)
-        benchmark.extra_info["seconds_alone_beside"] = [round(statistics.median(s), 2)
-                                                        for s in zip(*seconds)]
 
 
 def test_livemcpbench_retrieval(benchmark: BenchmarkFixture, tmp_path: Path) -> None:
