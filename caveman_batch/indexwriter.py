@@ -18,7 +18,7 @@ them). A run of one worker leaves most documents' tools for the writer to build
 (toolspans.LocatedTools: the document's bytes, its output's and where each tool lies in
 both): that run's one busy process is the compressing one, and this one had time to spare
 (the 50 MB bench registry's run: the compressing process's CPU for the index went from
-about 1.1 s to about 0.5 s, the writer's up by 0.3 s, under load).
+about 1.1 s to 0.2-0.35 s, the writer's up by 0.3 s).
 
 The protocol, over the child's stdin and stdout: each message an 8-byte big-endian
 length, then a pickle (both ends are this module, started by the parent with the
