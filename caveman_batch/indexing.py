@@ -40,6 +40,7 @@ two catalogs of a run share one.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 from collections import deque
@@ -74,7 +75,8 @@ WorkerTools = tuple[str | None, list[WorkerTool] | LocatedTools] | None
 
 
 # Transactions handed to the index's writer and not yet written, at most (beyond this,
-# add waits: a writer slower than the workers must not hold the whole run in memory).
+# _write waits: a writer slower than the workers must not hold the whole run in memory;
+# catalogs waiting for an id are held apart, see "Server ids").
 _IN_FLIGHT = 2
 # Tools whose records are committed in one transaction of the store, and whose catalogs
 # in one of the index (see IndexBuilder.add), at least: a few batches' worth. What is
@@ -174,7 +176,10 @@ class IndexBuilder:
     files: dict[str, str]  # path -> sha256 of wholly indexed source files
     seen: set[str] = field(default_factory=set)  # servers this run keeps
     used: set[str] = field(default_factory=set)  # server ids given out this run
-    committed: set[str] = field(default_factory=set)  # digests of the tool records committed
+    # digests of the tool records committed, or handed to the writer to commit (not those
+    # of LocatedTools: the writer's to know, see keep_records)
+    committed: set[str] = field(default_factory=set)
+    _located: bool = False  # LocatedTools handed to the writer
     kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
     rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
     _by_file: dict[str, list[tuple[str, str]]] | None = None  # source file -> its catalogs'
@@ -301,8 +306,8 @@ class IndexBuilder:
         holder = self._claims.get(wanting.server)
         if holder is None:
             self._place(wanting)
-        else:
-            self._waiting.setdefault(holder, []).append(wanting)
+        else:  # (in input order among those waiting for that source)
+            bisect.insort(self._waiting.setdefault(holder, []), wanting, key=_order)
 
     # writing -----------------------------------------------------------------------
 
@@ -364,6 +369,7 @@ class IndexBuilder:
             # the digests of LocatedTools are the writer's to know: see keep_records)
             self.committed.update(tool[1] for tools in lists if not isinstance(tools, LocatedTools)
                                   for tool in tools)
+            self._located = self._located or any(isinstance(t, LocatedTools) for t in lists)
             self._write(self._held, self._extra)
         self._held, self._extra, self._held_tools = [], [], 0
 
@@ -405,8 +411,7 @@ class IndexBuilder:
         handles = self.index.handles(kept)
         absent: set[str] = set()
         # (not those this run committed: they are this run's, and may still be on their way;
-        # one of tools its writer built (LocatedTools) is looked up, and if its commit has
-        # not landed yet, committed here again from its catalog: the same record)
+        # those of tools its writer built (LocatedTools) are looked up: see _landed)
         digests = sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs}
                          - self.committed)
         for at in range(0, len(digests), _TOUCH_BATCH):
@@ -415,6 +420,8 @@ class IndexBuilder:
             if verify:
                 missing |= ccr.unverified(store, [d for d in chunk if d not in missing])
             absent |= missing
+        if absent and self._located:
+            absent = self._landed(store, absent, verify)
         if not absent:
             return set()
         catalogs = {server: sha for server, sha, _ in self.known.values()}
@@ -424,6 +431,17 @@ class IndexBuilder:
             if wanted and not self._commit_again(store, catalogs.get(server), wanted):
                 lost.add(server)
         return lost
+
+    def _landed(self, store: Store, absent: set[str], verify: bool) -> set[str]:
+        """Those of `absent` still absent once the writer is done: some may be records of
+        LocatedTools it was still committing (rare: the run then waits for the writer
+        here, not beside what follows)."""
+        self._drain()
+        again = sorted(absent)
+        still = set(ccr.touch_held(store, again))
+        if verify:
+            still |= ccr.unverified(store, [d for d in again if d not in still])
+        return still
 
     @staticmethod
     def _commit_again(store: Store, catalog: str | None, wanted: set[str]) -> bool:

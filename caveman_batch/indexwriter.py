@@ -1,7 +1,7 @@
 """The search index's one writer during `compress --index`, in a process of its own.
 
 The parent compresses; this process writes what the parent hands it to the index
-(`ToolIndex.apply`, `defer_merges`, `merge_as_usual`, `optimize`), one request at a time,
+(`ToolIndex.apply_rows`, `defer_merges`, `merge_as_usual`, `optimize`), one request at a time,
 in the order sent, each answered before the next is read. Given the run's store, an
 `apply` first commits the records of the tools it names (their span records) there, in
 one transaction of its own. A thread of the parent wrote the index before: SQLite
@@ -75,8 +75,17 @@ def as_rows(replace: Iterable[Built]) -> list[tuple[str, list[ToolRow], str | No
 def _built(replace: Iterable[Catalog]) -> list[Built]:
     """Catalogs handed over, the tools the compressing process left to build built
     (toolspans.LocatedTools: this process builds them, the same tools its worker would)."""
-    return [(server, built_tools(tools), sha256, source, path)
+    return [(server, _built_tools(server, tools), sha256, source, path)
             for server, tools, sha256, source, path in replace]
+
+
+def _built_tools(server: str, tools: Sequence[Tool] | LocatedTools) -> Sequence[Tool]:
+    """built_tools, its failure (a bug: see toolspans.located_later) naming the catalog."""
+    try:
+        return built_tools(tools)
+    except Exception as exc:
+        raise SearchIndexError(f"cannot build the tools of catalog {server} for the search "
+                               f"index: {type(exc).__name__}: {exc}") from exc
 
 
 def new_records(tool_lists: Iterable[Sequence[Tool]], committed: set[str]) -> list[ccr.Prepared]:
@@ -153,7 +162,8 @@ class IndexWriter:
             self._open = False
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
-              files: dict[str, str] | None = None, *, extra: Sequence[Sequence[Tool]] = (),
+              files: dict[str, str] | None = None, *,
+              extra: Sequence[Sequence[Tool] | LocatedTools] = (),
               store_url: str | None = None) -> None:
         """The catalogs written in one transaction of the index; first, with `store_url`,
         the records of their tools and of the `extra` ones committed to that store (in one
@@ -258,7 +268,7 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                     url, extra = kwargs.pop("store_url", None), kwargs.pop("extra", ())
                     args = (_built(args[0]), *args[1:])
                     if url is not None:
-                        extra = [built_tools(tools) for tools in extra]
+                        extra = [_built_tools("(indexed as it is)", tools) for tools in extra]
                         records = new_records([*(tools for _, tools, *_ in args[0]), *extra],
                                               committed)
                         _commit_records(stores, url, records)

@@ -12,10 +12,10 @@ returned.
 `index_tools(raw, out)` is what a pipeline worker computes per document for the index
 (pure: bytes in, bytes and strings out): the catalog's label, and per tool its name, the
 sha256 of its original bytes and where they lie, its compressed definition and its search
-text; `index_entries(raw, out)` the same with each tool's original bytes. With one worker,
-the compressing process hands most documents over as `LocatedTools` instead
-(`located_later`), and the index's writer process builds the same tools of them
-(`built_tools`).
+text; `index_entries(raw, out)` the same with each tool's original bytes. With one worker
+(and an index file, and a store other processes can open), the compressing process hands
+most documents over as `LocatedTools` instead (`located_later`), and the index's writer
+process builds the same tools of them (`built_tools`).
 """
 
 from __future__ import annotations

@@ -241,3 +241,56 @@ def test_an_index_in_memory_is_written_in_this_process(tmp_path: Path) -> None:
     summary = run(Config([str(src)], tmp_path / "out", "memory://", workers=1,
                          index=Path(":memory:"), embed=False))
     assert summary.documents > 0
+
+
+def test_tools_the_writer_cannot_build_fail_the_request_naming_their_catalog(
+        tmp_path: Path) -> None:
+    """LocatedTools that do not build (a bug: located_later hands over only tools that do)
+    fail the request with an error naming the catalog, and nothing is written."""
+    from caveman_batch.toolspans import LocatedTools
+
+    path = _new_index(tmp_path / "idx.db")
+    broken = LocatedTools(b'{"tools":[{]}', b'{"tools":[{]}', [(10, 12, 10, 12)], "0" * 64)
+    with IndexWriter(str(path), embed=False) as writer:
+        with pytest.raises(SearchIndexError, match="catalog reg/broken"):
+            writer.apply([("reg/broken", broken, None, None, None)],
+                         store_url=f"lmdb://{tmp_path / 'ccr'}")
+    with ToolIndex.open(path, create=False) as index:
+        assert len(index) == 0
+
+
+def test_a_kept_catalogs_record_the_writer_is_still_committing_is_waited_for(
+        tmp_path: Path) -> None:
+    """keep_records does not know the digests of LocatedTools (the writer builds them): one
+    of a kept catalog's tools absent from the store is looked up again once the writer is
+    done, not committed again from its catalog beside the writer's commit."""
+    from caveman_batch import ccr
+    from caveman_batch.store import open_store
+    from caveman_batch.toolsearch import ToolDoc
+
+    url = f"lmdb://{tmp_path / 'ccr'}"
+    tool = b'{"name":"list_issues","description":"Lists issues."}'
+    catalog = b'{"tools":[' + tool + b"]}"
+    whole, digest = ccr.digest_of(catalog), ccr.digest_of(tool)
+    path = _new_index(tmp_path / "idx.db")
+    with ToolIndex.open(path) as index:
+        index.replace_server("s", [ToolDoc("s", "list_issues", ccr.make_handle(digest), "{}",
+                                           FIELDS)], catalog_sha256=whole, source="src")
+    with open_store(url) as store:
+        ccr.commit(store, [ccr.prepare(catalog)])  # the catalog's original; not its tool's
+        builder = indexing.IndexBuilder.open(path, store_url=url)
+        try:
+            builder.kept.add("s")
+            builder._located = True  # as _flush marks it: LocatedTools handed to the writer
+
+            def writer_commit() -> None:  # the writer's commit of the tool's span record
+                time.sleep(0.3)
+                ccr.commit(store, [ccr.prepare_span(digest, len(tool), whole, 10)])
+
+            builder._submit(writer_commit)
+            assert builder.keep_records(store) == set()
+            header = ccr.decode_header(store.get(digest.encode("ascii")) or b"")
+            assert header.codec == ccr.CODEC_SPAN  # the writer's record, not one made again
+            assert ccr.recover(store, ccr.make_handle(digest)) == tool
+        finally:
+            builder.close()
