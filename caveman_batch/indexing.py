@@ -179,7 +179,6 @@ class IndexBuilder:
     # digests of the tool records committed, or handed to the writer to commit (not those
     # of LocatedTools: the writer's to know, see keep_records)
     committed: set[str] = field(default_factory=set)
-    _located: bool = False  # LocatedTools handed to the writer
     kept: set[str] = field(default_factory=set)  # servers kept as indexed (reused documents)
     rewritten: set[str] = field(default_factory=set)  # servers (re)written this run
     _by_file: dict[str, list[tuple[str, str]]] | None = None  # source file -> its catalogs'
@@ -369,7 +368,6 @@ class IndexBuilder:
             # the digests of LocatedTools are the writer's to know: see keep_records)
             self.committed.update(tool[1] for tools in lists if not isinstance(tools, LocatedTools)
                                   for tool in tools)
-            self._located = self._located or any(isinstance(t, LocatedTools) for t in lists)
             self._write(self._held, self._extra)
         self._held, self._extra, self._held_tools = [], [], 0
 
@@ -420,7 +418,7 @@ class IndexBuilder:
             if verify:
                 missing |= ccr.unverified(store, [d for d in chunk if d not in missing])
             absent |= missing
-        if absent and self._located:
+        if absent and self.builds_tools:  # (LocatedTools may have been handed over)
             absent = self._landed(store, absent, verify)
         if not absent:
             return set()

@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import orjson
 
@@ -249,6 +249,11 @@ def index_entries(raw: bytes, out: bytes, located: Located | None = None
                    for name, _, start, length, definition, fields in tools]
 
 
+def _every_tool_located(located: Located | None) -> TypeGuard[Located]:
+    """Whether compress's C path found tools, and where each lies in both documents."""
+    return located is not None and bool(located[2]) and len(located[2]) == len(located[4])
+
+
 def index_tools(raw: bytes, out: bytes, located: Located | None = None
                 ) -> tuple[str | None, list[IndexedTool]] | None:
     """(label, tools) of one document for the index, or None if it holds no tools.
@@ -257,7 +262,7 @@ def index_tools(raw: bytes, out: bytes, located: Located | None = None
     a passthrough's tools are re-serialized, number literals as written). `located`:
     where compress's C path found the tools (catalog.compress_located), so that neither
     document is walked or parsed whole again."""
-    if located is not None and located[2] and len(located[2]) == len(located[4]):
+    if _every_tool_located(located):
         # a passthrough's definitions are its tools made compact (the rewrite's output
         # spans are not its)
         found = _located_tools(raw, out, located[4], out is raw or out == raw)
@@ -372,9 +377,7 @@ def located_later(raw: bytes, out: bytes, digest: str, located: Located | None
     passthrough's definitions are re-serialized, which a lone surrogate fails): then the
     tools are built from the bytes alone and never come out None, so the document has
     tools whichever process builds them. Else None: index_tools, here."""
-    if located is None or not located[2] or len(located[2]) != len(located[4]):
-        return None
-    if out is raw or out == raw:
+    if located is None or not _every_tool_located(located) or out is raw or out == raw:
         return None
     return _label(located[0], located[1]), LocatedTools(raw, out, located[4], digest)
 

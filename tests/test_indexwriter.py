@@ -281,7 +281,7 @@ def test_a_kept_catalogs_record_the_writer_is_still_committing_is_waited_for(
         builder = indexing.IndexBuilder.open(path, store_url=url)
         try:
             builder.kept.add("s")
-            builder._located = True  # as _flush marks it: LocatedTools handed to the writer
+            assert builder.builds_tools  # (its writer may be committing LocatedTools' records)
 
             def writer_commit() -> None:  # the writer's commit of the tool's span record
                 time.sleep(0.3)
