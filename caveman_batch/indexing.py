@@ -189,8 +189,9 @@ class IndexBuilder:
     _waiting: dict[str, list[_Wanting]] = field(default_factory=dict)
     _computed: int = 0  # computed catalogs given to add (their order)
     # the index's one writer: a process of its own (indexwriter), so that its work overlaps
-    # the next batches'; a thread of ours hands it the transactions, in submission order,
-    # each after the records of the tools it names are committed
+    # the next batches'; it is handed the transactions at once (pipelined: IndexWriter),
+    # in submission order, each after the records of the tools it names are committed
+    # (or with the store to commit them to first)
     store_url: str | None = None  # the store the writer commits the tool records to, if any
     _sink: Any = None  # an IndexWriter; a LocalWriter for an index of ":memory:"
     _writer: ThreadPoolExecutor | None = None
@@ -375,21 +376,26 @@ class IndexBuilder:
         """One transaction for the writer thread; raises here the error of any done. The
         first that writes catalogs defers FTS5's merges (finish restores them, or optimizes)."""
         if replace and not self._deferred:
-            self._submit(self._sink.defer_merges)
+            self._submit("defer_merges")
             self._deferred = True
         if self.store_url is not None:
-            self._submit(self._sink.apply, replace, extra=extra or [], store_url=self.store_url)
+            self._submit("apply", replace, extra=extra or [], store_url=self.store_url)
         else:
-            self._submit(self._sink.apply, replace)
+            self._submit("apply", replace)
         self._writes += 1
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()
 
-    def _submit(self, call: Any, *args: Any, **kwargs: Any) -> None:
-        """A call for the writer thread, after those submitted before it."""
+    def _submit(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """A call of the writer's, after those submitted before it: sent to the writer
+        process at once (IndexWriter.submit, pipelined), or made by a thread of ours on a
+        LocalWriter."""
+        if isinstance(self._sink, IndexWriter):
+            self._pending.append(self._sink.submit(method, *args, **kwargs))
+            return
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="index-writer")
-        self._pending.append(self._writer.submit(call, *args, **kwargs))
+        self._pending.append(self._writer.submit(getattr(self._sink, method), *args, **kwargs))
 
     def _drain(self) -> None:
         while self._pending:
@@ -490,9 +496,9 @@ class IndexBuilder:
             paths = {origin for server, _, origin in self.known.values() if server in lost}
             files = {path: sha for path, sha in files.items() if path not in paths}
         gone = sorted((set(self.index.servers()) - self.seen) | lost)
-        self._submit(self._sink.apply, [], gone, files=files)
+        self._submit("apply", [], gone, files=files)
         if self._writes > _OPTIMIZE_AFTER:
-            self._submit(self._sink.optimize)
+            self._submit("optimize")
         elif self._deferred or gone:  # (gone: a build killed earlier may have left them deferred)
-            self._submit(self._sink.merge_as_usual)
+            self._submit("merge_as_usual")
         self._drain()

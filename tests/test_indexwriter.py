@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -85,8 +87,41 @@ def test_a_writer_that_dies_is_an_error_naming_the_index(tmp_path: Path) -> None
         writer._child.wait()
         with pytest.raises(SearchIndexError, match=r"writer of search index .*idx\.db died"):
             writer.apply([_catalog("a", "list_issues")])
-        with pytest.raises(SearchIndexError, match="has stopped"):
+        with pytest.raises(SearchIndexError, match=r"died \(exit status -9\)"):
             writer.optimize()
+
+
+def test_a_writer_closed_answers_every_request_sent_before(tmp_path: Path) -> None:
+    """Requests are pipelined: many submitted without waiting are all written, in order,
+    by the time close returns; one submitted after close fails."""
+    path = _new_index(tmp_path / "idx.db")
+    writer = IndexWriter(str(path), embed=False)
+    futures = [writer.submit("apply", [_catalog(f"s{i:03}", "list_issues")]) for i in range(50)]
+    futures.append(writer.submit("apply", [], [f"s{i:03}" for i in range(0, 50, 2)]))
+    writer.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    with ToolIndex.open(path, create=False) as index:
+        assert sorted(d.server for d in index.docs()) == [f"s{i:03}" for i in range(1, 50, 2)]
+    with pytest.raises(SearchIndexError, match="has stopped"):
+        writer.submit("optimize").result()
+
+
+def test_a_failed_request_leaves_the_pipelined_ones_after_it_unwritten(tmp_path: Path) -> None:
+    """Requests sent before the writer answered an earlier one's failure are refused by
+    it (never written), each future holding an error."""
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        ok = writer.submit("apply", [_catalog("a", "list_issues")])
+        bad = writer.submit("apply", [("b", 5, None, None, None)])
+        after = [writer.submit("apply", [_catalog(f"c{i}", "list_pulls")]) for i in range(5)]
+        assert ok.result() is None
+        with pytest.raises(TypeError):
+            bad.result()
+        for future in after:
+            with pytest.raises(SearchIndexError, match="not written after an earlier failure"):
+                future.result()
+    with ToolIndex.open(path, create=False) as index:
+        assert [d.server for d in index.docs()] == ["a"]
 
 
 PARENT = """
@@ -283,14 +318,20 @@ def test_a_kept_catalogs_record_the_writer_is_still_committing_is_waited_for(
             builder.kept.add("s")
             assert builder.builds_tools  # (its writer may be committing LocatedTools' records)
 
+            landed: Future[None] = Future()  # a request of the writer's still in flight
+
             def writer_commit() -> None:  # the writer's commit of the tool's span record
                 time.sleep(0.3)
                 ccr.commit(store, [ccr.prepare_span(digest, len(tool), whole, 10)])
+                landed.set_result(None)
 
-            builder._submit(writer_commit)
+            committing = threading.Thread(target=writer_commit)
+            committing.start()
+            builder._pending.append(landed)
             assert builder.keep_records(store) == set()
             header = ccr.decode_header(store.get(digest.encode("ascii")) or b"")
             assert header.codec == ccr.CODEC_SPAN  # the writer's record, not one made again
             assert ccr.recover(store, ccr.make_handle(digest)) == tool
+            committing.join()
         finally:
             builder.close()
