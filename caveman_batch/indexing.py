@@ -373,7 +373,7 @@ class IndexBuilder:
         self._held, self._extra, self._held_tools = [], [], 0
 
     def _write(self, replace: list[Any], extra: list[Any] | None = None) -> None:
-        """One transaction for the writer thread; raises here the error of any done. The
+        """One transaction for the writer; raises here the error of any done. The
         first that writes catalogs defers FTS5's merges (finish restores them, or optimizes)."""
         if replace and not self._deferred:
             self._submit("defer_merges")
