@@ -180,28 +180,40 @@ class IndexWriter:
                                         daemon=True)
         self._reader = threading.Thread(target=self._read_all, name="index-writer-read",
                                         daemon=True)
-        self._sender.start()
-        self._reader.start()
+        try:
+            self._sender.start()
+            self._reader.start()
+        except BaseException:  # (no thread, or interrupted): the child is not left behind
+            self._child.kill()
+            self._child.wait()
+            raise
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]:
         """`method` (apply, defer_merges, merge_as_usual, optimize) called in the writer
         after every request submitted before it; the future holds its result or error."""
         future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()  # (not to be cancelled: its answer will come)
         if method == "apply":
             request = self._apply_request(*args, **kwargs)
         else:
             request = (method, args, {})
         try:
             data = _framed(request)
-        except Exception as exc:  # (not sent: nothing after it depends on it)
+        except Exception as exc:  # not sent: nor is any later request (as the writer
+            # refuses those after a failure: a `files` written after catalogs that were not)
+            with self._lock:
+                if self._failure is None:
+                    self._failure = SearchIndexError(
+                        f"search index {self.path} not written after an earlier failure: "
+                        f"{type(exc).__name__}: {exc}")
             future.set_exception(exc)
             return future
         with self._lock:
             if self._failure is not None:
                 future.set_exception(self._failure)
                 return future
-            self._waiting.append(future)
             self._outbox.put(data)  # (under the lock: sent in the order of _waiting)
+            self._waiting.append(future)
         return future
 
     @staticmethod
@@ -251,6 +263,7 @@ class IndexWriter:
         child ends, every request not answered fails (so does any submitted later)."""
         pipe = self._child.stdout
         assert pipe is not None
+        ended = True  # (at the end of the answers; else the stream is broken: the child goes)
         try:
             kind, value = _receive(pipe)
             if kind == "error":  # the index cannot be opened: every request raises that
@@ -264,10 +277,15 @@ class IndexWriter:
                     future.set_exception(value)
                 else:
                     future.set_result(value)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            code = self._child.wait()
-            self._fail(SearchIndexError(f"the writer of search index {self.path} died "
-                                        f"(exit status {code})"))
+        except (OSError, EOFError):
+            pass
+        except BaseException:  # (an answer that does not unpickle, ...): never a hang
+            ended = False
+        if not ended:
+            self._child.kill()
+        code = self._child.wait()
+        self._fail(SearchIndexError(f"the writer of search index {self.path} died "
+                                    f"(exit status {code})"))
 
     def _fail(self, error: Exception) -> None:
         with self._lock:
@@ -388,7 +406,7 @@ def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
 
 def _main() -> None:
     # Ctrl-C reaches the whole process group: the parent stops, and closing our stdin
-    # ends us after the request in hand (its transaction commits or rolls back whole)
+    # ends us after the requests it had sent (a few at most: each transaction commits or rolls back whole)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers

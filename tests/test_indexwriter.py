@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -104,6 +105,25 @@ def test_a_writer_closed_answers_every_request_sent_before(tmp_path: Path) -> No
         assert sorted(d.server for d in index.docs()) == [f"s{i:03}" for i in range(1, 50, 2)]
     with pytest.raises(SearchIndexError, match="has stopped"):
         writer.submit("optimize").result()
+
+
+def test_a_request_that_cannot_be_sent_leaves_every_later_one_unsent(tmp_path: Path) -> None:
+    """An apply that does not pickle is never sent, and neither is any request after it:
+    the run's last apply (the files table: which source files are wholly indexed) must not
+    land after catalogs that did not."""
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        ok = writer.submit("apply", [_catalog("a", "list_issues")])
+        unsent = writer.submit("apply", [("b", [lambda: None], None, None, None)])
+        last = writer.submit("apply", [], [], files={"reg.jsonl": "0" * 64})
+        assert ok.result() is None
+        with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+            unsent.result()
+        with pytest.raises(SearchIndexError, match="not written after an earlier failure"):
+            last.result()
+    with ToolIndex.open(path, create=False) as index:
+        assert [d.server for d in index.docs()] == ["a"]
+        assert index.files() == {}
 
 
 def test_a_failed_request_leaves_the_pipelined_ones_after_it_unwritten(tmp_path: Path) -> None:
