@@ -129,9 +129,7 @@ class LocalWriter:
 
 
 def _send(pipe: IO[bytes], message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    pipe.write(_LENGTH.pack(len(data)))
-    pipe.write(data)
+    pipe.write(_framed(message))
     pipe.flush()
 
 
@@ -263,7 +261,6 @@ class IndexWriter:
         child ends, every request not answered fails (so does any submitted later)."""
         pipe = self._child.stdout
         assert pipe is not None
-        ended = True  # (at the end of the answers; else the stream is broken: the child goes)
         try:
             kind, value = _receive(pipe)
             if kind == "error":  # the index cannot be opened: every request raises that
@@ -278,10 +275,8 @@ class IndexWriter:
                 else:
                     future.set_result(value)
         except (OSError, EOFError):
-            pass
+            pass  # the child ended
         except BaseException:  # (an answer that does not unpickle, ...): never a hang
-            ended = False
-        if not ended:
             self._child.kill()
         code = self._child.wait()
         self._fail(SearchIndexError(f"the writer of search index {self.path} died "
@@ -317,7 +312,7 @@ class IndexWriter:
 
 
 def _framed(message: Any) -> bytes:
-    """A message as _send writes it: its length, then its pickle."""
+    """A message as it crosses a pipe: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(data)) + data
 
@@ -406,7 +401,8 @@ def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
 
 def _main() -> None:
     # Ctrl-C reaches the whole process group: the parent stops, and closing our stdin
-    # ends us after the requests it had sent (a few at most: each transaction commits or rolls back whole)
+    # ends us after the requests it had sent (a few at most: each transaction commits
+    # or rolls back whole)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers

@@ -377,7 +377,7 @@ def located_later(raw: bytes, out: bytes, digest: str, located: Located | None
     passthrough's definitions are re-serialized, which a lone surrogate fails): then the
     tools are built from the bytes alone and never come out None, so the document has
     tools whichever process builds them. Else None: index_tools, here."""
-    if located is None or not _every_tool_located(located) or out is raw or out == raw:
+    if not _every_tool_located(located) or out is raw or out == raw:
         return None
     return _label(located[0], located[1]), LocatedTools(raw, out, located[4], digest)
 
