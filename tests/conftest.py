@@ -59,10 +59,11 @@ def postgres_server() -> Iterator[str]:
             pytest.fail(f"CAVEMAN_TEST_POSTGRES_URL names a server that does not answer: {exc}")
         yield POSTGRES_URL
         return
-    from caveman_batch.testing.postgres_server import Cluster, find_bindir
+    from caveman_batch.testing.postgres_server import Cluster, cannot_start
 
-    if find_bindir() is None:
-        skip_or_fail("no PostgreSQL server here (initdb/pg_ctl) and no CAVEMAN_TEST_POSTGRES_URL")
+    reason = cannot_start()
+    if reason is not None:
+        skip_or_fail(f"{reason}, and no CAVEMAN_TEST_POSTGRES_URL")
     with Cluster.start_new() as cluster:
         yield cluster.url()
 
@@ -83,10 +84,11 @@ def postgres_cluster() -> Iterator[Any]:
         import psycopg  # noqa: F401
     except ImportError:
         skip_or_fail("psycopg is not installed (pip install '.[postgres]')")
-    from caveman_batch.testing.postgres_server import Cluster, find_bindir
+    from caveman_batch.testing.postgres_server import Cluster, cannot_start
 
-    if find_bindir() is None:
-        skip_or_fail("no PostgreSQL server binaries (initdb/pg_ctl) to start a server with")
+    reason = cannot_start()
+    if reason is not None:
+        skip_or_fail(f"{reason}: no server of this test's own")
     with Cluster.start_new() as cluster:
         yield cluster
 

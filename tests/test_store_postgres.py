@@ -246,6 +246,27 @@ def test_a_server_gone_for_good_is_a_store_error(postgres_cluster: Cluster) -> N
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"committed")) == b"committed"
 
 
+def test_a_cluster_starts_as_root_with_runuser_off_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run as root, the server runs through runuser, which Debian keeps in /usr/sbin: a PATH
+    without it (an unprivileged user's, `env -i PATH=/usr/bin:/bin`) still starts one."""
+    import os
+    import shutil
+
+    from caveman_batch.testing.postgres_server import cannot_start, find_runuser
+
+    if os.geteuid() != 0:
+        pytest.skip("only root runs the server through runuser")
+    if cannot_start() is not None or shutil.which("runuser", path="/usr/sbin:/sbin") is None:
+        pytest.skip(f"no server or no runuser in /usr/sbin here: {cannot_start()}")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    if shutil.which("runuser") is not None:
+        pytest.skip("runuser lies in /usr/bin or /bin here: nothing off PATH to find")
+    assert find_runuser() is not None
+    with Cluster.start_new() as cluster, open_store(cluster.url()) as store:
+        ccr.store_original(store, b"through runuser")
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(b"through runuser")) == b"through runuser"
+
+
 def jsonl_catalog(index: int) -> bytes:
     rng = random.Random(index)
     tools = [{"name": f"tool_{index}_{t}", "description": " ".join(

@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: initdb in a temporary folder,
 a server listening on a Unix socket in that folder (and, when asked, on TCP loopback at a
 free port), trust authentication, removed when stopped. Run as root (CI), the server runs as an unprivileged user (initdb refuses
-root): the folder is handed to that user and every command runs through `runuser`.
+root): the folder is handed to that user and every command runs through `runuser` (found on
+PATH, else in /usr/sbin or /sbin, where Debian keeps it off an unprivileged user's PATH).
 
     with Cluster.start_new() as cluster:
         url = cluster.url("postgres")      # postgresql://postgres@/postgres?host=...
@@ -30,6 +31,8 @@ SUPERUSER: Final = "postgres"
 PORT: Final = 5432  # only names the socket file: each cluster has its own socket folder
 LOOPBACK: Final = "127.0.0.1"
 _START_TIMEOUT_S: Final = 60
+# where runuser lies when PATH does not name it (util-linux installs it in /usr/sbin)
+_SBIN: Final = "/usr/sbin:/sbin"
 
 
 def find_bindir() -> Path | None:
@@ -40,6 +43,21 @@ def find_bindir() -> Path | None:
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
                       key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
     return Path(versions[-1]).parent if versions else None
+
+
+def find_runuser() -> str | None:
+    """The runuser command: on PATH, else in /usr/sbin or /sbin."""
+    return shutil.which("runuser") or shutil.which("runuser", path=_SBIN)
+
+
+def cannot_start() -> str | None:
+    """Why no cluster can be started here (None: one can): no server binaries, or run as
+    root without runuser to run them as another user."""
+    if find_bindir() is None:
+        return "no PostgreSQL server binaries (initdb, pg_ctl) found"
+    if os.geteuid() == 0 and find_runuser() is None:
+        return "run as root, and no runuser (util-linux) to run the PostgreSQL server as another user"
+    return None
 
 
 class Cluster:
@@ -54,6 +72,7 @@ class Cluster:
         self.tcp = tcp
         self.data = root / "data"
         self.log = root / "server.log"
+        self._runuser: str | None = None
 
     @classmethod
     def create(cls, bindir: Path | None = None, run_as: str | None = None,
@@ -66,8 +85,13 @@ class Cluster:
             raise FileNotFoundError("no PostgreSQL server binaries (initdb, pg_ctl) found")
         if os.geteuid() == 0 and run_as is None:
             run_as = SUPERUSER if _user_exists(SUPERUSER) else "nobody"
+        runuser = None if run_as is None else find_runuser()
+        if run_as is not None and runuser is None:
+            raise FileNotFoundError(f"no runuser (util-linux) on PATH or in {_SBIN} to run the "
+                                    f"PostgreSQL server as {run_as}")
         root = Path(tempfile.mkdtemp(prefix="caveman-pg-"))
         cluster = cls(root, found, run_as, _free_port() if tcp else PORT, tcp)
+        cluster._runuser = runuser
         if run_as is not None:
             entry = pwd.getpwnam(run_as)
             os.chown(root, entry.pw_uid, entry.pw_gid)
@@ -126,7 +150,9 @@ class Cluster:
     def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [str(self.bindir / tool), *args]
         if self.run_as is not None:
-            command = ["runuser", "-u", self.run_as, "--", *command]
+            if self._runuser is None:
+                self._runuser = find_runuser() or "runuser"  # (an error below names it)
+            command = [self._runuser, "-u", self.run_as, "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, cwd=self.root)
         if check and done.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
@@ -189,4 +215,5 @@ def as_user(url: str, user: str) -> str:
     return f"{scheme}://{user}@{body}{sep}{query}"
 
 
-__all__ = ["Cluster", "SUPERUSER", "as_user", "find_bindir", "fresh_schema", "with_schema"]
+__all__ = ["Cluster", "SUPERUSER", "as_user", "cannot_start", "find_bindir", "find_runuser",
+           "fresh_schema", "with_schema"]
