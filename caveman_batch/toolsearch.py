@@ -310,6 +310,7 @@ class ToolIndex:
         self.location = location
         self._vectors = vectors
         self._texts, self._definitions = _Shared("texts"), _Shared("definitions")
+        self._grouped = False  # a group of changes is open (begin): one transaction
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True,
@@ -352,6 +353,9 @@ class ToolIndex:
         # committed transaction, a power loss at most the last ones (a rerun redoes them)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
+        if self._schema() == str(SCHEMA_VERSION) and (self._vectors is None
+                                                      or self._vectors.adopted(self._db)):
+            return  # current: nothing to write (an open does not wait for a writer's commit)
         with self._transaction():
             found = self._schema()
             if found is not None and found != str(SCHEMA_VERSION):
@@ -390,17 +394,25 @@ class ToolIndex:
     # transactions ------------------------------------------------------------------
 
     class _Tx:
-        def __init__(self, db: sqlite3.Connection,
+        """One change: a transaction of its own, or, inside a group (`begin`), a part of
+        the group's (a failure then rolls back the whole group)."""
+
+        def __init__(self, index: ToolIndex,
                      on_rollback: Callable[[], None] | None = None) -> None:
-            self.db = db
+            self.index = index
+            self.db = index._db
             self.on_rollback = on_rollback
+            self.joined = index._grouped
 
         def __enter__(self) -> sqlite3.Connection:
-            self.db.execute("BEGIN IMMEDIATE")
+            if not self.joined:
+                self.db.execute("BEGIN IMMEDIATE")
             return self.db
 
         def __exit__(self, kind: object, *_: object) -> None:
             if kind is None:
+                if self.joined:
+                    return
                 try:
                     self.db.execute("COMMIT")
                     return
@@ -412,11 +424,57 @@ class ToolIndex:
         def _roll_back(self) -> None:
             if self.on_rollback is not None:
                 self.on_rollback()
-            if self.db.in_transaction:  # a COMMIT that failed may have ended it
+            if self.joined:
+                self.index.rollback()
+            elif self.db.in_transaction:  # a COMMIT that failed may have ended it
                 self.db.execute("ROLLBACK")
 
     def _transaction(self, on_rollback: Callable[[], None] | None = None) -> ToolIndex._Tx:
-        return ToolIndex._Tx(self._db, on_rollback)
+        return ToolIndex._Tx(self, on_rollback)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a group of changes is open (`begin`)."""
+        return self._grouped
+
+    def begin(self) -> None:
+        """Open a group: the changes made until `commit` (apply_rows, defer_merges, ...) are
+        one transaction, all of them or none (a change that fails rolls back the group; so
+        does `rollback`, or a close before `commit`). Nothing of it is seen by another
+        connection before `commit` returns."""
+        if self._grouped:
+            raise SearchIndexError(f"search index {self.location}: a group is open already")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+        self._grouped = True
+
+    def commit(self) -> None:
+        """The open group's changes made durable, at once (none open: nothing)."""
+        if not self._grouped:
+            return
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+        self._grouped = False
+        self._forget_vectors()
+
+    def rollback(self) -> None:
+        """The open group's changes undone (none open: nothing)."""
+        if not self._grouped:
+            return
+        self._grouped = False
+        self._forget_ids()
+        self._forget_vectors()
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise SearchIndexError(f"cannot roll back search index {self.location}: "
+                                       f"{exc}") from None
 
     # writing ----------------------------------------------------------------------
 
@@ -722,7 +780,11 @@ class ToolIndex:
     # life -------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._db.close()
+        """Close the file; a group not committed is rolled back."""
+        try:
+            self.rollback()
+        finally:
+            self._db.close()
 
     def __enter__(self) -> ToolIndex:
         return self

@@ -78,6 +78,13 @@ class ToolVectors:
 
     # writing (inside the index's transaction) -------------------------------------
 
+    def adopted(self, db: sqlite3.Connection) -> bool:
+        """Whether every text has a vector of this embedder (then `adopt` has nothing to do)."""
+        row = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
+        return row is not None and row[0] == self.embedder.name and db.execute(
+            "SELECT 1 FROM texts WHERE id NOT IN (SELECT id FROM tool_vectors) LIMIT 1"
+        ).fetchone() is None
+
     def adopt(self, db: sqlite3.Connection) -> None:
         """Drop vectors of another embedder, then embed every text that has none."""
         row = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()

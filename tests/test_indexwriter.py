@@ -355,3 +355,84 @@ def test_a_kept_catalogs_record_the_writer_is_still_committing_is_waited_for(
             committing.join()
         finally:
             builder.close()
+
+
+def _servers(path: Path) -> list[str]:
+    """The servers another connection sees in the index (what a search would)."""
+    with ToolIndex.open(path, create=False) as index:
+        return sorted(index.servers())
+
+
+def test_staged_parts_are_seen_only_once_their_group_commits(tmp_path: Path) -> None:
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        writer.apply([_catalog("before", "list_issues")])
+        writer.apply([_catalog("a", "list_issues")], stage=True)
+        writer.apply([_catalog("b", "list_pulls")], stage=True)
+        assert _servers(path) == ["before"]  # (the group is open: nothing of it is seen)
+        writer.apply([_catalog("c", "close_issue")], ["before"])  # commits the group with it
+        assert _servers(path) == ["a", "b", "c"]
+        writer.apply([_catalog("d", "list_issues")], stage=True)
+        writer.optimize()  # any request not staged commits the group first
+        assert _servers(path) == ["a", "b", "c", "d"]
+    with ToolIndex.open(path, create=False) as index:
+        assert [(d.server, d.name) for d in index.docs()] == [
+            ("a", "list_issues"), ("b", "list_pulls"), ("c", "close_issue"), ("d", "list_issues")]
+
+
+def test_a_group_left_open_when_the_writer_ends_is_rolled_back(tmp_path: Path) -> None:
+    """A parent that stops (its run failed) before the request that commits: none of the
+    group lands, what was committed before stays."""
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        writer.apply([_catalog("kept", "list_issues")])
+        writer.apply([_catalog("a", "list_issues")], stage=True)
+        writer.apply([_catalog("b", "list_pulls")], stage=True)
+    assert _servers(path) == ["kept"]
+    with IndexWriter(str(path), embed=False) as writer:  # a rerun writes the same ids again
+        writer.apply([_catalog("a", "list_issues"), _catalog("b", "list_pulls")])
+    with ToolIndex.open(path, create=False) as index:
+        assert [(d.server, d.name) for d in index.docs()] == [
+            ("a", "list_issues"), ("b", "list_pulls"), ("kept", "list_issues")]
+
+
+def test_a_failed_part_rolls_back_its_whole_group_and_refuses_the_rest(tmp_path: Path) -> None:
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        writer.apply([_catalog("kept", "list_issues")])
+        writer.apply([_catalog("a", "list_issues")], stage=True)
+        with pytest.raises(TypeError):  # tools given as something else than a list
+            writer.apply([("b", 5, None, None, None)], stage=True)  # type: ignore[list-item]
+        with pytest.raises(SearchIndexError, match="not written after an earlier failure"):
+            writer.apply([_catalog("c", "list_pulls")])
+    assert _servers(path) == ["kept"]
+
+
+def test_a_build_in_groups_writes_what_a_transaction_a_part_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts staged four to a transaction (the store's records committed once for them)
+    make the same index as a transaction a part, and every handle it gives recovers."""
+    from caveman_batch import ccr
+    from caveman_batch.store import open_store
+
+    src = tmp_path / "reg.jsonl"
+    src.write_text("".join(json.dumps({"server": f"s{i:03}", "tools": [
+        {"name": f"tool_{i}_{j}", "description": f"Does thing {j} of server {i}."}
+        for j in range(3)] + [{"name": "shared", "description": "The same in every one."}]})
+        + "\n" for i in range(120)))
+    monkeypatch.setattr(indexing, "_TOOLS_PER_COMMIT", 16)  # 30 parts
+    built = {}
+    for parts in (1, 4):
+        monkeypatch.setattr(indexing, "_PARTS_PER_COMMIT", parts)
+        root = tmp_path / f"parts{parts}"
+        run(Config([str(src)], root / "out", f"lmdb://{root / 'ccr'}", workers=1,
+                   index=root / "idx.db", embed=False))
+        with ToolIndex.open(root / "idx.db", create=False) as index, \
+                open_store(f"lmdb://{root / 'ccr'}") as store:
+            docs = list(index.docs())
+            assert len(docs) == 480
+            for doc in docs:
+                assert doc.handle is not None
+                assert json.loads(ccr.recover(store, doc.handle))["name"] == doc.name
+            built[parts] = (docs, index.search("thing of server 7", k=10))
+    assert built[1] == built[4]
