@@ -4,13 +4,11 @@ Workers compute, per document, what the index needs (`BatchWork`: the catalog's 
 and per tool its exact original bytes as a CCR span record, which names the catalog's
 own record and where the tool lies in it (no zstd frame per tool), its compressed
 definition and its search text: see toolspans). The per-tool records are committed after
-the catalogs' own, and the catalogs written to the index in the order they got their server
-ids (see below), a few batches' worth at a time (`added`), by a process of its own
-(indexwriter: the index is written while the next batches are compressed; the records are
-committed here when that process cannot open the store). That process is handed each few
-batches' worth as a part of a group (_PARTS_PER_COMMIT), written into one transaction of the
-index as it comes; at the group's last part it commits the group's records in one
-transaction of the store, then the index's transaction;
+the catalogs' own, a few batches' worth in one transaction (`added`), then those batches'
+catalogs are written to the index in one transaction, in the order they got their server
+ids (see below), both by a process
+of its own (indexwriter: the index is written while the next batches are compressed; the
+records are committed here when that process cannot open the store);
 at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
 records which source files are wholly indexed. The index never names a tool
 whose record is not committed. A crash leaves the index as its last transaction did;
@@ -85,18 +83,10 @@ _IN_FLIGHT = 2
 # left to write when the last batch is in waits for its writer: the bench registry's run
 # waited 0.37 s at 8,192 tools, 0.21 s at 4,096, 0.14 s at 2,048 (under load).
 _TOOLS_PER_COMMIT = 2048
-# A writer process is handed each flush as a part of a group of this many (staged: see
-# IndexWriter.apply), committed as one transaction of the store (their tools' records) and
-# then one of the index: commits are fewer, and the parts are still written as they come.
-# Tool digests fall all over the store's B-tree, so each commit rewrites most of its leaves:
-# a replay of the 50 MB bench registry's build cost the writer 2.17 s CPU in groups of 4,
-# 2.51 s in one transaction a flush (medians of 5, alternating).
-_PARTS_PER_COMMIT = 4
 # A build that wrote more transactions than this (each leaves a segment of the full-text
 # index, unmerged: see ToolIndex.defer_merges) ends with an `optimize` (one segment);
-# fewer are searched as fast (the 50 MB bench registry's build, at 2,048 tools a
-# transaction: 25, or 49 at 1,024, the same p50 as one; now 6 groups of 4 such parts)
-# and the optimize would rewrite the whole index (0.13 s).
+# fewer are searched as fast (the 50 MB bench registry's 25, or 49 at 1,024 tools a
+# transaction: the same p50 as one) and the optimize would rewrite the whole index (0.13 s).
 _OPTIMIZE_AFTER = 64
 # Tool records of kept catalogs refreshed (or found absent) per store transaction: as many
 # as the pipeline's presence checks (one fsync'd transaction for a 50 MB registry's 32k).
@@ -212,7 +202,6 @@ class IndexBuilder:
     _extra: list[Any] = field(default_factory=list)
     _held_tools: int = 0
     _writes: int = 0  # transactions this run handed the writer
-    _staged: int = 0  # parts handed the writer in a group it has not been told to commit
     _deferred: bool = False  # FTS5's merges deferred by this run
 
     @classmethod
@@ -362,51 +351,38 @@ class IndexBuilder:
         if self._held_tools >= _TOOLS_PER_COMMIT:
             self._flush(store)
 
-    def _flush(self, store: Store, last: bool = False) -> None:
+    def _flush(self, store: Store) -> None:
         """The tool records held, committed in one transaction (each once a run: see
         indexwriter.new_records); then the catalogs that name them written, as one
-        transaction of the index, or as a part of one (_PARTS_PER_COMMIT): the writer
-        commits the records of a group's parts before its transaction. A writer process
-        that can reach the store (`store_url`) commits the records itself, first: off this
-        process's hands, and still before the index names them. `last`: the group is
-        committed (a part of it, if any is held)."""
+        transaction of the index. A writer process that can reach the store (`store_url`)
+        commits the records itself, first: off this process's hands, and still before the
+        index names them."""
         lists = [tools for _, tools, *_ in self._held] + self._extra
-        close = last and self._staged > 0
         if self.store_url is None:  # (no LocatedTools then: see builds_tools; built if any)
             records = new_records([built_tools(tools) for tools in lists], self.committed)
             if records:
                 ccr.commit(store, records)
                 self.committed.update(record.digest for record in records)
-            if self._held or close:
-                self._write(self._held, last=last)
-        elif lists or close:  # (committed: on its way, and the run fails if it does not get
-            # there; the digests of LocatedTools are the writer's to know: see keep_records)
+            if self._held:
+                self._write(self._held)
+        elif lists:  # (committed: on its way, and the run fails if it does not get there;
+            # the digests of LocatedTools are the writer's to know: see keep_records)
             self.committed.update(tool[1] for tools in lists if not isinstance(tools, LocatedTools)
                                   for tool in tools)
-            self._write(self._held, self._extra, last=last)
+            self._write(self._held, self._extra)
         self._held, self._extra, self._held_tools = [], [], 0
 
-    def _write(self, replace: list[Any], extra: list[Any] | None = None,
-               last: bool = False) -> None:
-        """One part of a transaction for the writer (the group's last: its commit);
-        raises here the error of any done. The first that writes catalogs defers FTS5's
-        merges (finish restores them, or optimizes)."""
+    def _write(self, replace: list[Any], extra: list[Any] | None = None) -> None:
+        """One transaction for the writer; raises here the error of any done. The
+        first that writes catalogs defers FTS5's merges (finish restores them, or optimizes)."""
         if replace and not self._deferred:
             self._submit("defer_merges")
             self._deferred = True
-        stage = (isinstance(self._sink, IndexWriter) and not last
-                 and self._staged + 1 < _PARTS_PER_COMMIT)
-        options: dict[str, Any] = {"stage": True} if stage else {}
         if self.store_url is not None:
-            self._submit("apply", replace, extra=extra or [], store_url=self.store_url,
-                         **options)
+            self._submit("apply", replace, extra=extra or [], store_url=self.store_url)
         else:
-            self._submit("apply", replace, **options)
-        if stage:
-            self._staged += 1
-        else:
-            self._staged = 0
-            self._writes += 1
+            self._submit("apply", replace)
+        self._writes += 1
         while self._pending and (self._pending[0].done() or len(self._pending) > _IN_FLIGHT):
             self._pending.popleft().result()
 
@@ -512,7 +488,7 @@ class IndexBuilder:
         self._waiting.clear()
         for wanting in waiting:
             self._claim(wanting)
-        self._flush(store, last=True)  # (the records of every part committed: keep_records)
+        self._flush(store)
         if isinstance(self._sink, LocalWriter):  # one connection: no reads beside its writes
             self._drain()
         lost = self.keep_records(store, verify)

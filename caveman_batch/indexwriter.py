@@ -4,9 +4,7 @@ The parent compresses; this process writes what the parent hands it to the index
 (`ToolIndex.apply_rows`, `defer_merges`, `merge_as_usual`, `optimize`), one request at a time,
 in the order sent, each answered before the next is read. Given the run's store, an
 `apply` first commits the records of the tools it names (their span records) there, in
-one transaction of its own; a staged `apply` (a part of a group) is written into the
-index's open transaction, and the group's last request commits the records of all its
-parts, then that transaction (see IndexWriter.apply). A thread of the parent wrote the index before: SQLite
+one transaction of its own. A thread of the parent wrote the index before: SQLite
 releases the GIL, but each of its steps (a row of an `executemany`) takes it back, and
 the compressing thread held it for up to a switch interval each time, so the two mostly
 took turns (the writer's 2.3 s of CPU on the 50 MB bench registry stretched over 4.4 s,
@@ -220,28 +218,18 @@ class IndexWriter:
     def _apply_request(replace: Iterable[Catalog], remove: Iterable[str] = (),
                        files: dict[str, str] | None = None, *,
                        extra: Sequence[Sequence[Tool] | LocatedTools] = (),
-                       store_url: str | None = None,
-                       stage: bool = False) -> tuple[str, Any, dict[str, Any]]:
-        options: dict[str, Any] = {"extra": list(extra), "store_url": store_url} if store_url else {}
-        if stage:
-            options["stage"] = True
-        return ("apply", (list(replace), list(remove), files), options)
+                       store_url: str | None = None) -> tuple[str, Any, dict[str, Any]]:
+        return ("apply", (list(replace), list(remove), files),
+                {"extra": list(extra), "store_url": store_url} if store_url else {})
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
               files: dict[str, str] | None = None, *,
               extra: Sequence[Sequence[Tool] | LocatedTools] = (),
-              store_url: str | None = None, stage: bool = False) -> None:
+              store_url: str | None = None) -> None:
         """The catalogs written in one transaction of the index; first, with `store_url`,
         the records of their tools and of the `extra` ones committed to that store (in one
-        transaction, each record once a run: new_records).
-
-        `stage`: written into a group of changes instead, which the next request not staged
-        commits, with its own part if it is an `apply` (the records of every part first,
-        in one transaction, then the index's one transaction): several parts sent as they
-        come, one commit of each kind for all (see indexing._PARTS_PER_COMMIT). A failure,
-        or the end of the writer before that request, rolls the whole group back."""
-        self.submit("apply", replace, remove, files, extra=extra, store_url=store_url,
-                    stage=stage).result()
+        transaction, each record once a run: new_records)."""
+        self.submit("apply", replace, remove, files, extra=extra, store_url=store_url).result()
 
     def defer_merges(self) -> None:
         self.submit("defer_merges").result()
@@ -354,14 +342,11 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     _answer(answers, "ok", None)
     stores: dict[str, Store] = {}
     committed: set[str] = set()  # the tool records this run committed
-    # the open group's tools (an `apply` staged: see IndexWriter.submit), by store URL: its
-    # commit commits their records first, then the index's transaction
-    staged: dict[str, list[Sequence[Tool]]] = {}
     # a request that failed: every later one is refused (the parent fails the run, and a
     # write queued after it must not land: a catalog naming a record that was not
     # committed, or the files table saying a file is wholly indexed)
     failed: Exception | None = None
-    with index, contextlib.ExitStack() as opened:  # (closing rolls back a group left open)
+    with index, contextlib.ExitStack() as opened:
         opened.callback(lambda: [store.close() for store in stores.values()])
         while True:
             try:
@@ -377,66 +362,23 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 _answer(answers, "error", failed)
                 continue
             try:
-                result = _call(index, method, args, kwargs, stores, committed, staged)
+                if method == "apply":
+                    url, extra = kwargs.pop("store_url", None), kwargs.pop("extra", ())
+                    args = (_built(args[0]), *args[1:])
+                    if url is not None:
+                        extra = [_built_tools("(indexed as it is)", tools) for tools in extra]
+                        records = new_records([*(tools for _, tools, *_ in args[0]), *extra],
+                                              committed)
+                        _commit_records(stores, url, records)
+                        committed.update(record.digest for record in records)
+                    args = (as_rows(args[0]), *args[1:])
+                    method = "apply_rows"
+                result = getattr(index, method)(*args, **kwargs)
             except Exception as exc:
                 failed = exc
-                staged.clear()
-                with contextlib.suppress(Exception):  # (the group: none of it lands)
-                    index.rollback()
                 _answer(answers, "error", exc)
             else:
                 _answer(answers, "ok", result)
-
-
-def _call(index: ToolIndex, method: str, args: Sequence[Any], kwargs: dict[str, Any],
-          stores: dict[str, Store], committed: set[str],
-          staged: dict[str, list[Sequence[Tool]]]) -> Any:
-    """One request made. An `apply` builds its tools; with a store URL their records are
-    committed before the index's transaction that names them. Staged (`stage`), it is
-    written into the open group (opened if need be) and no more; the next request not
-    staged commits the group (see _commit_group), after its own part if it is an apply."""
-    if method != "apply":
-        _commit_group(index, stores, committed, staged)
-        return getattr(index, method)(*args, **kwargs)
-    kwargs = dict(kwargs)
-    url, extra = kwargs.pop("store_url", None), kwargs.pop("extra", ())
-    stage = kwargs.pop("stage", False)
-    replace = _built(args[0])
-    tools = [] if url is None else [*(tools for _, tools, *_ in replace),
-                                    *(_built_tools("(indexed as it is)", t) for t in extra)]
-    rows = (as_rows(replace), *args[1:])
-    if not stage and not index.grouped:  # a transaction of its own, after its records
-        if url is not None:
-            _commit_new(stores, url, tools, committed)
-        return index.apply_rows(*rows, **kwargs)
-    if not index.grouped:
-        index.begin()
-    if url is not None:
-        staged.setdefault(url, []).extend(tools)
-    index.apply_rows(*rows, **kwargs)
-    if not stage:
-        _commit_group(index, stores, committed, staged)
-    return None
-
-
-def _commit_group(index: ToolIndex, stores: dict[str, Store], committed: set[str],
-                  staged: dict[str, list[Sequence[Tool]]]) -> None:
-    """The open group (if any) committed: the records of its tools first, in one
-    transaction of each store, then the index's one transaction."""
-    if not index.grouped:
-        return
-    for url, tools in staged.items():
-        _commit_new(stores, url, tools, committed)
-    staged.clear()
-    index.commit()
-
-
-def _commit_new(stores: dict[str, Store], url: str, tools: list[Sequence[Tool]],
-                committed: set[str]) -> None:
-    """The records of these tools that this run has not committed, committed."""
-    records = new_records(tools, committed)
-    _commit_records(stores, url, records)
-    committed.update(record.digest for record in records)
 
 
 def _commit_records(stores: dict[str, Store], url: str, records: list[ccr.Prepared]) -> None:

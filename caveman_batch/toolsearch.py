@@ -310,7 +310,6 @@ class ToolIndex:
         self.location = location
         self._vectors = vectors
         self._texts, self._definitions = _Shared("texts"), _Shared("definitions")
-        self._grouped = False  # a group of changes is open (begin): one transaction
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = True,
@@ -353,9 +352,17 @@ class ToolIndex:
         # committed transaction, a power loss at most the last ones (a rerun redoes them)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
-        if self._schema() == str(SCHEMA_VERSION) and (self._vectors is None
-                                                      or self._vectors.adopted(self._db)):
-            return  # current: nothing to write (an open does not wait for a writer's commit)
+        self._db.execute("BEGIN")  # (a read: one snapshot of what a writer committed)
+        try:
+            found = self._schema()
+            if found is not None and found != str(SCHEMA_VERSION):
+                self._refuse_outdated(found, create)
+            current = found == str(SCHEMA_VERSION) and (self._vectors is None
+                                                        or self._vectors.adopted(self._db))
+        finally:
+            self._db.execute("COMMIT")
+        if current:
+            return  # nothing to write: an open does not wait for a writer's transaction
         with self._transaction():
             found = self._schema()
             if found is not None and found != str(SCHEMA_VERSION):
@@ -377,10 +384,9 @@ class ToolIndex:
         row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         return None if row is None else row[0]
 
-    def _drop_outdated(self, found: str, create: bool) -> None:
-        """An index of an older schema: a writer drops its tables (in the transaction that
-        creates the new ones). Every row of an index is derived from the catalogs it was
-        built from, so the build that follows loses nothing: it indexes them all again."""
+    def _refuse_outdated(self, found: str, create: bool) -> None:
+        """An index of another schema than this version's: an error, unless it is older and
+        this open may write (then `_drop_outdated`)."""
         if not (found.isdigit() and int(found) < SCHEMA_VERSION):
             raise SearchIndexOutdatedError(f"search index {self.location} has schema {found}, "
                                            f"newer than this version reads ({SCHEMA_VERSION})")
@@ -388,31 +394,29 @@ class ToolIndex:
             raise SearchIndexOutdatedError(f"search index {self.location} has schema {found}, "
                                            f"this version reads {SCHEMA_VERSION}: rebuild it "
                                            f"with `caveman-batch compress --index`")
+
+    def _drop_outdated(self, found: str, create: bool) -> None:
+        """An index of an older schema: a writer drops its tables (in the transaction that
+        creates the new ones). Every row of an index is derived from the catalogs it was
+        built from, so the build that follows loses nothing: it indexes them all again."""
+        self._refuse_outdated(found, create)
         for table in _EVERY_TABLE:  # the FTS table first: it drops its own shadow tables
             self._db.execute(f"DROP TABLE IF EXISTS {table}")
 
     # transactions ------------------------------------------------------------------
 
     class _Tx:
-        """One change: a transaction of its own, or, inside a group (`begin`), a part of
-        the group's (a failure then rolls back the whole group)."""
-
-        def __init__(self, index: ToolIndex,
+        def __init__(self, db: sqlite3.Connection,
                      on_rollback: Callable[[], None] | None = None) -> None:
-            self.index = index
-            self.db = index._db
+            self.db = db
             self.on_rollback = on_rollback
-            self.joined = index._grouped
 
         def __enter__(self) -> sqlite3.Connection:
-            if not self.joined:
-                self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute("BEGIN IMMEDIATE")
             return self.db
 
         def __exit__(self, kind: object, *_: object) -> None:
             if kind is None:
-                if self.joined:
-                    return
                 try:
                     self.db.execute("COMMIT")
                     return
@@ -424,57 +428,11 @@ class ToolIndex:
         def _roll_back(self) -> None:
             if self.on_rollback is not None:
                 self.on_rollback()
-            if self.joined:
-                self.index.rollback()
-            elif self.db.in_transaction:  # a COMMIT that failed may have ended it
+            if self.db.in_transaction:  # a COMMIT that failed may have ended it
                 self.db.execute("ROLLBACK")
 
     def _transaction(self, on_rollback: Callable[[], None] | None = None) -> ToolIndex._Tx:
-        return ToolIndex._Tx(self, on_rollback)
-
-    @property
-    def grouped(self) -> bool:
-        """Whether a group of changes is open (`begin`)."""
-        return self._grouped
-
-    def begin(self) -> None:
-        """Open a group: the changes made until `commit` (apply_rows, defer_merges, ...) are
-        one transaction, all of them or none (a change that fails rolls back the group; so
-        does `rollback`, or a close before `commit`). Nothing of it is seen by another
-        connection before `commit` returns."""
-        if self._grouped:
-            raise SearchIndexError(f"search index {self.location}: a group is open already")
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
-        self._grouped = True
-
-    def commit(self) -> None:
-        """The open group's changes made durable, at once (none open: nothing)."""
-        if not self._grouped:
-            return
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self.rollback()
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
-        self._grouped = False
-        self._forget_vectors()
-
-    def rollback(self) -> None:
-        """The open group's changes undone (none open: nothing)."""
-        if not self._grouped:
-            return
-        self._grouped = False
-        self._forget_ids()
-        self._forget_vectors()
-        if self._db.in_transaction:
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error as exc:
-                raise SearchIndexError(f"cannot roll back search index {self.location}: "
-                                       f"{exc}") from None
+        return ToolIndex._Tx(self._db, on_rollback)
 
     # writing ----------------------------------------------------------------------
 
@@ -780,11 +738,7 @@ class ToolIndex:
     # life -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the file; a group not committed is rolled back."""
-        try:
-            self.rollback()
-        finally:
-            self._db.close()
+        self._db.close()
 
     def __enter__(self) -> ToolIndex:
         return self
