@@ -179,7 +179,7 @@ def _entry_point() -> list[str]:
 
 # the CLI writing the index 512 tools a transaction: the killed run's build is many
 # transactions, so the index moves well before the run ends
-_SMALL_PARTS = [sys.executable, "-c", "from caveman_batch import indexing; "
+_SMALL_TRANSACTIONS = [sys.executable, "-c", "from caveman_batch import indexing; "
                 "indexing._TOOLS_PER_COMMIT = 512; from caveman_batch.cli import main; "
                 "raise SystemExit(main())"]
 
@@ -195,7 +195,7 @@ def _killed_once_the_index_moves(args: list[str], index: Path, before: dict[str,
     """Start the run and SIGKILL it as soon as the index holds a changed catalog; False if
     the run ended first (a loaded machine, a fast run: the caller changes the catalogs
     again and retries)."""
-    proc = subprocess.Popen([*_SMALL_PARTS, *args], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*_SMALL_TRANSACTIONS, *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:

@@ -7,7 +7,9 @@ conftest.py); the multi-process ones run this module as a script in child proces
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from caveman_batch.errors import (
 )
 from caveman_batch.pipeline import LOCK_FILE
 from caveman_batch.store import DELETE, Store, canonical_url, open_store, split_store_url
-from caveman_batch.testing.postgres_server import Cluster, as_user
+from caveman_batch.testing.postgres_server import Cluster, as_user, cannot_start
 from caveman_batch.testing.store_contract import StoreContract
 
 SCRIPT = Path(__file__).resolve()
@@ -249,19 +251,15 @@ def test_a_server_gone_for_good_is_a_store_error(postgres_cluster: Cluster) -> N
 def test_a_cluster_starts_as_root_with_runuser_off_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run as root, the server runs through runuser, which Debian keeps in /usr/sbin: a PATH
     without it (an unprivileged user's, `env -i PATH=/usr/bin:/bin`) still starts one."""
-    import os
-    import shutil
-
-    from caveman_batch.testing.postgres_server import cannot_start, find_runuser
-
     if os.geteuid() != 0:
         pytest.skip("only root runs the server through runuser")
-    if cannot_start() is not None or shutil.which("runuser", path="/usr/sbin:/sbin") is None:
-        pytest.skip(f"no server or no runuser in /usr/sbin here: {cannot_start()}")
+    if (reason := cannot_start()) is not None:
+        pytest.skip(reason)
+    if shutil.which("runuser", path="/usr/sbin:/sbin") is None:
+        pytest.skip("runuser does not lie in /usr/sbin or /sbin here")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     if shutil.which("runuser") is not None:
         pytest.skip("runuser lies in /usr/bin or /bin here: nothing off PATH to find")
-    assert find_runuser() is not None
     with Cluster.start_new() as cluster, open_store(cluster.url()) as store:
         ccr.store_original(store, b"through runuser")
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"through runuser")) == b"through runuser"

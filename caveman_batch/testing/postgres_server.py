@@ -50,6 +50,14 @@ def find_runuser() -> str | None:
     return shutil.which("runuser") or shutil.which("runuser", path=_SBIN)
 
 
+def _runuser(run_as: str) -> str:
+    found = find_runuser()
+    if found is None:
+        raise FileNotFoundError(f"no runuser (util-linux) on PATH or in {_SBIN} to run the "
+                                f"PostgreSQL server as {run_as}")
+    return found
+
+
 def cannot_start() -> str | None:
     """Why no cluster can be started here (None: one can): no server binaries, or run as
     root without runuser to run them as another user."""
@@ -72,7 +80,6 @@ class Cluster:
         self.tcp = tcp
         self.data = root / "data"
         self.log = root / "server.log"
-        self._runuser: str | None = None
 
     @classmethod
     def create(cls, bindir: Path | None = None, run_as: str | None = None,
@@ -85,13 +92,10 @@ class Cluster:
             raise FileNotFoundError("no PostgreSQL server binaries (initdb, pg_ctl) found")
         if os.geteuid() == 0 and run_as is None:
             run_as = SUPERUSER if _user_exists(SUPERUSER) else "nobody"
-        runuser = None if run_as is None else find_runuser()
-        if run_as is not None and runuser is None:
-            raise FileNotFoundError(f"no runuser (util-linux) on PATH or in {_SBIN} to run the "
-                                    f"PostgreSQL server as {run_as}")
+        if run_as is not None:
+            _runuser(run_as)  # (before any folder is made)
         root = Path(tempfile.mkdtemp(prefix="caveman-pg-"))
         cluster = cls(root, found, run_as, _free_port() if tcp else PORT, tcp)
-        cluster._runuser = runuser
         if run_as is not None:
             entry = pwd.getpwnam(run_as)
             os.chown(root, entry.pw_uid, entry.pw_gid)
@@ -150,9 +154,7 @@ class Cluster:
     def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [str(self.bindir / tool), *args]
         if self.run_as is not None:
-            if self._runuser is None:
-                self._runuser = find_runuser() or "runuser"  # (an error below names it)
-            command = [self._runuser, "-u", self.run_as, "--", *command]
+            command = [_runuser(self.run_as), "-u", self.run_as, "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, cwd=self.root)
         if check and done.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
