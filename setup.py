@@ -20,5 +20,7 @@ setup(
                   extra_compile_args=_FLAGS, optional=True),
         Extension("caveman_batch._fastscan", ["caveman_batch/_fastscan.c"],
                   extra_compile_args=_FLAGS, optional=True),
+        Extension("caveman_batch._fastmean", ["caveman_batch/_fastmean.c"],
+                  extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -30,9 +30,11 @@ fastwalk: ModuleType | None = _load("_fastwalk")
 fastreduce: ModuleType | None = _load("_fastreduce")
 fastcount: ModuleType | None = _load("_fastcount")
 fastscan: ModuleType | None = _load("_fastscan")
+fastmean: ModuleType | None = _load("_fastmean")
 
 
 def status() -> dict[str, bool]:
     """Which accelerators are active (shown by `caveman-batch --version` and in reports)."""
     return {"fastwalk": fastwalk is not None, "fastreduce": fastreduce is not None,
-            "fastcount": fastcount is not None, "fastscan": fastscan is not None}
+            "fastcount": fastcount is not None, "fastscan": fastscan is not None,
+            "fastmean": fastmean is not None}

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from . import _accel
 from .errors import EmbedderUnavailable
 
 if TYPE_CHECKING:
@@ -140,12 +141,16 @@ class WordLlamaEmbedder:
 
         table, _ = self._loaded()
         split = [text.split() for text in texts]
-        self._learn({word for words in split for word in words})
+        self._learn(set().union(*split))
         out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
-        for row, words in enumerate(split):
-            ids = np.frombuffer(b"".join(map(self._word_ids.__getitem__, words)), dtype=np.intc)
-            if ids.size:
-                out[row] = table[ids].mean(axis=0)
+        fast = _accel.fastmean  # this loop, in C (0.2 s instead of 2.3 s: see _fastmean.c)
+        if fast is None or fast.mean_rows(table, split, self._word_ids, out) is None:
+            out[:] = 0.0
+            for row, words in enumerate(split):
+                ids = np.frombuffer(b"".join(map(self._word_ids.__getitem__, words)),
+                                    dtype=np.intc)
+                if ids.size:
+                    out[row] = table[ids].mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out

@@ -504,12 +504,12 @@ class ToolIndex:
                 for server in indexed:
                     self._keep_vectors(db, server, reuse)
                     self._delete(db, server)
-                self._insert(db, [(server, rows) for server, rows, *_ in replace])
+                added = self._insert(db, [(server, rows) for server, rows, *_ in replace])
                 db.executemany("INSERT INTO servers VALUES (?, ?, ?, ?)",
                                [(server, sha256, source, path)
                                 for server, _, sha256, source, path in replace])
                 if self._vectors is not None:
-                    self._vectors.fill(db, reuse)  # the texts new to the index, in one go
+                    self._vectors.fill(db, reuse, added)  # the texts new to the index
                 if files is not None:
                     db.execute("DELETE FROM files")
                     db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
@@ -556,15 +556,15 @@ class ToolIndex:
             db.execute("DELETE FROM tools WHERE server=?", (server,))
         db.execute("DELETE FROM servers WHERE server=?", (server,))
 
-    def _insert(self, db: sqlite3.Connection,
-                servers: Sequence[tuple[str, Sequence[ToolRow]]]) -> None:
+    def _insert(self, db: sqlite3.Connection, servers: Sequence[tuple[str, Sequence[ToolRow]]]
+                ) -> list[tuple[int, bytes, tuple[str, str, str]]]:
         """The tools of these servers (none of them indexed now), their texts and
         definitions added once each (or counted once more), in bulk: one statement of each
-        kind per call."""
+        kind per call. Returns the texts new to the index: (id, digest, fields)."""
         tools = [(server, position, row) for server, rows in servers
                  for position, row in enumerate(rows)]
         if not tools:
-            return
+            return []
         # comprehensions, the fields spelt out in FIELDS order, the digests inlined
         # (the sha256 of the UTF-8): this is the writer's hot loop
         sha256 = hashlib.sha256
@@ -589,6 +589,7 @@ class ToolIndex:
                          definition_ids[definition])
                         for (server, position, row), text, definition in zip(
                             tools, text_digests, definition_digests)])
+        return [(id_, digest, text_of[digest]) for id_, digest, _ in new_texts]
 
     def _forget_ids(self) -> None:
         # a change rolled back: the maps hold ids it gave

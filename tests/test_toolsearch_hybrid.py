@@ -201,6 +201,37 @@ def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedde
         assert fresh[0]["name"] == "uptime_probe"
 
 
+def test_texts_added_by_a_bm25_writer_meanwhile_get_vectors(tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    """A hybrid writer embeds the texts its own change adds without reading them back,
+    but only while no other connection has written: a BM25-alone writer's texts, added in
+    between, get their vectors in the hybrid writer's next change."""
+    path = tmp_path / "i.db"
+    with _build(path, embedder) as hybrid:
+        with ToolIndex.open(path) as plain:  # no embedder: adds texts without vectors
+            plain.replace_server("files", _docs("files", FILES[:1]))
+            plain.replace_server("net", _docs("net", [{"name": "ping", "description": "Ping."}]))
+        hybrid.replace_server("more", _docs("more", [{"name": "pong", "description": "Pong."}]))
+        hybrid.replace_server("other", _docs("other", [{"name": "echo", "description": "Echo."}]))
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM texts WHERE id NOT IN "
+                          "(SELECT id FROM tool_vectors)").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == \
+            db.execute("SELECT count(*) FROM texts").fetchone() == (len(OPS) + 1 + 3,)
+
+
+def test_a_hybrid_change_does_not_read_its_texts_back(tmp_path: Path,
+                                                      embedder: Embedder) -> None:
+    with _build(tmp_path / "i.db", embedder) as index:
+        statements: list[str] = []
+        index._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        index.replace_server("net", _docs("net", [{"name": "ping", "description": "Ping."}]))
+        index._db.set_trace_callback(None)  # type: ignore[attr-defined]
+        assert any("INSERT INTO tool_vectors" in sql for sql in statements)
+        assert not [sql for sql in statements if "JOIN tools_fts" in sql]
+        assert [h.name for h in index.search("ping a host", 1)] == ["ping"]
+
+
 def test_fusions_rank_by_both() -> None:
     bm25 = [(1, 10.0), (2, 5.0)]
     dense = [(3, 0.9), (2, 0.8), (1, 0.1)]
