@@ -356,3 +356,31 @@ def test_profile_prints_lone_surrogates(tmp_path: Path, capfdbinary: pytest.Capt
     path.write_bytes(SURROGATE_NAME)
     assert run_in_process(["profile", str(path)]) == 0
     assert json.loads(capfdbinary.readouterr().out)["tools"][0]["name"] == "\ud800"
+
+
+def test_default_workers_leave_the_index_writer_a_core(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --workers: the cores this process may run on, one fewer with --index (its
+    writer is a process that keeps a core busy), never fewer than 1."""
+    from caveman_batch import pipeline
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert (cli.default_workers(False), cli.default_workers(True)) == (4, 3)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert (cli.default_workers(False), cli.default_workers(True)) == (1, 1)
+    # what `compress` hands the run, with and without --index, and with --workers
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    seen: list[int] = []
+
+    def run(config: pipeline.Config, progress: object = None) -> pipeline.Summary:
+        seen.append(config.workers)
+        return pipeline.Summary()
+
+    monkeypatch.setattr(pipeline, "run", run)
+    (tmp_path / "c.json").write_text('{"tools": []}')
+    base = ["compress", str(tmp_path / "c.json"), "-o", str(tmp_path / "out"), "-q"]
+    for extra in ([], ["--index", str(tmp_path / "i.db")], ["--index", str(tmp_path / "i.db"),
+                                                             "--workers", "3"]):
+        assert cli.main([*base, *extra]) == 0
+    capsys.readouterr()
+    assert seen == [3, 2, 3]
