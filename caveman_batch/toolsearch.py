@@ -592,9 +592,12 @@ class ToolIndex:
         return [(id_, digest, text_of[digest]) for id_, digest, _ in new_texts]
 
     def _forget_ids(self) -> None:
-        # a change rolled back: the maps hold ids it gave
+        # a change rolled back: the maps hold ids it gave (and whether every text has a
+        # vector is what it was before the change, which may have filled in others')
         self._texts.forget()
         self._definitions.forget()
+        if self._vectors is not None:
+            self._vectors.rolled_back()
 
     def _keep_vectors(self, db: sqlite3.Connection, server: str,
                       reuse: dict[bytes, bytes]) -> None:

@@ -135,6 +135,12 @@ class ToolVectors:
         self._matrix = None
         self._complete_at = version
 
+    def rolled_back(self) -> None:
+        """The caller's change was rolled back: its `fill` may have given vectors to texts
+        of others, which have none again."""
+        self._complete_at = None
+        self._matrix = None
+
     def forget(self) -> None:
         """The table changed under us (our own write or another connection's)."""
         self._matrix = None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from caveman_batch.embedding import EMBED_EXTRA_HINT, Embedder, extra_installed, load_embedder
+from caveman_batch.errors import SearchIndexError
 from caveman_batch.toolsearch import ToolDoc, ToolIndex, tool_docs
 from caveman_batch.toolvectors import EMBEDDER_KEY, fuse_rrf, fuse_weighted
 
@@ -211,6 +212,10 @@ def test_texts_added_by_a_bm25_writer_meanwhile_get_vectors(tmp_path: Path,
         with ToolIndex.open(path) as plain:  # no embedder: adds texts without vectors
             plain.replace_server("files", _docs("files", FILES[:1]))
             plain.replace_server("net", _docs("net", [{"name": "ping", "description": "Ping."}]))
+        # a change that fills them in, then rolls back (a files row without its sha256)
+        with pytest.raises(SearchIndexError):
+            hybrid.apply([("more", _docs("more", [{"name": "pong", "description": "Pong."}]),
+                           None, None, None)], files={"f.json": None})  # type: ignore[dict-item]
         hybrid.replace_server("more", _docs("more", [{"name": "pong", "description": "Pong."}]))
         hybrid.replace_server("other", _docs("other", [{"name": "echo", "description": "Echo."}]))
     with sqlite3.connect(path) as db:
