@@ -7,17 +7,19 @@
  *         if ids.size:
  *             out[row] = table[ids].mean(axis=0)
  *
- * numpy sums the rows of table[ids] in order, in float32, then divides each sum by the
- * count (checked equal byte for byte: tests/test_embedding.py); so does this, the out
- * rows being another buffer than the table, without
+ * numpy sums the rows of table[ids] in order, in float32, from +0.0 (its identity: a
+ * -0.0 in the first row comes out +0.0), then divides each sum by the count (checked
+ * equal byte for byte: tests/test_fastmean.py); so does this, for a table at least 2
+ * wide (a 1-wide one numpy sums pairwise, along its contiguous axis: refused here) and
+ * an out buffer that is not the table's memory, without
  * making table[ids] (a copy of every token's row) nor a Python object per text: in that
  * loop numpy's per-call overhead and the copies were most of a hybrid build's embedding
  * time.
  *
  * table: a C-contiguous float32 matrix (the model's token vectors); texts: a list of lists
  * of str; ids_of: a dict, word -> bytes of its token ids (native int32); out: a writable
- * C-contiguous float32 matrix of len(texts) rows of the table's width, zero where a text
- * has no token (the caller makes it with np.zeros). Returns True, or None, having written
+ * C-contiguous float32 matrix of len(texts) rows of the table's width (a row is zero where
+ * its text has no token). Returns True, or None, having written
  * nothing the caller may keep, when its input is not that (a word not in ids_of, an id
  * outside the table, ...): the caller then runs the loop above.
  */
@@ -57,37 +59,38 @@ add_row(float *restrict row, const float *restrict vector, Py_ssize_t dim)
         row[d] += vector[d];
 }
 
-/* The mean of one text's token rows into `row` (left as it is, zero, if it has none);
+/* The mean of one text's token rows into `row` (zero if it has none);
  * 0 if a word or an id is not what the loop above takes. */
 static int
 mean_of(const float *restrict table, Py_ssize_t rows, Py_ssize_t dim, PyObject *words,
         PyObject *ids_of, float *restrict row)
 {
     Py_ssize_t count = 0;
-    Py_ssize_t n = PyList_GET_SIZE(words);
-    for (Py_ssize_t w = 0; w < n; w++) {
+    for (Py_ssize_t d = 0; d < dim; d++)
+        row[d] = 0.0f;
+    /* the lookup may run Python code (a key's __eq__) that changes the list or the dict:
+     * the size is read again each time, and what is used held meanwhile */
+    for (Py_ssize_t w = 0; w < PyList_GET_SIZE(words); w++) {
         PyObject *word = PyList_GET_ITEM(words, w);
         if (!PyUnicode_CheckExact(word))
             return 0;
+        Py_INCREF(word);
         PyObject *ids = PyDict_GetItemWithError(ids_of, word);  /* borrowed */
+        Py_DECREF(word);
         if (ids == NULL) {
             PyErr_Clear();
             return 0;
         }
         if (!PyBytes_CheckExact(ids) || PyBytes_GET_SIZE(ids) % (Py_ssize_t)sizeof(int32_t))
             return 0;
-        const char *data = PyBytes_AS_STRING(ids);
+        const char *data = PyBytes_AS_STRING(ids);  /* (nothing below runs Python code) */
         Py_ssize_t k = PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t);
         for (Py_ssize_t i = 0; i < k; i++) {
             int32_t id;
             memcpy(&id, data + i * sizeof(int32_t), sizeof id);
             if (id < 0 || id >= rows)
                 return 0;
-            const float *restrict vector = table + (Py_ssize_t)id * dim;
-            if (count == 0)
-                memcpy(row, vector, (size_t)dim * sizeof(float));
-            else
-                add_row(row, vector, dim);
+            add_row(row, table + (Py_ssize_t)id * dim, dim);
             count++;
         }
     }
@@ -121,13 +124,24 @@ mean_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     Py_ssize_t dim = table.shape[1], n = PyList_GET_SIZE(texts);
-    int ok = out.shape[1] == dim && out.shape[0] == n;
+    const char *table_end = (const char *)table.buf + table.len;
+    const char *out_end = (const char *)out.buf + out.len;
+    int ok = dim >= 2 && out.shape[1] == dim && out.shape[0] == n
+             && (out_end <= (const char *)table.buf || table_end <= (const char *)out.buf);
+    Py_INCREF(texts);
     for (Py_ssize_t t = 0; ok && t < n; t++) {
+        if (PyList_GET_SIZE(texts) != n) {  /* changed by a key's __eq__ */
+            ok = 0;
+            break;
+        }
         PyObject *words = PyList_GET_ITEM(texts, t);
+        Py_INCREF(words);
         ok = PyList_CheckExact(words)
              && mean_of((const float *)table.buf, table.shape[0], dim, words, ids_of,
                         (float *)out.buf + t * dim);
+        Py_DECREF(words);
     }
+    Py_DECREF(texts);
     PyBuffer_Release(&out);
     PyBuffer_Release(&table);
     if (!ok)

@@ -81,7 +81,13 @@ def test_outside_what_it_handles_it_writes_nothing_to_keep(embedder) -> None:
         assert _accel.fastmean.mean_rows(table, texts, known, out[:1]) is None
     assert _accel.fastmean.mean_rows(table, [["a"]], ids, out) is None  # rows != texts
     assert _accel.fastmean.mean_rows(table.astype("float64"), [["a"]], ids, out[:1]) is None
-    assert _accel.fastmean.mean_rows(table, [["a"]], ids, out[:1, :8]) is None  # width
+    narrow = np.zeros((1, 8), dtype=np.float32)  # contiguous, not the table's width
+    assert _accel.fastmean.mean_rows(table, [["a"]], ids, narrow) is None
+    assert _accel.fastmean.mean_rows(table, [["a"]], ids, out[:1, :8]) is None  # not contiguous
+    assert _accel.fastmean.mean_rows(table, [["a"]], ids, table[:1]) is None  # the table itself
+    # a 1-wide table numpy sums pairwise (its reduced axis is contiguous): refused
+    thin = np.ascontiguousarray(table[:, :1])
+    assert _accel.fastmean.mean_rows(thin, [["a"]], ids, np.zeros((1, 1), np.float32)) is None
     # and the embedder, given what C refuses, still gives the Python loop's vectors
     embedder._word_ids["zz-refused"] = b"\x01\x02\x03"  # a word C refuses
     try:
@@ -89,3 +95,38 @@ def test_outside_what_it_handles_it_writes_nothing_to_keep(embedder) -> None:
             embedder.encode(["zz-refused"])
     finally:
         del embedder._word_ids["zz-refused"]
+
+
+def test_a_negative_zero_sums_as_numpy_sums_it() -> None:
+    """numpy's sum starts at +0.0: a -0.0 of the only row comes out +0.0."""
+    import numpy as np
+
+    table = np.array([[-0.0, 1.0, -0.0, 2.0], [-0.0, -0.0, 3.0, 0.0]], dtype=np.float32)
+    out = np.full((2, 4), 7.0, dtype=np.float32)  # (what was there is overwritten)
+    texts = [["a"], ["a", "b"]]
+    ids = {"a": array("i", [0]).tobytes(), "b": array("i", [1]).tobytes()}
+    assert _accel.fastmean.mean_rows(table, texts, ids, out) is True
+    assert out.tobytes() == np.stack([table[[0]].mean(axis=0), table[[0, 1]].mean(axis=0)]).tobytes()
+    assert not np.signbit(out[0, 0])
+
+
+def test_a_key_that_runs_python_code_cannot_crash_it() -> None:
+    """A dict lookup may call a key's __eq__ (a hash shared with a non-str key), which may
+    empty the lists being read: the call returns None, or True, never crashes."""
+    import numpy as np
+
+    table = np.ones((4, 8), dtype=np.float32)
+    words = ["a", "a", "a"]
+    texts = [words, ["a"]]
+
+    class Evil:
+        def __hash__(self) -> int:
+            return hash("a")
+
+        def __eq__(self, other: object) -> bool:
+            words.clear()
+            texts.clear()
+            return True
+
+    out = np.zeros((2, 8), dtype=np.float32)
+    assert _accel.fastmean.mean_rows(table, texts, {Evil(): b"\0\0\0\0"}, out) in (None, True)

@@ -202,11 +202,30 @@ def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedde
         assert fresh[0]["name"] == "uptime_probe"
 
 
+def _without_vectors(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT count(*) FROM texts WHERE id NOT IN "
+                          "(SELECT id FROM tool_vectors)").fetchone()[0]
+
+
 def test_texts_added_by_a_bm25_writer_meanwhile_get_vectors(tmp_path: Path,
                                                             embedder: Embedder) -> None:
     """A hybrid writer embeds the texts its own change adds without reading them back,
     but only while no other connection has written: a BM25-alone writer's texts, added in
     between, get their vectors in the hybrid writer's next change."""
+    path = tmp_path / "i.db"
+    with _build(path, embedder) as hybrid:
+        with ToolIndex.open(path) as plain:  # no embedder: adds texts without vectors
+            plain.replace_server("net", _docs("net", [{"name": "ping", "description": "Ping."}]))
+        assert _without_vectors(path) == 1
+        hybrid.replace_server("more", _docs("more", [{"name": "pong", "description": "Pong."}]))
+        assert _without_vectors(path) == 0
+
+
+def test_a_change_rolled_back_leaves_others_texts_to_embed(tmp_path: Path,
+                                                           embedder: Embedder) -> None:
+    """A hybrid change that gave vectors to another writer's texts, then rolled back: they
+    have none again, and the next change embeds them."""
     path = tmp_path / "i.db"
     with _build(path, embedder) as hybrid:
         with ToolIndex.open(path) as plain:  # no embedder: adds texts without vectors
