@@ -9,6 +9,7 @@
 - index cost: `compress` of the seeded 50 MB JSONL registry (2 MB when benchmarks are
   disabled), 1 worker, caches cold, with and without `--index` (BM25 alone: `--no-embed`),
   timed in alternating pairs; the figure is the median of the pairs' ratios. Target: <= 1.25.
+  The same, hybrid (the embed extra installed; no target).
 - retrieval: LiveMCPBench's 94 annotated tasks against its 527 tools (skipped without
   ../shared/corpora): recall@1/5/10 and MRR, original and compressed search text.
 """
@@ -90,14 +91,14 @@ def _cold() -> None:
     indexing.clear_cache()
 
 
-def _timed(src: Path, work: Path, index: bool) -> tuple[Summary, float]:
+def _timed(src: Path, work: Path, index: bool, embed: bool = False) -> tuple[Summary, float]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     os.sync()
     _cold()
     started = time.perf_counter()
     summary = run(Config([str(src)], work / "out", f"lmdb://{work / 'ccr'}", workers=1,
-                         index=work / "idx.db" if index else None, embed=False))
+                         index=work / "idx.db" if index else None, embed=embed))
     return summary, time.perf_counter() - started
 
 
@@ -112,21 +113,36 @@ def registry(tmp_path_factory: pytest.TempPathFactory, benchmarks_enabled: bool)
 
 def test_index_overhead(benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory,
                         benchmarks_enabled: bool, registry: Path) -> None:
-    root = tmp_path_factory.mktemp("index-cost")
-    src = registry
+    _overhead(benchmark, tmp_path_factory.mktemp("index-cost"), benchmarks_enabled, registry,
+              embed=False)
+
+
+@pytest.mark.skipif(not extra_installed(), reason=f"embed extra not installed: {EMBED_EXTRA_HINT}")
+def test_hybrid_index_overhead(benchmark: BenchmarkFixture,
+                               tmp_path_factory: pytest.TempPathFactory,
+                               benchmarks_enabled: bool, registry: Path) -> None:
+    """The same with the embed extra (what `compress --index` does when it is installed);
+    no target."""
+    _overhead(benchmark, tmp_path_factory.mktemp("hybrid-index-cost"), benchmarks_enabled,
+              registry, embed=True)
+
+
+def _overhead(benchmark: BenchmarkFixture, root: Path, benchmarks_enabled: bool, src: Path,
+              embed: bool) -> None:
     ratios: list[float] = []
     seconds: list[tuple[float, float]] = []
 
     def pair() -> Summary:
         _, plain = _timed(src, root / "plain", False)
-        summary, indexed = _timed(src, root / "indexed", True)
+        summary, indexed = _timed(src, root / "indexed", True, embed)
         ratios.append(indexed / plain)
         seconds.append((plain, indexed))
         return summary
 
     summary = benchmark.pedantic(pair, rounds=5 if benchmarks_enabled else 1, iterations=1)
     assert summary.documents > 0
-    with ToolIndex.open(root / "indexed" / "idx.db", create=False) as index:
+    with ToolIndex.open(root / "indexed" / "idx.db", create=False,
+                        embedder=load_embedder(required=True) if embed else None) as index:
         assert len(index) > 0
     if getattr(benchmark, "stats", None) is not None:
         benchmark.extra_info["ratios"] = [round(r, 2) for r in ratios]
