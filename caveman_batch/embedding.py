@@ -142,8 +142,10 @@ class WordLlamaEmbedder:
         table, _ = self._loaded()
         split = [text.split() for text in texts]
         self._learn(set().union(*split))
-        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
-        fast = _accel.fastmean  # this loop, in C (0.2 s instead of 2.3 s: see _fastmean.c)
+        out = np.empty((len(texts), table.shape[1]), dtype=np.float32)
+        # this loop, in C (every row written): the bench registry's 32,547 texts embedded in
+        # 2.1 s instead of 3.3 s (see _fastmean.c)
+        fast = _accel.fastmean
         if fast is None or fast.mean_rows(table, split, self._word_ids, out) is None:
             out[:] = 0.0
             for row, words in enumerate(split):

@@ -83,7 +83,8 @@ class ToolVectors:
     # writing (inside the index's transaction) -------------------------------------
 
     def adopted(self, db: sqlite3.Connection) -> bool:
-        """Whether every text has a vector of this embedder (then `adopt` has nothing to do)."""
+        """Whether every text has a vector of this embedder (then `adopt` has nothing to
+        do); if so, noted as of this snapshot (see `fill`)."""
         row = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
         complete = row is not None and row[0] == self.embedder.name and db.execute(
             "SELECT 1 FROM texts WHERE id NOT IN (SELECT id FROM tool_vectors) LIMIT 1"
@@ -139,7 +140,6 @@ class ToolVectors:
         """The caller's change was rolled back: its `fill` may have given vectors to texts
         of others, which have none again."""
         self._complete_at = None
-        self._matrix = None
 
     def forget(self) -> None:
         """The table changed under us (our own write or another connection's)."""
@@ -170,7 +170,7 @@ class ToolVectors:
         import numpy as np
 
         # data_version moves when another connection commits (our own writes call forget)
-        version = db.execute("PRAGMA data_version").fetchone()[0]
+        version = _data_version(db)
         if version != self._data_version:
             self._matrix, self._data_version = None, version
         if self._matrix is None:
