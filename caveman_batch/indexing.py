@@ -24,8 +24,9 @@ never drops a handle a search hands out while the catalog is still in SRC.
 Server ids: a catalog file's path relative to its source, without its extension (with
 several sources, under the source's name, as in OUT); a catalog inside a JSONL or
 registry file: that file's id, then "/" and the catalog's own name (its wrapper's
-"server" or "name"), else its line or item number. A catalog reused as indexed keeps the
-id the index has for it. Every other catalog takes, in input order, the first that is
+"server" or "name"), else its line or item number. A catalog reused as indexed, or
+computed again and found indexed as it is (the same source, the same sha256: a run
+without --incremental), keeps the id the index has for it. Every other catalog takes, in input order, the first that is
 free of: its id, id@line (or id@item), then id@line@2, id@line@3, ... (a catalog file:
 id, id@2, id@3, ...). Free: no catalog of this run has taken it, and the index does
 not hold it for another catalog of this run's source files that the input has not come
@@ -316,6 +317,17 @@ class IndexBuilder:
         catalog's original is committed: its catalog takes an id (now, or once the input
         comes to the source the index holds that id for: see "Server ids")."""
         key = source_key(doc.source)
+        known = self.known.get(key)
+        if (tools is not None and digest is not None and known is not None
+                and known[1] == digest and known[0] not in self.used):
+            # indexed as it is (computed again: a run without --incremental, or the index
+            # was not current for its document): it keeps its id, as a reused one does,
+            # before the catalogs waiting for that id choose; its tools' records only
+            self._keep(known[0])
+            self._extra.append(tools[1])
+            self._held_tools += len(tools[1])
+            self._reach(key)
+            return
         self._reach(key)  # (the catalogs before it that wait for its id choose first)
         if tools is None:
             return

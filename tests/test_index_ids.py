@@ -210,3 +210,19 @@ def test_catalogs_read_from_stdin_keep_their_ids_too(tmp_path: Path) -> None:
     assert sorted(s for s in servers if s.startswith("stdin/b")) == ["stdin/b", "stdin/b@1"]
     assert sorted((server, name) for server, name, _ in docs if server.startswith("stdin/b")) == [
         ("stdin/b", "tool_6"), ("stdin/b@1", "tool_1")]
+
+
+@pytest.mark.parametrize("second", [
+    [("b", "tool_0", ""), ("b", "tool_1", "")],  # a relabelled line wants the id of the next
+    [("a", "tool_0", ""), ("b", "tool_1", " Changed."), (None, "tool_2", ""), ("a", "new", "")],
+])
+def test_a_run_without_incremental_keeps_the_ids_of_the_catalogs_indexed_as_they_are(
+        tmp_path: Path, second: list[tuple[str | None, str, str]]) -> None:
+    """Ids depend on the input and the previous index, not on --incremental: the same input
+    again, every document computed again, gives every catalog the id it has."""
+    first = [("a", "tool_0"), ("b", "tool_1"), (None, "tool_2")]
+    root = tmp_path / "run"
+    ids, _ = _scenario(root, first, second, file_changes=False, workers=1, batch_docs=64)
+    run(Config([str(root / "src")], root / "out", f"lmdb://{root}/ccr", workers=1,
+               incremental=False, index=root / "idx.db", embed=False))
+    assert _rows(root) == ids

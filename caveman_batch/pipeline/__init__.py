@@ -162,7 +162,8 @@ def _run(config: Config, progress: Progress | None,
                 previous.identities = identities
                 pub.converge.knows_streams(previous.fingerprint_streams)
             previous.index = index
-            if index is not None and config.incremental:  # (none reused otherwise)
+            if index is not None:  # (without --incremental, none is reused, but a catalog
+                # computed again and found as indexed keeps its id all the same)
                 index.expect(STDIN if path is None else path for path, _, _ in found.entries)
             batches = _batches(_items(found, config, previous, tmp))
             touched = _Touches(store, verify=config.checksum)  # originals of documents reused one by one
