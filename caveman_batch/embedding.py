@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from . import _accel
 from .errors import EmbedderUnavailable
@@ -103,6 +104,9 @@ def _missing() -> str | None:
     return None
 
 
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")  # (in a str, every surrogate is lone)
+
+
 class WordLlamaEmbedder:
     """WordLlama l2_supercat (256 dims): mean of static token vectors, unit length.
 
@@ -168,7 +172,10 @@ class WordLlamaEmbedder:
         _, tokenizer = self._loaded()
         # encode_batch_fast (tokenizers >= 0.20) skips the offsets we do not read
         encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-        for word, encoding in zip(new, encode(new, add_special_tokens=False)):
+        # a lone surrogate (a query, or a description a server cut mid-emoji, "\ud83d")
+        # is no text to the tokenizer, which refuses the whole batch: it reads U+FFFD there
+        tokenized = [_LONE_SURROGATE.sub("\ufffd", word) for word in new]
+        for word, encoding in zip(new, encode(tokenized, add_special_tokens=False)):
             self._word_ids[word] = array("i", encoding.ids).tobytes()  # joined per text
 
     def _loaded(self) -> tuple[npt.NDArray[np.float32], Tokenizer]:

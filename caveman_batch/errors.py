@@ -140,6 +140,11 @@ class SearchIndexOutdatedError(UsageError, SearchIndexError):
     `compress --index`, which only a reader refuses; a newer one needs a newer version."""
 
 
+class NotASearchIndexError(UsageError, SearchIndexError):
+    """The path given as a search index is a file of something else (another SQLite
+    database, not a database at all): refused, and the file left as it was."""
+
+
 class SearchIndexNotFoundError(UsageError, FileNotFoundError):
     """A command that only reads was pointed at a search index that does not exist."""
 

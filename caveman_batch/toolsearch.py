@@ -32,7 +32,12 @@ import orjson
 
 from . import _accel
 from .catalog import NAME_MAPS, ONE_SCHEMA, SCHEMA_KEYS, SCHEMA_LIST
-from .errors import SearchIndexError, SearchIndexNotFoundError, SearchIndexOutdatedError
+from .errors import (
+    NotASearchIndexError,
+    SearchIndexError,
+    SearchIndexNotFoundError,
+    SearchIndexOutdatedError,
+)
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ WEIGHTS: Final = (3.0, 1.0, 1.0)
 _WEIGHTS: Final = ", ".join(str(w) for w in WEIGHTS)
 # search() ranks the best k + _TIE_MARGIN texts, unless their last ties with the k-th
 _TIE_MARGIN: Final = 16
+_MAX_K: Final = 1 << 40  # hits asked for beyond this: as many (no index holds that many tools)
 TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 # FTS5's merge settings (its defaults), and those of a build: no merging as it goes, only
 # when a level holds this many segments (each commit adds one; FTS5 allows 2,000), then
@@ -215,13 +221,22 @@ when where which who will with would you your need needs some any all get
 """.split())
 
 
+def _camel_parts(word: str) -> list[str]:
+    """The parts of a camelCase word (none for a word of one part)."""
+    parts = _CAMEL.split(word)
+    return [p for p in parts if p] if len(parts) > 1 else []
+
+
 def match_expression(query: str) -> str | None:
     """An FTS5 MATCH expression for free text: the OR of its quoted words, or None.
 
     Stop words go unless nothing else is left. Each word is quoted, so FTS5 syntax in
-    the query (AND, NEAR, quotes, column filters) is only text.
+    the query (AND, NEAR, quotes, column filters) is only text. A word that is a name in
+    camelCase (`sendEmail`) is searched whole and in its parts, as names are indexed
+    (split_name). Past MAX_QUERY_TERMS distinct words, the rest are not searched.
     """
-    words = [w.lower() for w in _WORD.findall(query)]
+    words = [w.lower() for found in _WORD.findall(query)
+             for w in dict.fromkeys((found, *_camel_parts(found)))]
     kept = [w for w in words if w not in STOP_WORDS] or words
     unique = list(dict.fromkeys(kept))[:MAX_QUERY_TERMS]
     if not unique:
@@ -344,17 +359,23 @@ class ToolIndex:
     def _prepare(self, create: bool) -> None:
         # a new file's pages: 16 KiB, not 4: a build writes a quarter as many WAL frames
         # (about 0.2 s of 1.4 s CPU replaying the bench registry's build, measured under
-        # load); an existing file keeps its own
-        self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
-        self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
-                         "PRAGMA journal_mode=MEMORY")
-        # WAL: readers (a proxy) go on while a build writes; NORMAL: a crash loses no
-        # committed transaction, a power loss at most the last ones (a rerun redoes them)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
-        self._db.execute("BEGIN")  # (a read: one snapshot of what a writer committed)
+        # load); an existing file keeps its own (this writes nothing)
+        try:
+            self._db.execute(f"PRAGMA page_size={_PAGE_SIZE}")
+            # NORMAL: a crash loses no committed transaction, a power loss at most the last
+            # ones (a rerun redoes them)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA mmap_size=268435456")  # reads map the file, not copy pages
+            self._db.execute("BEGIN")  # (a read: one snapshot of what a writer committed)
+        except sqlite3.DatabaseError as exc:  # (not a database: the first read says so)
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+                raise self._not_an_index(str(exc)) from None
+            raise
         try:
             found = self._schema()
+            if found is None and not create:  # (an empty file: a reader writes nothing)
+                raise SearchIndexNotFoundError(f"no search index at {self.location} (an empty "
+                                               f"database)", self.location)
             if found is not None and found != str(SCHEMA_VERSION):
                 self._refuse_outdated(found, create)
             current = found == str(SCHEMA_VERSION) and (self._vectors is None
@@ -363,6 +384,11 @@ class ToolIndex:
             self._db.execute("COMMIT")
         if current:
             return  # nothing to write: an open does not wait for a writer's transaction
+        # WAL (kept in the file: every index is made so): readers (a proxy) go on while a
+        # build writes. Set only here, by an open that writes, once the file is known to
+        # be an index or empty: a reader never changes the file's journal mode
+        self._db.execute("PRAGMA journal_mode=WAL" if self.location != ":memory:" else
+                         "PRAGMA journal_mode=MEMORY")
         with self._transaction():
             found = self._schema()
             if found is not None and found != str(SCHEMA_VERSION):
@@ -377,12 +403,30 @@ class ToolIndex:
                 self._vectors.adopt(self._db)
 
     def _schema(self) -> str | None:
-        """The schema version the file was made with (None: a new file)."""
-        if self._db.execute("SELECT 1 FROM sqlite_schema WHERE type='table' AND name='meta'"
-                            ).fetchone() is None:
+        """The schema version the file was made with (None: a new file, with no table at
+        all). A database with tables that is not an index of any version (each had a
+        `meta` table naming its schema and the `tools_fts` table) is refused: an index
+        written into it, or an older one's tables dropped, would alter another program's
+        data."""
+        tables = {row[0] for row in self._db.execute(
+            "SELECT name FROM sqlite_schema WHERE type='table'")}
+        if not tables:
             return None
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        return None if row is None else row[0]
+        row = None
+        if {"meta", "tools_fts"} <= tables:
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            except sqlite3.OperationalError:  # (a `meta` of other columns)
+                row = None
+        if row is None or not isinstance(row[0], str):
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise self._not_an_index(f"an SQLite database with other tables ({shown})")
+        return row[0]
+
+    def _not_an_index(self, why: str) -> NotASearchIndexError:
+        return NotASearchIndexError(f"{self.location} is not a search index ({why}); give "
+                                    f"--index a new file or an index's path: it is left as "
+                                    f"it was")
 
     def _refuse_outdated(self, found: str, create: bool) -> None:
         """An index of another schema than this version's: an error, unless it is older and
@@ -656,6 +700,7 @@ class ToolIndex:
         expression = match_expression(query)
         if expression is None or k <= 0 or (servers is not None and not servers):
             return []
+        k = min(k, _MAX_K)  # (SQLite's LIMIT is a 64-bit integer: k + a margin must fit)
         if self._vectors is not None:
             return self._hybrid_search(query, expression, k, servers)
         if servers is None:

@@ -76,7 +76,7 @@ def test_an_index_it_cannot_open_is_an_error_of_its_first_call(tmp_path: Path) -
     path = tmp_path / "not-an-index.db"
     path.write_bytes(b"this is not a database file, not at all" * 100)
     with IndexWriter(str(path), embed=False) as writer:
-        with pytest.raises(SearchIndexError, match="cannot open search index"):
+        with pytest.raises(SearchIndexError, match="not-an-index.db is not a search index"):
             writer.defer_merges()
 
 

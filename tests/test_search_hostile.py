@@ -1,0 +1,136 @@
+"""`search`, `eval search` and `compress --index` given what is not an index, or odd queries,
+through the real CLI (a subprocess): a clear error naming the path, exit 1, and the file
+left byte for byte as it was; queries the tokenizer or SQLite cannot take as they are."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from caveman_batch.embedding import EMBED_EXTRA_HINT, extra_installed
+from caveman_batch.toolsearch import ToolIndex, match_expression, tool_docs
+
+TOOLS = [{"name": "sendEmail", "description": "Deliver a message to a recipient."},
+         {"name": "read_file", "description": "Read a file from disk."}]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    beside = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
+    command = [beside] if beside else [sys.executable, "-m", "caveman_batch"]
+    return subprocess.run([*command, *args], env=dict(os.environ), capture_output=True,
+                          text=True, errors="surrogateescape", timeout=120, check=False)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture
+def foreign(tmp_path: Path) -> Path:
+    """Another program's SQLite database, with a `meta` table naming a schema "1" (what an
+    index of an older version holds) and a `tools` table."""
+    path = tmp_path / "mine.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO meta VALUES ('schema', '1')")
+        db.execute("CREATE TABLE tools (name TEXT)")
+        db.execute("INSERT INTO tools VALUES ('precious')")
+    db.close()
+    return path
+
+
+@pytest.fixture
+def queries(tmp_path: Path) -> Path:
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"query": "read a file", "tools": ["read_file"]}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("command", ["search", "eval", "compress"])
+def test_a_database_of_another_program_is_refused_and_left_as_it_was(
+        tmp_path: Path, foreign: Path, queries: Path, command: str) -> None:
+    before, listing = _digest(foreign), _files(tmp_path)
+    if command == "search":
+        done = _cli("search", "file", "--index", str(foreign), "--no-embed")
+    elif command == "eval":
+        done = _cli("eval", "search", str(queries), "--index", str(foreign), "--no-embed")
+    else:
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "a.json").write_text(json.dumps({"tools": TOOLS}))
+        done = _cli("compress", str(src), "-o", str(tmp_path / "out"), "--index", str(foreign),
+                    "--store", f"lmdb://{tmp_path / 'store'}", "--no-embed")
+        listing = _files(tmp_path)  # (compress makes OUT and the store: not the index's)
+    assert done.returncode == 1, done.stderr
+    assert f"{foreign} is not a search index" in done.stderr and "Traceback" not in done.stderr
+    assert _digest(foreign) == before and _files(tmp_path) == listing  # no -wal, no -shm
+    with sqlite3.connect(foreign) as db:
+        assert db.execute("SELECT name FROM tools").fetchall() == [("precious",)]
+    db.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"not a database at all, only words " * 200])
+def test_an_empty_or_garbage_file_is_no_index_to_read_and_is_not_written(
+        tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "idx.db"
+    path.write_bytes(content)
+    done = _cli("search", "file", "--index", str(path), "--no-embed")
+    assert done.returncode == 1, done.stderr
+    assert str(path) in done.stderr and "Traceback" not in done.stderr
+    assert path.read_bytes() == content and _files(tmp_path) == ["idx.db"]
+
+
+def test_a_garbage_file_is_refused_by_compress_too(tmp_path: Path) -> None:
+    path = tmp_path / "idx.db"
+    path.write_bytes(b"not a database at all, only words " * 200)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.json").write_text(json.dumps({"tools": TOOLS}))
+    done = _cli("compress", str(src), "-o", str(tmp_path / "out"), "--index", str(path),
+                "--store", f"lmdb://{tmp_path / 'store'}", "--no-embed")
+    assert done.returncode == 1 and f"{path} is not a search index" in done.stderr
+    assert path.read_bytes() == b"not a database at all, only words " * 200
+
+
+@pytest.fixture
+def index_path(tmp_path: Path) -> Path:
+    path = tmp_path / "idx.db"
+    with ToolIndex.open(path) as index:
+        index.replace_server("mail", tool_docs("mail", TOOLS, TOOLS, [None] * len(TOOLS)))
+    return path
+
+
+def test_a_camel_case_name_in_a_query_finds_its_tool(index_path: Path) -> None:
+    assert match_expression("sendEmail") == '"sendemail" OR "send" OR "email"'
+    done = _cli("search", "sendEmail", "--index", str(index_path), "--no-embed", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [hit["name"] for hit in json.loads(done.stdout)][:1] == ["sendEmail"]
+
+
+def test_a_k_beyond_any_integer_sqlite_takes_is_every_hit(index_path: Path) -> None:
+    done = _cli("search", "file", "--index", str(index_path), "--no-embed", "--json",
+                "-k", str(2 ** 63 - 1))
+    assert done.returncode == 0, done.stderr
+    assert [hit["name"] for hit in json.loads(done.stdout)] == ["read_file"]
+
+
+@pytest.mark.skipif(not extra_installed(), reason=f"embed extra not installed: {EMBED_EXTRA_HINT}")
+def test_a_query_with_a_byte_that_is_not_utf8_is_searched_hybrid(index_path: Path) -> None:
+    """A Latin-1 byte in argv reaches Python as a lone surrogate (surrogateescape), which
+    the tokenizer refused: a traceback. Its other words are searched."""
+    query = b"caf\xe9 file".decode("utf-8", "surrogateescape")
+    done = _cli("search", query, "--index", str(index_path), "--embed", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "read_file" in [hit["name"] for hit in json.loads(done.stdout)]
