@@ -227,6 +227,12 @@ def _camel_parts(word: str) -> list[str]:
     return [p for p in parts if p] if len(parts) > 1 else []
 
 
+def _writable(location: str) -> bool:
+    """Whether this process may write the file and make files beside it (its -shm)."""
+    folder = os.path.dirname(os.path.abspath(location))
+    return os.access(location, os.W_OK) and os.access(folder, os.W_OK)
+
+
 def match_expression(query: str) -> str | None:
     """An FTS5 MATCH expression for free text: the OR of its quoted words, or None.
 
@@ -338,16 +344,39 @@ class ToolIndex:
         if location != ":memory:" and not create and not Path(location).is_file():
             raise SearchIndexNotFoundError(f"no search index at {location}", location)
         try:
-            db = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
+            return cls._opened(location, location, create, embedder)
+        except SearchIndexError as exc:
+            # a WAL file's readers need its -shm beside it: where none can be made (a
+            # read-only mount, an image's layer), a reader opens the file as immutable
+            # (no one can write it there either)
+            if create or not isinstance(exc.__cause__, sqlite3.OperationalError) or _writable(
+                    location):
+                raise
+        uri = f"{Path(location).resolve().as_uri()}?mode=ro&immutable=1"
+        return cls._opened(uri, location, create, embedder)
+
+    @classmethod
+    def _opened(cls, target: str, location: str, create: bool,
+                embedder: Embedder | None) -> ToolIndex:
+        try:
+            db = sqlite3.connect(target, isolation_level=None, check_same_thread=False,
+                                 uri=target.startswith("file:"))
         except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+            raise SearchIndexError(f"cannot open search index {location}: {exc}") from exc
         index = cls(db, location, None if embedder is None else ToolVectors(embedder))
         try:
             index._prepare(create)
         except BaseException as exc:
             db.close()  # an index refused is not left open
             if isinstance(exc, sqlite3.Error):
-                raise SearchIndexError(f"cannot open search index {location}: {exc}") from None
+                hint = ""
+                if embedder is not None and str(getattr(exc, "sqlite_errorname", "")
+                                                ).startswith("SQLITE_READONLY"):
+                    hint = (" (its tools have no vectors of this embedder yet, and it is "
+                            "read-only here: search it with --no-embed, or build it with the "
+                            "embed extra installed)")
+                raise SearchIndexError(f"cannot open search index {location}: {exc}{hint}"
+                                       ) from exc
             raise
         return index
 

@@ -134,3 +134,39 @@ def test_a_query_with_a_byte_that_is_not_utf8_is_searched_hybrid(index_path: Pat
     done = _cli("search", query, "--index", str(index_path), "--embed", "--json")
     assert done.returncode == 0, done.stderr
     assert "read_file" in [hit["name"] for hit in json.loads(done.stdout)]
+
+
+def _read_only_view(folder: Path, view: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """`command` run where `view` is a read-only bind mount of `folder` (a mount namespace of
+    its own: unshare, as root or in a user namespace); skips where neither is allowed."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) here")
+    view.mkdir()
+    script = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
+    for flags in (["-m"], ["-r", "-m"]):
+        probe = subprocess.run([unshare, *flags, "sh", "-c", script, "sh", str(folder), str(view),
+                                "true"], capture_output=True, timeout=30, check=False)
+        if probe.returncode == 0:
+            return subprocess.run([unshare, *flags, "sh", "-c", script, "sh", str(folder),
+                                   str(view), *command], env=dict(os.environ),
+                                  capture_output=True, text=True, timeout=120, check=False)
+    pytest.skip(f"no read-only bind mount here: {probe.stderr.decode(errors='replace').strip()}")
+
+
+def test_an_index_on_a_read_only_mount_is_searched(tmp_path: Path) -> None:
+    """A WAL index's readers need its -shm beside it: on a read-only mount (an image's layer)
+    none can be made, and the search failed with 'unable to open database file'."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    with ToolIndex.open(folder / "idx.db") as index:
+        index.replace_server("mail", tool_docs("mail", TOOLS, TOOLS, [None] * len(TOOLS)))
+    assert _files(folder) == ["idx.db"]  # (the last connection closed: no -wal, no -shm)
+    beside = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
+    command = [beside] if beside else [sys.executable, "-m", "caveman_batch"]
+    view = tmp_path / "view"
+    done = _read_only_view(folder, view, [*command, "search", "read a file", "--index",
+                                          str(view / "idx.db"), "--no-embed", "--json"])
+    assert done.returncode == 0, done.stderr
+    assert [hit["name"] for hit in json.loads(done.stdout)][:1] == ["read_file"]
+    assert _files(folder) == ["idx.db"]
