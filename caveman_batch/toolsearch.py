@@ -227,10 +227,14 @@ def _camel_parts(word: str) -> list[str]:
     return [p for p in parts if p] if len(parts) > 1 else []
 
 
-def _writable(location: str) -> bool:
-    """Whether this process may write the file and make files beside it (its -shm)."""
-    folder = os.path.dirname(os.path.abspath(location))
-    return os.access(location, os.W_OK) and os.access(folder, os.W_OK)
+def _read_only_mount(location: str) -> bool:
+    """Whether the file lies on a file system mounted read-only: no one writes it there
+    (a folder this process may not write is not enough: its owner may be writing)."""
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(location))).f_flag
+                    & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def match_expression(query: str) -> str | None:
@@ -349,8 +353,8 @@ class ToolIndex:
             # a WAL file's readers need its -shm beside it: where none can be made (a
             # read-only mount, an image's layer), a reader opens the file as immutable
             # (no one can write it there either)
-            if create or not isinstance(exc.__cause__, sqlite3.OperationalError) or _writable(
-                    location):
+            if create or not isinstance(exc.__cause__, sqlite3.OperationalError) or (
+                    not _read_only_mount(location)):
                 raise
         uri = f"{Path(location).resolve().as_uri()}?mode=ro&immutable=1"
         return cls._opened(uri, location, create, embedder)
