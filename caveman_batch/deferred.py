@@ -10,7 +10,14 @@ object's exact bytes to the CCR store, compresses it and indexes it (an in-memor
 `--always` tools and whatever searches have found since (each search that finds a new
 tool sends `notifications/tools/list_changed`). A `tools/call` of any upstream tool goes
 to its upstream unchanged but for its id (and, with several, the name's prefix), listed
-or not; `call_tool` does the same for clients that only call listed tools.
+or not; `call_tool` does the same for clients that only call listed tools. So with one
+upstream a tool of its own named `search_tools` or `call_tool` keeps that name, and the
+proxy's tool takes another (`search_tools_proxy`, see `free_name`), with a warning.
+
+The start waits for each upstream's tools for `Settings.startup_timeout`, counted from the
+client's `initialize`. An initialize every upstream refuses gets the (first) refusal, and
+the upstreams wait for the client's next try; one that refuses while another accepts is
+let go.
 
 Every message the proxy forwards keeps its bytes but for the member it must change:
 see `rpc`. Ids: the proxy numbers its requests to each upstream itself, and its requests
@@ -26,13 +33,14 @@ state, the index and every write, so there are no locks.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, TextIO
@@ -44,8 +52,16 @@ from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
 from .proxy import exit_status, open_or_warn
 from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
-from .toolspans import index_entries
-from .upstreams import SEPARATOR, Events, ServerSpec, Upstream, pump_lines, start_thread
+from .toolspans import ToolEntry, index_entries
+from .upstreams import (
+    MAX_UNWRITTEN,
+    SEPARATOR,
+    Events,
+    ServerSpec,
+    Upstream,
+    pump_lines,
+    start_thread,
+)
 
 SEARCH_TOOL: Final = "search_tools"
 CALL_TOOL: Final = "call_tool"
@@ -79,6 +95,7 @@ class Catalog:
     tools: dict[str, ListedTool] = field(default_factory=dict)  # by upstream name, in order
     docs: list[ToolDoc] = field(default_factory=list)
     originals: list[ccr.Prepared] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # names of tools it could not read
 
 
 def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compressed: bool,
@@ -89,13 +106,22 @@ def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compresse
     `compress --index` splits a catalog (`toolspans.index_entries`), so a tool gets the
     same definition and search text here as in a bulk index. Without `compressed` the
     definitions are the originals, minified. A page the compressor cannot read as a
-    catalog adds nothing to the search or the list (its tools may still be called).
+    catalog is read again tool by tool, each as a page of its own, so that one tool it
+    cannot read (a lone surrogate, a NaN) leaves out that tool alone, named in
+    `left_out`; a left-out tool may still be called.
     """
     catalog = Catalog()
     for page in pages:
-        out = compress(page, options)[0] if compressed else page
-        found = index_entries(page, out)
-        for entry in found[1] if found is not None else ():
+        entries = _page_entries(page, compressed, options)
+        if entries is None:
+            entries = []
+            for tool in _page_tools(page):
+                one = _page_entries(b'{"tools":[' + tool + b"]}", compressed, options)
+                if one:
+                    entries += one
+                else:
+                    catalog.left_out.append(_tool_name(tool))
+        for entry in entries:
             if not entry.name or entry.name in catalog.tools:
                 continue
             prepared = ccr.prepare(entry.original) if compressed else None
@@ -110,6 +136,32 @@ def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compresse
     return catalog
 
 
+def _page_entries(page: bytes, compressed: bool, options: Options) -> list[ToolEntry] | None:
+    out = compress(page, options)[0] if compressed else page
+    found = index_entries(page, out)
+    return None if found is None else found[1]
+
+
+def _page_tools(page: bytes) -> list[bytes]:
+    """The exact bytes of each element of a tools/list result's `tools`, by rpc's walker,
+    which takes what the compressor does not (a NaN, a lone surrogate's escape)."""
+    try:
+        text = page.decode("utf-8")
+    except UnicodeDecodeError:
+        return []
+    members = rpc.member_spans(text, (len(text) - len(text.lstrip()), len(text))) or {}
+    spans = rpc.element_spans(text, members["tools"]) if "tools" in members else None
+    return [text[start:end].encode("utf-8") for start, end in spans or ()]
+
+
+def _tool_name(tool: bytes) -> str:
+    try:
+        name = json.loads(tool).get("name")
+    except (ValueError, AttributeError, RecursionError):
+        name = None
+    return name if isinstance(name, str) else "(without a name)"
+
+
 def _renamed(definition: str, exposed: str) -> str:
     tool = parse(definition.encode("utf-8"))
     if tool["name"] == exposed:
@@ -121,13 +173,14 @@ def _renamed(definition: str, exposed: str) -> str:
 # -- the proxy's own tools ------------------------------------------------------------------
 
 
-def search_tool_definition(servers: Sequence[str]) -> str:
+def search_tool_definition(servers: Sequence[str], name: str = SEARCH_TOOL,
+                           call: str = CALL_TOOL) -> str:
     among = f" of {', '.join(servers)}" if len(servers) > 1 else ""
     return rpc.dumps({
-        "name": SEARCH_TOOL,
+        "name": name,
         "description": f"Find the tools{among} that do what you need. Returns the best "
                        "matches' definitions; each one found is then listed, to call "
-                       f"directly or through {CALL_TOOL}.",
+                       f"directly or through {call}.",
         "inputSchema": {"type": "object", "properties": {
             "query": {"type": "string", "description": "What the tool should do, in words"},
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
@@ -135,13 +188,25 @@ def search_tool_definition(servers: Sequence[str]) -> str:
             "required": ["query"]}})
 
 
-CALL_TOOL_DEFINITION: Final = rpc.dumps({
-    "name": CALL_TOOL,
-    "description": f"Call a tool that {SEARCH_TOOL} found, by its name, with its arguments.",
-    "inputSchema": {"type": "object", "properties": {
-        "name": {"type": "string"},
-        "arguments": {"type": "object", "description": "As the tool's inputSchema says"}},
-        "required": ["name"]}})
+def call_tool_definition(name: str = CALL_TOOL, search: str = SEARCH_TOOL) -> str:
+    return rpc.dumps({
+        "name": name,
+        "description": f"Call a tool that {search} found, by its name, with its arguments.",
+        "inputSchema": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "arguments": {"type": "object", "description": "As the tool's inputSchema says"}},
+            "required": ["name"]}})
+
+
+def free_name(base: str, taken: Container[str]) -> str:
+    """`base`, or the first of base_proxy, base_proxy_2, ... that `taken` does not hold."""
+    if base not in taken:
+        return base
+    name, n = f"{base}_proxy", 1
+    while name in taken:
+        n += 1
+        name = f"{base}_proxy_{n}"
+    return name
 
 
 def _tool_result(text: str, *, error: bool = False, meta: dict[str, Any] | None = None) -> str:
@@ -184,10 +249,13 @@ class Server:
 
     up: Upstream
     prefix: str  # in front of each of its tools' names ("" with a single upstream)
-    deadline: float  # to be initialized and listed by, before the start stops waiting
+    # to be initialized and listed by, before the start stops waiting; set by the client's
+    # initialize, which may come at any time
+    deadline: float | None = None
     state: str = STARTING
     settled: bool = False  # listed, dead or late: the start no longer waits for it
     init: dict[str, Any] | None = None  # its initialize result
+    refusal: Reply | None = None  # its error answer to initialize, while the client's waits
     next_id: int = 1
     calls: dict[int, OnReply] = field(default_factory=dict)
     tools: dict[str, ListedTool] = field(default_factory=dict)
@@ -225,7 +293,9 @@ class DeferredProxy:
         self.options = Options(count_tokens=False)
         self.index = ToolIndex.open(":memory:", embedder=embedder)  # hybrid, as `search`
         self.originals: dict[str, ccr.Prepared] = {}  # committed tool originals, by digest
+        self.search_name, self.call_name = SEARCH_TOOL, CALL_TOOL  # see _own_names
         self.search_definition = search_tool_definition([s.name for s in servers])
+        self.call_definition = call_tool_definition()
         self.init_request: rpc.Message | None = None
         self.init_answered = False
         self.held: list[rpc.Message] | None = []  # client requests until every upstream settles
@@ -266,13 +336,14 @@ class DeferredProxy:
             self._warn(f"internal error on a message from {source or 'the client'}: {exc!r}")
 
     def _timeout(self) -> float | None:
-        waiting = [s.deadline for s in self.servers.values() if not s.settled]
+        waiting = [s.deadline for s in self.servers.values()
+                   if not s.settled and s.deadline is not None]
         return max(0.0, min(waiting) - time.monotonic()) if waiting else None
 
     def _expire(self) -> None:
         now = time.monotonic()
         for server in self.servers.values():
-            if not server.settled and now >= server.deadline:
+            if not server.settled and server.deadline is not None and now >= server.deadline:
                 server.settled = True
                 self._warn(f"upstream {server.name!r} did not list its tools within "
                            f"{self.settings.startup_timeout:g} s: its tools join when it does")
@@ -320,7 +391,13 @@ class DeferredProxy:
         uid = server.next_id
         server.next_id += 1
         server.calls[uid] = on_reply
-        server.up.send(line_for(uid))  # if it is dead, its EOF fails the call
+        if not server.up.send(line_for(uid)):  # exiting, or it no longer reads its input:
+            # the call fails now (an upstream that has stopped reading would never answer)
+            if server.calls.pop(uid, None) is not None:
+                on_reply(Reply(None, f"upstream {server.name!r} is not reading its input (it "
+                                     f"is exiting, or {MAX_UNWRITTEN >> 20} MiB already wait "
+                                     f"for it)"))
+            return None
         return uid
 
     def _forward(self, msg: rpc.Message, server: Server,
@@ -372,10 +449,15 @@ class DeferredProxy:
         try:
             msg = rpc.read(line)
         except rpc.BadMessage as exc:
-            self._send(rpc.error("null", rpc.PARSE_ERROR, f"not a JSON-RPC message: {exc}"))
+            code = rpc.INVALID_REQUEST if isinstance(exc, rpc.InvalidRequest) else rpc.PARSE_ERROR
+            self._send(rpc.error("null", code, f"not a JSON-RPC message: {exc}"))
             return
         if msg.is_response:
             self._client_response(msg)
+        elif msg.has_id and msg.id is not None and rpc.id_key(msg.id) is None:
+            # an id it cannot be answered under (an object, true): JSON-RPC's answer is null
+            self._send(rpc.error("null", rpc.INVALID_REQUEST,
+                                 "id: a string, a number or null, please"))
         elif msg.method is None:
             if msg.has_id:
                 self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST, "no method"))
@@ -450,36 +532,73 @@ class DeferredProxy:
             return
         self.init_request = msg
         params = msg.raw("params") if "params" in msg.spans else "{}"
+        deadline = time.monotonic() + self.settings.startup_timeout
         for server in self.servers.values():
+            if server.state != DEAD:
+                server.deadline, server.settled = deadline, False
             self._request(server, "initialize", params, partial(self._on_initialize, server))
         self._maybe_answer_initialize()
 
     def _on_initialize(self, server: Server, reply: Reply) -> None:
-        if not reply.ok:
-            if server.state != DEAD:
-                self._warn(f"upstream {server.name!r} refused initialize: {reply.reason()}")
-                server.up.close_stdin()  # it is of no use: let it go (its EOF follows)
+        if reply.message is None:  # it died: _server_gone has cleaned up
             return
-        assert reply.message is not None
+        if not reply.ok:
+            self._warn(f"upstream {server.name!r} refused initialize: {reply.reason()}")
+            server.refusal, server.deadline = reply, None  # the clock no longer decides for it
+            if self.init_answered:  # the others serve the client: this one is of no use
+                self._let_go(server)
+            self._maybe_answer_initialize()
+            return
         result = reply.message.values["result"]
         server.init = result if isinstance(result, dict) else {}
         server.up.send(rpc.notification("notifications/initialized"))
         self._fetch_tools(server)
         self._maybe_answer_initialize()
 
+    def _let_go(self, server: Server) -> None:
+        server.settled = True
+        server.up.close_stdin()  # its EOF follows
+
     def _maybe_answer_initialize(self) -> None:
+        """Answer the client's initialize once every upstream has answered or is late.
+
+        If every running upstream refused it, the client gets the first refusal and may
+        try again (with other params): they are kept, none initialized. Otherwise the
+        refusers are let go, and the answer is an error only if none initialized and none
+        may (a late one joins when it answers: with several, the start goes on without it).
+        """
         if self.init_request is None or self.init_answered:
             return
-        if not all(s.init is not None or s.settled for s in self.servers.values()):
+        servers = list(self.servers.values())
+        if not all(s.init is not None or s.settled or s.refusal is not None for s in servers):
+            return
+        raw_id = self.init_request.raw("id")
+        refusals = [s.refusal for s in servers if s.refusal is not None]
+        if refusals and all(s.refusal is not None or s.state == DEAD for s in servers):
+            self._refused(raw_id, refusals[0])
             return
         self.init_answered = True
-        raw_id = self.init_request.raw("id")
-        inits = [s.init for s in self.servers.values() if s.init is not None]
-        if self.settings.single and not inits:
+        for server in servers:
+            if server.refusal is not None:
+                self._let_go(server)
+        inits = [s.init for s in servers if s.init is not None]
+        if not inits and (self.settings.single or all(s.state == DEAD for s in servers)):
             self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE,
-                                 "the upstream did not initialize"))
+                                 "the upstream did not initialize" if self.settings.single
+                                 else "no upstream initialized"))
             return
         self._send(rpc.response(raw_id, rpc.dumps(self._init_result(inits))))
+
+    def _refused(self, raw_id: str, refusal: Reply) -> None:
+        assert refusal.message is not None
+        self._send(rpc.replace(refusal.message, "id", raw_id))
+        self.init_request = None  # a next initialize is the client's retry
+        for server in self.servers.values():
+            server.refusal, server.deadline = None, None
+        held, self.held = self.held or [], []  # sent after an initialize that failed
+        for msg in held:
+            self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST,
+                                 "not initialized: initialize was refused"))
 
     def _init_result(self, inits: list[dict[str, Any]]) -> dict[str, Any]:
         versions = [i["protocolVersion"] for i in inits if isinstance(i.get("protocolVersion"), str)]
@@ -537,6 +656,9 @@ class DeferredProxy:
 
     def _index(self, server: Server, pages: list[bytes]) -> None:
         catalog = self._catalog(server, pages)
+        for name in catalog.left_out:
+            self._warn(f"upstream {server.name!r}: tool {name!r} cannot be read as a catalog "
+                       "tool: left out of the search and the list (a call of it still goes)")
         try:
             self.index.replace_server(server.name, catalog.docs)
         except SearchIndexError as exc:
@@ -544,8 +666,26 @@ class DeferredProxy:
             return
         server.tools, server.state, server.settled = catalog.tools, LISTED, True
         self._log(f"upstream {server.name!r}: {len(catalog.tools)} tools indexed")
+        self._own_names(server)
         self._maybe_ready()
         self._tools_changed()
+
+    def _own_names(self, server: Server) -> None:
+        """With one upstream its tools keep their names, so one of its own named like a
+        proxy tool would be hidden by it: the proxy's tool takes another name instead
+        (`free_name`), and a call by that name reaches the upstream's, as any call does."""
+        if not self.settings.single:
+            return  # NAME__tool is never a proxy tool's name
+        search, call = free_name(SEARCH_TOOL, server.tools), free_name(CALL_TOOL, server.tools)
+        if (search, call) == (self.search_name, self.call_name):
+            return
+        for base, name in ((SEARCH_TOOL, search), (CALL_TOOL, call)):
+            if name != base:
+                self._warn(f"upstream {server.name!r} has a tool named {base!r}: the proxy's "
+                           f"own is {name!r}")
+        self.search_name, self.call_name = search, call
+        self.search_definition = search_tool_definition([server.name], search, call)
+        self.call_definition = call_tool_definition(call, search)
 
     def _catalog(self, server: Server, pages: list[bytes]) -> Catalog:
         """Compressed, its originals committed first; without a store, the originals."""
@@ -619,7 +759,7 @@ class DeferredProxy:
         """The client's tools/list result; `durable`: to send, so its handles are made sure
         of in the store first (_durable)."""
         tools = self._exposed()
-        definitions = [self.search_definition, CALL_TOOL_DEFINITION,
+        definitions = [self.search_definition, self.call_definition,
                        *(t.definition for t in tools)]
         handles = self._durable(tools) if durable else {t.exposed: t.handle for t in tools
                                                         if t.handle}
@@ -639,10 +779,10 @@ class DeferredProxy:
 
     def _call(self, msg: rpc.Message) -> None:
         name = msg.params.get("name")
-        if name == SEARCH_TOOL:
+        if name == self.search_name:
             self._search(msg)
             return
-        if name == CALL_TOOL:
+        if name == self.call_name:
             self._call_tool(msg)
             return
         route = self._route(name) if isinstance(name, str) else None
@@ -652,7 +792,11 @@ class DeferredProxy:
         server, upstream_name = route
         changes = []
         if upstream_name != name:
-            spans = rpc.member_spans(msg.text, msg.spans["params"]) or {}
+            spans = rpc.member_spans(msg.text, msg.spans["params"])
+            if spans is None:  # a key twice: the name to rename is not the proxy's to guess
+                self._send(rpc.error(msg.raw("id"), rpc.INVALID_PARAMS,
+                                     "params: a key is given twice"))
+                return
             changes.append((spans["name"], rpc.dumps(upstream_name)))
         self._forward(msg, server, changes)
 
@@ -695,7 +839,7 @@ class DeferredProxy:
         route = self._route(name) if isinstance(name, str) else None
         if route is None:
             self._send(rpc.response(raw_id, _tool_result(
-                f"unknown tool {name!r}: {SEARCH_TOOL} finds tools", error=True)))
+                f"unknown tool {name!r}: {self.search_name} finds tools", error=True)))
             return
         assert isinstance(args, dict)
         if not isinstance(args.get("arguments", {}), dict):
@@ -703,6 +847,11 @@ class DeferredProxy:
                                                          error=True)))
             return
         server, upstream_name = route
+        params = _call_params(msg, upstream_name)
+        if params is None:
+            self._send(rpc.response(raw_id, _tool_result("a key is given twice: each once, please",
+                                                         error=True)))
+            return
         key = rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
@@ -715,7 +864,7 @@ class DeferredProxy:
                 self._send(rpc.response(raw_id, _tool_result(
                     f"{name} failed: {reply.reason()}", error=True)))
 
-        uid = self._request(server, "tools/call", _call_params(msg, upstream_name), done)
+        uid = self._request(server, "tools/call", params, done)
         if uid is not None and key is not None:
             self.client_calls[key] = (server, uid)
 
@@ -729,6 +878,7 @@ class DeferredProxy:
         except rpc.BadMessage as exc:
             self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({exc}): "
                        "dropped")
+            self._unreadable_reply(server, line, str(exc))
             return
         if msg.is_response:
             on_reply = server.calls.pop(msg.id, None) if type(msg.id) is int else None
@@ -740,6 +890,15 @@ class DeferredProxy:
             self._server_request(server, msg)
         else:
             self._server_notification(server, msg)
+
+    def _unreadable_reply(self, server: Server, line: bytes, reason: str) -> None:
+        """A response the proxy cannot forward still ends the request it answers, with an
+        error naming the upstream: else the client would wait for it for ever."""
+        uid = rpc.response_id(line)
+        on_reply = server.calls.pop(uid, None) if type(uid) is int else None
+        if on_reply is not None:
+            text = f"upstream {server.name!r} answered with a line that is not JSON-RPC ({reason})"
+            on_reply(Reply(rpc.read(rpc.error(str(uid), rpc.UPSTREAM_UNAVAILABLE, text))))
 
     def _server_request(self, server: Server, msg: rpc.Message) -> None:
         if msg.method == "ping":  # the proxy is alive; the client need not be asked
@@ -800,10 +959,14 @@ class DeferredProxy:
 _SERVER_INFO: Final = {"name": "caveman-batch", "version": __version__}
 
 
-def _call_params(msg: rpc.Message, name: str) -> str:
-    """call_tool's params as the upstream's tools/call: its arguments as written, its _meta."""
-    params = rpc.member_spans(msg.text, msg.spans["params"]) or {}
-    outer = rpc.member_spans(msg.text, params["arguments"]) or {}
+def _call_params(msg: rpc.Message, name: str) -> str | None:
+    """call_tool's params as the upstream's tools/call: its arguments as written, its _meta;
+    None if params or call_tool's arguments give a key twice (which value is meant cannot be
+    told, and a call with other arguments than the client's must not be made)."""
+    params = rpc.member_spans(msg.text, msg.spans["params"])
+    outer = rpc.member_spans(msg.text, params["arguments"]) if params is not None else None
+    if params is None or outer is None:
+        return None
     arguments = msg.text[slice(*outer["arguments"])] if "arguments" in outer else "{}"
     meta = f',"_meta":{msg.text[slice(*params["_meta"])]}' if "_meta" in params else ""
     return '{"name":' + rpc.dumps(name) + ',"arguments":' + arguments + meta + "}"
@@ -821,7 +984,6 @@ def _start(specs: Sequence[ServerSpec], settings: Settings, events: Events,
            err: TextIO) -> list[Server]:
     """Every upstream that starts; with several, one that cannot start is left out."""
     servers = []
-    deadline = time.monotonic() + settings.startup_timeout
     for spec in specs:
         try:
             up = Upstream(spec, events, err, prefix_stderr=not settings.single)
@@ -831,7 +993,7 @@ def _start(specs: Sequence[ServerSpec], settings: Settings, events: Events,
             err.write(f"caveman-batch proxy: {exc}: left out\n")
             err.flush()
             continue
-        servers.append(Server(up, "" if settings.single else spec.name + SEPARATOR, deadline))
+        servers.append(Server(up, "" if settings.single else spec.name + SEPARATOR))
     return servers
 
 

@@ -4,8 +4,8 @@ A proxy that renumbers requests must not re-serialize what it forwards: `1.10` w
 become `1.1`, key order and escapes could change. So a message is read once into its
 members' values AND their spans (character offsets into the decoded line), and a
 forwarded line is the original text with one member's value spliced in (`replace`).
-The same walker finds spans inside a member (`member_spans`): a tools/call's `name`,
-call_tool's `arguments`.
+The same walker finds spans inside a member (`member_spans`, `element_spans`): a
+tools/call's `name`, call_tool's `arguments`, each tool of a tools/list page.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ _DECODER: Final = json.JSONDecoder()
 
 class BadMessage(ValueError):
     """A line that is not one JSON-RPC message (the reason is the message)."""
+
+
+class InvalidRequest(BadMessage):
+    """A line of JSON that is still not one message (an array, a number, a key twice):
+    JSON-RPC's Invalid Request, where other bad lines are its Parse error."""
 
 
 def _skip(text: str, i: int) -> int:
@@ -64,6 +69,30 @@ def member_spans(text: str, span: Span) -> dict[str, Span] | None:
         return _members(text, span[0])[1]
     except (BadMessage, ValueError, IndexError):
         return None
+
+
+def element_spans(text: str, span: Span) -> list[Span] | None:
+    """Spans of the elements of the array at `span`; None if it is not an array."""
+    try:
+        return _elements(text, span[0])
+    except (ValueError, IndexError, RecursionError):
+        return None
+
+
+def _elements(text: str, i: int) -> list[Span]:
+    if text[i] != "[":
+        raise BadMessage("not a JSON array")
+    spans: list[Span] = []
+    i = _skip(text, i + 1)
+    while text[i] != "]":
+        _, end = _DECODER.raw_decode(text, i)
+        spans.append((i, end))
+        i = _skip(text, end)
+        if text[i] == ",":
+            i = _skip(text, i + 1)
+        elif text[i] != "]":
+            raise BadMessage("an array element not followed by ',' or ']'")
+    return spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +142,36 @@ def read(line: bytes) -> Message:
         start = _skip(text, 0)
         values, spans, end = _members(text, start)
     except (ValueError, IndexError) as exc:  # BadMessage is a ValueError too
-        raise BadMessage(str(exc) if isinstance(exc, BadMessage) else "not JSON") from None
+        reason = str(exc) if isinstance(exc, BadMessage) else "not JSON"
+        raise (InvalidRequest if _is_json(text) else BadMessage)(reason) from None
     except RecursionError:
         raise BadMessage("nesting too deep") from None
     if _skip(text, end) != len(text):
         raise BadMessage("more than one JSON value on the line")
     return Message(text, values, spans)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def response_id(line: bytes) -> Any:
+    """The id of the response on a line `read` refuses (not UTF-8, a key twice), or None.
+
+    A reply that cannot be forwarded must still end the request it answers, so its bytes
+    are read leniently here: bad UTF-8 as U+FFFD, the last of repeated keys.
+    """
+    try:
+        value = json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or "method" in value:
+        return None
+    return value.get("id") if "result" in value or "error" in value else None
 
 
 def splice(text: str, span: Span, value: str) -> str:

@@ -1,0 +1,369 @@
+"""The deferred proxy against hostile peers: a client's odd lines, an upstream's odd answers.
+
+Each test drives `proxy --deferred` as a real subprocess (the startup deadline's test runs
+`deferred.run` in a thread, as test_deferred does, for a short timeout) with UPSTREAM, a
+hand-written MCP server whose quirks the test picks: its tools/list is $TOOLS verbatim, it
+refuses an initialize without a protocolVersion (as the SDK's servers do), and it answers
+a call of `latin1` with a line that is not UTF-8. Every wait has a deadline: the defects
+these tests keep out were hangs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caveman_batch import deferred, rpc
+from caveman_batch.catalog import Options
+from caveman_batch.upstreams import ServerSpec
+from test_deferred import SCRIPTED
+
+UPSTREAM = r'''
+import json, os, sys
+TOOLS = os.environ.get("TOOLS") or json.dumps([
+    {"name": "echo", "description": "Echo a message back.", "inputSchema": {"type": "object"}}])
+log = open(os.environ["UPSTREAM_LOG"], "a") if os.environ.get("UPSTREAM_LOG") else None
+
+def send(line):
+    sys.stdout.buffer.write(line + b"\n"); sys.stdout.flush()
+
+for line in sys.stdin.buffer:
+    if log:
+        log.write(line.decode()); log.flush()
+    msg = json.loads(line)
+    method, mid = msg.get("method"), json.dumps(msg.get("id")).encode()
+    if method == "initialize" and "protocolVersion" not in msg.get("params", {}):
+        send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"no protocolVersion"}}'
+             % mid)
+    elif method == "initialize":
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18",'
+             b'"capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}' % mid)
+    elif method == "tools/list":
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"tools":%s}}' % (mid, TOOLS.encode()))
+    elif method == "tools/call" and msg["params"]["name"] == "latin1":
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
+             % mid)
+    elif method == "tools/call":
+        text = "ran " + msg["params"]["name"] + " " + json.dumps(msg["params"].get("arguments"))
+        send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "content": [{"type": "text", "text": text}]}}).encode())
+    elif method is not None and "id" in msg:
+        send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}' % mid)
+'''
+
+WAIT = 10.0  # for one answer: far more than any takes, so only a hang fails
+INIT = {"protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}
+
+
+class Wire:
+    """The client end of `proxy --deferred` as a subprocess: raw lines in, messages out."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        argv = [sys.executable, "-m", "caveman_batch", "proxy", "--deferred", "--no-embed",
+                "--store", "memory://", *args]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE,
+                                     # memory:// mints handles nothing can recover: tests only
+                                     env={**os.environ, "CAVEMAN_ALLOW_MEMORY_STORE": "1",
+                                          **(env or {})})
+        self.buffer = b""
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.proc.stdin is not None
+        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def call(self, rid: Any, method: str, params: Any = None) -> dict[str, Any]:
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method,
+                   **({} if params is None else {"params": params})})
+        return self.answer(rid)
+
+    def answer(self, rid: Any) -> dict[str, Any]:
+        return self.wait_for(lambda m: m.get("id") == rid and "method" not in m)
+
+    def wait_for(self, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        for i, message in enumerate(self.seen):
+            if wanted(message):
+                return self.seen.pop(i)
+        while True:
+            message = json.loads(self._line(time.monotonic() + WAIT))
+            if wanted(message):
+                return message
+            self.seen.append(message)
+
+    def _line(self, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise AssertionError(f"no answer within {WAIT:g} s")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise AssertionError("the proxy ended first")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def start(self, params: dict[str, Any] = INIT) -> dict[str, Any]:
+        init = self.call(0, "initialize", params)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return init
+
+    def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(30)
+        return code, self.proc.stderr.read().decode()
+
+
+@pytest.fixture
+def wire() -> Iterator[Callable[..., Wire]]:
+    """Wire's constructor; whatever a failed test leaves running is killed."""
+    made: list[Wire] = []
+
+    def make(args: list[str], env: dict[str, str] | None = None) -> Wire:
+        made.append(Wire(args, env))
+        return made[-1]
+
+    yield make
+    for w in made:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> list[str]:
+    path = tmp_path / "upstream.py"
+    path.write_text(UPSTREAM)
+    return [sys.executable, str(path)]
+
+
+def servers(tmp_path: Path, command: list[str], *names: str) -> str:
+    path = tmp_path / "servers.json"
+    entry = {"command": command[0], "args": command[1:]}
+    path.write_text(json.dumps({"mcpServers": dict.fromkeys(names, entry)}))
+    return str(path)
+
+
+def text(reply: dict[str, Any]) -> str:
+    return reply["result"]["content"][0]["text"]
+
+
+# -- a key given twice --------------------------------------------------------------------
+
+
+def test_a_key_given_twice_is_refused_and_nothing_is_called(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    log = tmp_path / "upstream.log"
+    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"UPSTREAM_LOG": str(log)})
+    w.start()
+    # which `name` to rename is not the proxy's to guess
+    w.send(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":'
+           b'{"name":"a__echo","name":"a__echo","arguments":{}}}\n')
+    assert w.answer(1)["error"]["code"] == rpc.INVALID_PARAMS
+    # nor which of call_tool's arguments: the upstream must not run the tool with none
+    w.send(b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"call_tool",'
+           b'"arguments":{"name":"a__echo","arguments":{"text":"keep me"},"name":"a__echo"}}}\n')
+    refused = w.answer(2)
+    assert refused["result"]["isError"] is True and "twice" in text(refused)
+    after = w.call(3, "tools/call", {"name": "call_tool", "arguments": {
+        "name": "a__echo", "arguments": {"text": "after"}}})
+    assert text(after) == 'ran echo {"text": "after"}'
+    calls = [ln for ln in log.read_text().splitlines() if '"tools/call"' in ln]
+    assert len(calls) == 1 and "after" in calls[0]  # written before it answered
+    assert w.close()[0] == 0
+
+
+# -- an upstream's unreadable answer --------------------------------------------------------
+
+
+def test_an_answer_that_is_not_utf8_is_answered_with_an_error(
+        upstream: list[str], wire: Callable[..., Wire]) -> None:
+    w = wire(["--", *upstream])
+    w.start()
+    direct = w.call(1, "tools/call", {"name": "latin1", "arguments": {}})
+    assert direct["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
+    assert "upstream 'upstream'" in direct["error"]["message"]
+    assert "not UTF-8" in direct["error"]["message"]
+    via = w.call(2, "tools/call", {"name": "call_tool", "arguments": {"name": "latin1"}})
+    assert via["result"]["isError"] is True and "upstream 'upstream'" in text(via)
+    assert text(w.call(3, "tools/call", {"name": "echo"})) == "ran echo null"  # still serving
+    code, err = w.close()
+    assert code == 0 and "wrote a line that is not JSON-RPC (not UTF-8" in err
+
+
+# -- an upstream tool named like one of the proxy's --------------------------------------------
+
+
+def test_an_upstream_tool_named_like_a_proxy_tool_keeps_its_name(
+        upstream: list[str], wire: Callable[..., Wire]) -> None:
+    tools = [{"name": name, "description": f"The tracker's own {name}, by keyword.",
+              "inputSchema": {"type": "object"}} for name in ("search_tools", "call_tool")]
+    w = wire(["--", *upstream], {"TOOLS": json.dumps(tools)})
+    w.start()
+    listed = [t["name"] for t in w.call(1, "tools/list")["result"]["tools"]]
+    assert listed == ["search_tools_proxy", "call_tool_proxy"]
+    direct = w.call(2, "tools/call", {"name": "search_tools", "arguments": {"keyword": "bug"}})
+    assert text(direct) == 'ran search_tools {"keyword": "bug"}'  # the upstream's, unchanged
+    assert text(w.call(3, "tools/call", {"name": "call_tool"})) == "ran call_tool null"
+    found = w.call(4, "tools/call", {"name": "search_tools_proxy", "arguments": {
+        "query": "tracker keyword search", "limit": 1}})
+    assert [t["name"] for t in json.loads(text(found))] == ["search_tools"]
+    via = w.call(5, "tools/call", {"name": "call_tool_proxy", "arguments": {
+        "name": "search_tools", "arguments": {"keyword": "x"}}})
+    assert text(via) == 'ran search_tools {"keyword": "x"}'
+    listed = [t["name"] for t in w.call(6, "tools/list")["result"]["tools"]]
+    assert listed == ["search_tools_proxy", "call_tool_proxy", "search_tools"]  # once
+    code, err = w.close()
+    assert code == 0 and "the proxy's own is 'search_tools_proxy'" in err
+
+
+def test_free_name() -> None:
+    assert deferred.free_name("call_tool", {"echo"}) == "call_tool"
+    taken = {"call_tool", "call_tool_proxy", "call_tool_proxy_2"}
+    assert deferred.free_name("call_tool", taken) == "call_tool_proxy_3"
+
+
+# -- an initialize every upstream refuses ------------------------------------------------------
+
+
+@pytest.mark.parametrize("several", [False, True], ids=["one", "servers"])
+def test_an_initialize_every_upstream_refuses_is_refused_and_may_be_retried(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], several: bool) -> None:
+    args = ["--servers", servers(tmp_path, upstream, "a", "b")] if several else ["--", *upstream]
+    w = wire(args)
+    w.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}})
+    w.send({"jsonrpc": "2.0", "id": 9, "method": "tools/list"})  # held behind it
+    refused = w.answer(0)
+    assert refused["error"] == {"code": -32602, "message": "no protocolVersion"}  # the upstream's
+    assert w.answer(9)["error"]["code"] == rpc.INVALID_REQUEST  # answered, not left waiting
+    init = w.start()
+    assert init["result"]["protocolVersion"] == "2025-06-18"
+    echo = "a__echo" if several else "echo"
+    assert text(w.call(1, "tools/call", {"name": echo, "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "refused initialize: no protocolVersion" in err
+
+
+# -- one tool the catalog reader cannot read -----------------------------------------------------
+
+GOOD = [{"name": f"tool{i}", "description": f"Does thing {i}.", "inputSchema": {"type": "object"}}
+        for i in range(3)]
+
+
+@pytest.mark.parametrize("bad", [
+    '{"name": "odd", "description": "cut mid-emoji \\ud83d", "inputSchema": {"type": "object"}}',
+    '{"name": "odd", "inputSchema": {"type": "object", "properties": {"n": {"default": NaN}}}}',
+], ids=["lone surrogate", "NaN"])
+@pytest.mark.parametrize("compressed", [True, False])
+def test_one_bad_tool_leaves_out_only_itself(bad: str, compressed: bool) -> None:
+    good = json.dumps(GOOD)
+    page = ('{"tools": ' + good[:1] + bad + ", " + good[1:] + "}").encode()
+    catalog = deferred.build_catalog("s", "", [page], compressed=compressed,
+                                     options=Options(count_tokens=False))
+    assert list(catalog.tools) == ["tool0", "tool1", "tool2"] and catalog.left_out == ["odd"]
+    assert [d.name for d in catalog.docs] == ["tool0", "tool1", "tool2"]
+    if compressed:  # each handle names the tool's original bytes as they were in the page
+        assert [p.handle for p in catalog.originals] == [
+            "ccr_" + hashlib.sha256(json.dumps(t).encode()).hexdigest() for t in GOOD]
+
+
+def test_one_bad_tool_is_named_and_the_others_serve(
+        upstream: list[str], wire: Callable[..., Wire]) -> None:
+    tools = json.dumps([
+        {"name": "create_issue", "description": "Create an issue in the tracker.",
+         "inputSchema": {"type": "object"}},
+        {"name": "list_issues", "description": "List the open issues of the tracker.",
+         "inputSchema": {"type": "object"}}])
+    tools = tools[:-1] + ', {"name": "close_issue", "description": "Close an issue \\ud83d"}]'
+    w = wire(["--always", "list_issues", "--", *upstream], {"TOOLS": tools})
+    w.start()
+    found = text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "create an issue in the tracker", "limit": 1}}))
+    assert found.startswith("[") and [t["name"] for t in json.loads(found)] == ["create_issue"]
+    listed = [t["name"] for t in w.call(2, "tools/list")["result"]["tools"]]
+    assert listed == ["search_tools", "call_tool", "list_issues", "create_issue"]
+    assert text(w.call(3, "tools/call", {"name": "close_issue"})) == "ran close_issue null"
+    code, err = w.close()
+    assert code == 0 and "upstream 'upstream': tool 'close_issue' cannot be read" in err
+
+
+# -- a client's hostile lines -------------------------------------------------------------------
+
+
+def test_what_is_not_a_request_gets_json_rpc_codes(scripted: list[str],
+                                                   wire: Callable[..., Wire]) -> None:
+    w = wire(["--", *scripted])
+    w.start()
+    for line, code in [
+        (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', rpc.INVALID_REQUEST),  # a batch
+        (b"[]", rpc.INVALID_REQUEST), (b"42", rpc.INVALID_REQUEST),
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', rpc.INVALID_REQUEST),
+        (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', rpc.INVALID_REQUEST),
+        (b'{"jsonrpc":"2.0","id":[2],"method":"tools/call","params":{"name":"echo"}}',
+         rpc.INVALID_REQUEST),
+        (b'{"jsonrpc":"2.0","id":18,"id":19,"method":"ping"}', rpc.INVALID_REQUEST),
+        (b"not json", rpc.PARSE_ERROR), (b'{"jsonrpc":"2.0","id":3', rpc.PARSE_ERROR),
+    ]:
+        w.send(line + b"\n")
+        # an id that is not one, or none read: JSON-RPC answers under null
+        answer = w.wait_for(lambda m: "id" in m and "method" not in m)
+        assert answer["id"] is None and answer["error"]["code"] == code, line
+    assert w.call(5, "ping") == {"jsonrpc": "2.0", "id": 5, "result": {}}
+    assert w.close()[0] == 0
+    assert w.seen == []  # nothing else answered
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> list[str]:
+    path = tmp_path / "scripted_server.py"
+    path.write_text(SCRIPTED)
+    return [sys.executable, str(path)]
+
+
+# -- a client that initializes late ---------------------------------------------------------------
+
+
+def test_the_startup_deadline_runs_from_the_clients_initialize(
+        tmp_path: Path, upstream: list[str]) -> None:
+    client_in, proxy_in = os.pipe()
+    proxy_out, client_out = os.pipe()
+    settings = deferred.Settings(single=True, startup_timeout=1.0, embed=False)
+    status: list[int] = []
+    err = tmp_path / "err.txt"
+
+    def serve() -> None:
+        with err.open("w") as stream:
+            status.append(deferred.run([ServerSpec("upstream", tuple(upstream))], None, settings,
+                                       stdin_fd=client_in, stdout_fd=client_out, err=stream))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    # the client comes later than the timeout after the start; the upstream, idle by then,
+    # has the whole second from the initialize to answer it
+    time.sleep(1.3)
+    with os.fdopen(proxy_in, "wb", buffering=0) as to_proxy, os.fdopen(proxy_out, "rb") as reader:
+        to_proxy.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                   "params": INIT}).encode() + b"\n")
+        ready = select.select([reader], [], [], WAIT)[0]
+        answer = json.loads(reader.readline()) if ready else None
+    thread.join(WAIT)
+    os.close(client_in)
+    os.close(client_out)
+    assert answer is not None and answer["result"]["serverInfo"]["name"] == "up"
+    assert status == [0] and "did not list its tools" not in err.read_text()
