@@ -256,6 +256,8 @@ def _changes_text(r: dict[str, object]) -> str:
     """Since the previous manifest, by source document; what became of stale outputs."""
     text = (f"changes: {r['added']:,} added, {r['changed']:,} changed, {r['unchanged']:,} "
             f"unchanged, {r['removed']:,} removed, {r['error']:,} in error")
+    if r.get("outputs_unread"):
+        text += f"; {r['outputs_unread']:,} output(s) of sources that could not be read kept"
     if r["outputs_kept"]:
         return text + f"; {r['outputs_kept']:,} output(s) of removed documents kept (--keep-removed)"
     if r["outputs_deleted"]:

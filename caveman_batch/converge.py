@@ -120,6 +120,7 @@ class Changes:
     removed: int = 0
     outputs_deleted: int = 0
     outputs_kept: int = 0  # stale, kept (--keep-removed)
+    outputs_unread: int = 0  # of sources (files, folders) that could not be read: kept
     lines: list[dict[str, Any]] | None = None  # for --changes: one per added/changed/removed
 
     def pair(self, old: Doc, new: Doc) -> None:
@@ -151,7 +152,7 @@ class Changes:
     def as_dict(self) -> dict[str, int]:
         return {"added": self.added, "changed": self.changed, "unchanged": self.unchanged,
                 "removed": self.removed, "outputs_deleted": self.outputs_deleted,
-                "outputs_kept": self.outputs_kept}
+                "outputs_kept": self.outputs_kept, "outputs_unread": self.outputs_unread}
 
 
 def _position(source: dict[str, Any]) -> int:
@@ -252,6 +253,12 @@ class Converger:
         if self.empty_streams is None and not streams_to_come:
             self.empty_streams = _empty_streams(fingerprint)
         self.journal_fd: int | None = None
+        # output paths (a folder's: "" or ending in "/") of sources this run could not read:
+        # their last outputs are unknown, not stale; kept, and named in the journal left
+        # behind, so that a later run that does not write them again deletes them
+        self.unread: list[str] = []
+        self.unread_sources: list[str] = []  # their paths as the manifest names sources ("/" ends a folder's)
+        self.held: list[str] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
 
@@ -290,6 +297,22 @@ class Converger:
         while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
             data = data[os.write(self.journal_fd, data):]
 
+    def keep(self, rel: str, source: str, folder: bool) -> None:
+        """A source that could not be read this time: its outputs (under it, a folder's)
+        stay, and its documents of the last run are neither removed nor changed (a
+        --changes file saying "removed" would have a consumer drop what is still there)."""
+        self.unread.append(rel)
+        self.unread_sources.append("" if folder and source == "." else
+                                   source.rstrip("/") + "/" if folder else source)
+
+    def _unread_of(self, rel: str) -> bool:
+        return any(rel == u or (u.endswith("/") or not u) and rel.startswith(u)
+                   for u in self.unread)
+
+    def _unread_source(self, path: str) -> bool:
+        return any(path == u or (u.endswith("/") or not u) and path.startswith(u)
+                   for u in self.unread_sources)
+
     def settle(self, new_manifest: Path, written: set[str], documents: int) -> Changes:
         """Before the new manifest is published: what changed, and stale outputs deleted
         (or counted, --keep-removed). `written`: outputs this run wrote or carried over
@@ -305,8 +328,19 @@ class Converger:
         with open(new_manifest, "rb") as fh:
             new.read(fh, [(c, d) for _, _, c, d in self.carried])
         for path in sorted(old.docs.keys() | new.docs.keys()):
+            if self.unread and path not in new.docs and self._unread_source(path):
+                continue  # not read: unknown, not removed
             classify(old.docs.get(path, []), new.docs.get(path, []), changes)
         stale = (old.outputs | self.unnamed) - new.outputs - written - self.protected
+        if self.unread:
+            held = {rel for rel in stale if self._unread_of(rel)}
+            stale -= held
+            for rel in sorted(held):
+                parts = _parts(rel)
+                if parts is not None and parts[0] != self.scratch and _regular(
+                        self.out, parts, delete=False):
+                    self.held.append(rel)
+            changes.outputs_unread = len(self.held)
         self._clear(sorted(stale), changes)
         return changes
 
@@ -327,8 +361,11 @@ class Converger:
     def published(self, changes: Changes, changes_file: Path | None) -> None:
         """After the new manifest is published: the journal goes, the changes file comes."""
         self.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.journal)
+        if self.held:  # outputs in OUT that no manifest names now: the next run's to judge
+            fsio.atomic_write(self.journal, b"".join(orjson.dumps(rel) + b"\n" for rel in self.held))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.journal)
         if changes_file is not None:
             data = b"".join(orjson.dumps(line) + b"\n" for line in changes.sorted_lines())
             fsio.atomic_write(changes_file, data)

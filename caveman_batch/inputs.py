@@ -16,6 +16,7 @@ copied through unchanged.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import json
 import os
@@ -67,6 +68,9 @@ class Document:
     spill_owned: bool = False  # a temp file of ours, deleted once copied
     size: int = 0
     error: str | None = None  # unreadable: no bytes at all
+    # could not be read this time (not refused for what it is): the last run's outputs of
+    # its sink stay, a folder's (a sink rel ending in "/", or "") every output under it
+    keep_outputs: bool = False
 
 
 @dataclass(slots=True)
@@ -89,7 +93,9 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
     """Resolve SRC arguments into (path, output rel path, kind) in a stable order. A symlink
     met while walking a folder is followed only with `follow_symlinks` (as archivers do: an
     untrusted tree could otherwise copy any readable file into OUT and the store); without,
-    it is an entry of kind "symlink", an error row. One named on the command line is followed."""
+    it is an entry of kind "symlink", an error row. One named on the command line is followed.
+    A folder that cannot be read is an entry of kind "folder" (its output path a prefix, ""
+    or ending in "/"), an error row that keeps the outputs under it."""
     found = Discovery()
     single = len(sources) == 1
     owners: dict[str, str | None] = {}  # output path -> the source written there
@@ -109,6 +115,11 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
             add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)
+        if not _exists(path):
+            # Not an error row: OUT follows its sources, and a source that vanished (a
+            # registry not mounted, a typo in a nightly job) would have every output of the
+            # last run deleted as stale. Nothing is read or written.
+            raise UsageError(f"{src}: no such file or folder: nothing was read or written")
         if _is_dir(path):
             base = "" if single else path.resolve().name + "/"
             for file, rel, kind in _walk(path, base, out_dir.resolve(), follow_symlinks):
@@ -116,6 +127,19 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
         else:
             add(str(path), path.name, _kind(path.name))
     return found
+
+
+def _exists(path: Path) -> bool:
+    """Whether a SRC named on the command line is there (a symlink followed); one that cannot
+    be looked at for another reason (a folder above it not ours to enter) is, and reading it
+    says why in its error row."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        return exc.errno != errno.ENOTDIR
+    return True
 
 
 def _is_dir(path: Path) -> bool:
@@ -152,7 +176,10 @@ def _walk(root: Path, base: str, skip: Path, follow: bool = False) -> Iterator[t
             with os.scandir(folder) as it:
                 found = list(it)
         except OSError:
-            continue  # unreadable: as os.walk, skipped
+            # unreadable: an error row of its own (os.walk would skip it in silence), and
+            # its outputs of the last run stay (they are not stale: their sources are unknown)
+            yield folder.rstrip("/") or folder, rel, "folder"
+            continue
         files, dirs = [], []
         for entry in found:
             name = entry.name
@@ -202,6 +229,9 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
         yield from _jsonl(sys.stdin.buffer, STDIN, Sink(rel, "jsonl"), max_bytes, spill_dir)
     elif kind == "symlink":
         yield from _unread(path, rel, "symlink, not followed (--follow-symlinks)")
+    elif kind == "folder":
+        yield from _unread(path, rel, f"cannot read folder: {_folder_error(path)}: "
+                                      "the outputs under it are kept", keep=True)
     elif kind == "jsonl":
         yield from _open_then(path, rel, lambda fh, st: _jsonl(
             fh, path, Sink(rel, "jsonl", fingerprint=True, source_stat=fsio.settled_identity(st)),
@@ -209,6 +239,16 @@ def iter_entry(entry: tuple[str | None, str, str], max_bytes: int, spill_dir: Pa
     else:
         yield from _open_then(path, rel, lambda fh, st: _json_file(fh, st, path, rel, max_bytes, spill_dir),
                               small=lambda head, st: _small_json_file(head, st, path, rel, max_bytes))
+
+
+def _folder_error(path: str) -> str:
+    """Why a folder the walk could not read cannot be read (asked again: the walk holds
+    thousands of entries, not their errors)."""
+    try:
+        os.scandir(path).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "it changed while it was read"
 
 
 def _utf8(name: str) -> bool:
@@ -230,13 +270,15 @@ def _open_then(path: str, rel: str, body: object, small: object = None) -> Itera
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}")
+        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}",
+                           keep=not isinstance(exc, FileNotFoundError))
         return
     try:
         st = os.fstat(fd)  # before any byte is read: what a rerun compares
     except OSError as exc:
         os.close(fd)
-        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}")
+        yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}",
+                           keep=not isinstance(exc, FileNotFoundError))
         return
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -273,9 +315,9 @@ def _read_upto(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _unread(path: str, rel: str, why: str) -> Iterator[Item]:
+def _unread(path: str, rel: str, why: str, keep: bool = False) -> Iterator[Item]:
     sink = Sink(rel, "file")
-    yield Document({"path": path}, sink, error=why)
+    yield Document({"path": path}, sink, error=why, keep_outputs=keep)
     yield SinkEnd(sink)
 
 

@@ -131,7 +131,7 @@ def test_lock_of_a_killed_run_does_not_block(tmp_path: Path) -> None:
                 f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet")
     assert done.returncode == 0, done.stderr
     assert len(_rows(out / "manifest.jsonl")) == 10
-    out2, summary = _compress(tmp_path, out / "stdin.jsonl", out=tmp_path / "o2", incremental=True)
+    out2, summary = _compress(tmp_path, out, out=tmp_path / "o2", incremental=True)
     assert LOCK_FILE not in json.dumps(_rows(out2 / "manifest.jsonl"))
 
 

@@ -165,6 +165,9 @@ class _Publisher:
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
         if result.data is None and doc.spill is None and result.spooled is None:
+            if doc.keep_outputs:
+                self.converge.keep(sink.rel, str(doc.source["path"]),
+                                   folder=sink.rel.endswith("/") or not sink.rel)
             return None  # unreadable: nothing to copy
         if sink.kind == "file":
             return self._write_file(doc, result)

@@ -1,0 +1,157 @@
+"""OUT follows its sources, so a source that could not be read must never look removed: a
+SRC that is not there refuses the run, a folder or file the run cannot read keeps its
+outputs (and its documents are not reported removed), and the run after it sorts them out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caveman_batch.converge import journal_path
+from caveman_batch.pipeline import LOCK_FILE
+from test_cli_store import _without_dac_override, entry_point, snapshot
+
+CATALOG = b'{"tools":[{"name":"get_weather","description":"Get the weather. Returns JSON.",' \
+          b'"inputSchema":{"type":"object","properties":{"city":{"type":"string"}}}}]}'
+
+
+def _can_drop_root_privilege() -> bool:
+    if os.geteuid() != 0:
+        return True
+    try:
+        subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+MODES_BIND = pytest.mark.skipif(not _can_drop_root_privilege(),
+                                reason="root here cannot give up ignoring file modes")
+
+
+def _compress(tmp: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """compress in a real process that file modes bind (root's overrides dropped)."""
+    drop = _without_dac_override if os.geteuid() == 0 else None
+    return subprocess.run([*entry_point(), "compress", *args, "--store", f"lmdb://{tmp}/ccr",
+                           "--workers", "1"], capture_output=True, timeout=120, check=False,
+                          preexec_fn=drop, env=dict(os.environ))
+
+
+def _rows(manifest: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in manifest.read_bytes().splitlines()]
+
+
+def _files(out: Path) -> set[str]:
+    return {p.relative_to(out).as_posix() for p in out.rglob("*")
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def _tree(tmp: Path) -> Path:
+    src = tmp / "src"
+    for folder in ("a", "b", "b/deep"):
+        (src / folder).mkdir(parents=True)
+        (src / folder / "one.json").write_bytes(CATALOG)
+        (src / folder / "two.jsonl").write_bytes(CATALOG + b"\n" + CATALOG + b"\n")
+    return src
+
+
+@pytest.mark.parametrize("missing", ["gone", "gone/", "a/one.json/x", "dangling"])
+def test_a_src_that_is_not_there_refuses_the_run_and_out_is_untouched(
+        tmp_path: Path, missing: str) -> None:
+    src = _tree(tmp_path)
+    out = tmp_path / "out"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    folders = [out, out / "a", out / "b", out / "b" / "deep"]
+
+    def outputs() -> dict[Path, Any]:  # the lock file aside: taken before the sources are looked at
+        return {p: {k: v for k, v in snapshot(p).items() if k != LOCK_FILE} for p in folders}
+
+    before = outputs()
+    named = str(tmp_path / missing) if missing != "a/one.json/x" else str(src / missing)
+    for sources in ([named], [str(src), named]):
+        done = _compress(tmp_path, *sources, "-o", str(out))
+        assert done.returncode == 1, done.stderr
+        assert named.rstrip("/").encode() in done.stderr and b"no such file or folder" in done.stderr
+        assert outputs() == before  # not one output deleted
+
+
+@MODES_BIND
+def test_a_folder_that_cannot_be_read_keeps_its_outputs(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    out, changes = tmp_path / "out", tmp_path / "changes.jsonl"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    everything = _files(out)
+    kept = {rel: (out / rel).read_bytes() for rel in everything if rel.startswith("b/")}
+    assert len(kept) == 4
+    (src / "b").chmod(0)
+    try:
+        done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
+    finally:
+        (src / "b").chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert _files(out) == everything
+    assert {rel: (out / rel).read_bytes() for rel in kept} == kept
+    errors = [r for r in _rows(out / "manifest.jsonl") if r["status"] == "error"]
+    assert [(r["source"], r["output"]) for r in errors] == [({"path": f"{src}/b"}, None)]
+    assert "cannot read folder: Permission denied" in errors[0]["reason"]
+    assert b"4 output(s) of sources that could not be read kept" in done.stdout
+    lines = [json.loads(line) for line in changes.read_bytes().splitlines()]
+    assert [line["change"] for line in lines] == ["added"]  # the error row; nothing removed
+    # the kept outputs are named for the next run, which no manifest does now
+    journal = journal_path(out / "manifest.jsonl")
+    assert sorted(json.loads(line) for line in journal.read_bytes().splitlines()) == sorted(kept)
+
+    # readable again: written again, the journal gone, nothing kept or deleted
+    done = _compress(tmp_path, str(src), "-o", str(out), "--incremental")
+    assert done.returncode == 0, done.stderr
+    assert _files(out) == everything and not journal.exists()
+    assert all(r["status"] != "error" for r in _rows(out / "manifest.jsonl"))
+
+    # unreadable, then removed: the run that cannot see it keeps, the next deletes
+    (src / "b").chmod(0)
+    try:
+        assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    finally:
+        (src / "b").chmod(0o755)
+    for path in sorted((src / "b").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (src / "b").rmdir()
+    done = _compress(tmp_path, str(src), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _files(out) == everything - set(kept) and not journal.exists()
+    assert b"4 stale output(s) deleted" in done.stdout
+
+
+@MODES_BIND
+def test_a_file_that_cannot_be_read_keeps_its_output(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    out = tmp_path / "out"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    before = (out / "a" / "two.jsonl").read_bytes()
+    (src / "a" / "two.jsonl").chmod(0)
+    done = _compress(tmp_path, str(src), "-o", str(out), "--incremental")
+    assert done.returncode == 0, done.stderr
+    assert (out / "a" / "two.jsonl").read_bytes() == before
+    error, = [r for r in _rows(out / "manifest.jsonl") if r["status"] == "error"]
+    assert error["source"] == {"path": f"{src}/a/two.jsonl"} and "Permission denied" in error["reason"]
+
+
+@MODES_BIND
+def test_an_unreadable_src_folder_named_alone_keeps_every_output(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    out = tmp_path / "out"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    everything = _files(out)
+    src.chmod(0)
+    try:
+        done = _compress(tmp_path, str(src), "-o", str(out))
+    finally:
+        src.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    assert _files(out) == everything
