@@ -489,6 +489,10 @@ def merge_record(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
         # heals without inflating anything.
         if oh.original_length != nh.original_length:
             return new
+        if oh.codec != nh.codec and old[oh.payload_offset:] == new[nh.payload_offset:]:
+            # the same payload read by another codec: a flipped codec byte (one of the two
+            # is wrong, and the new one is known good), which no read would ever get past
+            return _refreshed(new, old, nh, oh)
         if oh.codec == CODEC_SPAN and old[oh.payload_offset:] != new[nh.payload_offset:]:
             # re-pointed to the newest record holding it (committed with it), or whole
             # now: the new payload, with both's times

@@ -366,6 +366,31 @@ def test_a_checksum_rerun_heals_a_tampered_tool_record(tmp_path: Path) -> None:
         assert ccr.recover(store, handle) == original
 
 
+@pytest.mark.parametrize("which", ["catalog", "tool"])
+def test_a_checksum_rerun_heals_a_flipped_codec_byte(tmp_path: Path, which: str) -> None:
+    """A record whose codec byte was flipped (a catalog's zstd read as a span, a tool's span
+    as zstd) keeps its payload: the rerun's commit of the same record heals it, so no
+    handle is published whose original cannot be read."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    tool = _handles(tmp_path / "idx.db")[0]
+    url = f"lmdb://{tmp_path}/ccr"
+    with open_store(url) as store:
+        catalog = next(ccr.make_handle(k.decode()) for k, v in store.items()
+                       if ccr.decode_header(v).codec == ccr.CODEC_ZSTD)
+        handle = tool if which == "tool" else catalog
+        original = ccr.recover(store, handle)
+        key = handle[4:].encode("ascii")
+        value = bytearray(store.get(key))  # type: ignore[arg-type]
+        value[4] = ccr.CODEC_ZSTD if value[4] == ccr.CODEC_SPAN else ccr.CODEC_SPAN
+        store.commit([(key, bytes(value))], merge=lambda _k, _old, new: new)
+        with pytest.raises(ccr.IntegrityError):
+            ccr.recover(store, handle)
+    _run(tmp_path, src, incremental=True, checksum=True)
+    with open_store(url) as store:
+        assert ccr.recover(store, handle) == original
+
+
 @pytest.mark.parametrize("jsonl", [False, True])
 def test_an_incremental_rerun_keeps_every_tool_record_it_reuses_from_prune(
         tmp_path: Path, jsonl: bool) -> None:

@@ -265,6 +265,24 @@ class StoreContract:
         assert ccr.store_original(store, original) == handle  # commit again heals it
         assert ccr.recover(store, handle) == original
 
+    @pytest.mark.parametrize("which", ["whole", "span"])
+    def test_flipped_codec_byte_refused_then_healed(self, store: Store, which: str) -> None:
+        """The same payload under the other codec (one bit of the header): refused, and a
+        commit of the same record heals it (the payloads agree; the codec is what lies)."""
+        catalog, tool = _catalog_with(b'{"name":"t1"}')
+        span = _span(tool, catalog)
+        whole = ccr.prepare(catalog)
+        ccr.commit(store, [whole, span])
+        record = whole if which == "whole" else span
+        value = bytearray(record.value)
+        value[4] = ccr.CODEC_SPAN if value[4] == ccr.CODEC_ZSTD else ccr.CODEC_ZSTD
+        store.put(record.key, bytes(value))
+        with pytest.raises(IntegrityError):
+            ccr.recover(store, record.handle)
+        ccr.commit(store, [whole, span])
+        assert ccr.recover(store, record.handle) == (catalog if which == "whole" else tool)
+        assert ccr.audit(store).excluded == {}
+
     def test_record_that_decodes_but_does_not_hash_to_its_key_refused_then_healed(
             self, store: Store) -> None:
         """Tampered so that zstd decodes it (another original of the same length under this
