@@ -257,6 +257,8 @@ class Converger:
         # their last outputs are unknown, not stale; kept, and named in the journal left
         # behind, so that a later run that does not write them again deletes them
         self.unread: list[str] = []
+        self.before: set[str] | None = None  # the last run's outputs, read only when needed
+        self.cleared = 0  # stale outputs deleted to make way for this run's
         self.unread_sources: list[str] = []  # their paths as the manifest names sources ("/" ends a folder's)
         self.held: list[str] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
@@ -296,6 +298,63 @@ class Converger:
                 data = b"\n" + data
         while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
             data = data[os.write(self.journal_fd, data):]
+
+    def _outputs_before(self) -> set[str]:
+        """Every output the last run left (its manifest's and the unnamed), read once."""
+        if self.before is None:
+            side = _Side()
+            if self.previous is not None:
+                side.read(self.previous, [])
+            self.before = side.outputs | self.unnamed
+        return self.before
+
+    def make_way_for_folder(self, folder: str) -> None:
+        """This run writes under OUT/folder, where a file stands in the way of one of its
+        folders: a source file replaced by a folder of the same name. A file the last run
+        wrote there is stale (no output of this run can be it): deleted. Anything else is
+        an OutputError naming it, untouched."""
+        parts = _parts(folder)
+        if parts is None:
+            return
+        for i in range(1, len(parts) + 1):
+            rel = "/".join(parts[:i])
+            try:
+                st = os.lstat(os.path.join(self.out, rel))
+            except FileNotFoundError:
+                return
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode) or rel not in self._outputs_before():
+                raise OutputError(f"{self.out / rel}: in the way of the output folder "
+                                  f"{self.out / folder}, and not an output of ours: not touched")
+            if _regular(self.out, parts[:i], delete=True):
+                self.cleared += 1
+            return
+
+    def make_way_for_file(self, rel: str) -> None:
+        """This run writes OUT/rel, where a folder stands: a source folder replaced by a
+        file of the same name. If everything under it is outputs the last run wrote (and
+        folders), they are stale and deleted, the folders with them; anything else is an
+        OutputError naming it, and nothing is touched."""
+        top = os.path.join(self.out, rel)
+        before = self._outputs_before()
+        files, folders = [], []
+        for folder, dirs, names in os.walk(top, onerror=_raise):
+            folders.append(folder)
+            for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                path = os.path.join(folder, name)
+                under = os.path.relpath(path, self.out).replace(os.sep, "/")
+                if under not in before or not stat.S_ISREG(os.lstat(path).st_mode):
+                    raise OutputError(f"{path}: in the folder {top}, where this run writes an "
+                                      "output, and not an output of ours: not touched")
+                files.append(under)
+        for under in files:
+            parts = _parts(under)
+            if parts is not None and _regular(self.out, parts, delete=True):
+                self.cleared += 1
+        for folder in reversed(folders):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
     def keep(self, rel: str, source: str, folder: bool) -> None:
         """A source that could not be read this time: its outputs (under it, a folder's)
@@ -342,6 +401,7 @@ class Converger:
                     self.held.append(rel)
             changes.outputs_unread = len(self.held)
         self._clear(sorted(stale), changes)
+        changes.outputs_deleted += self.cleared
         return changes
 
     def _clear(self, stale: list[str], changes: Changes) -> None:
@@ -377,6 +437,10 @@ class Converger:
         if self.previous is not None:
             self.previous.close()
             self.previous = None
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
 
 
 def _open_regular(path: Path) -> BinaryIO | None:

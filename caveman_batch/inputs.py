@@ -89,13 +89,17 @@ class Discovery:
     entries: list[tuple[str | None, str, str]] = field(default_factory=list)
 
 
-def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False) -> Discovery:
+def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False,
+             reserved: dict[str, str] | None = None) -> Discovery:
     """Resolve SRC arguments into (path, output rel path, kind) in a stable order. A symlink
     met while walking a folder is followed only with `follow_symlinks` (as archivers do: an
     untrusted tree could otherwise copy any readable file into OUT and the store); without,
     it is an entry of kind "symlink", an error row. One named on the command line is followed.
     A folder that cannot be read is an entry of kind "folder" (its output path a prefix, ""
-    or ending in "/"), an error row that keeps the outputs under it."""
+    or ending in "/"), an error row that keeps the outputs under it. UsageError if two
+    sources would be written to one output path, or one to a path under another's (a file
+    where the other needs a folder), or to a path of `reserved` (output path -> what the
+    run keeps there: its manifest, ...) or under it."""
     found = Discovery()
     single = len(sources) == 1
     owners: dict[str, str | None] = {}  # output path -> the source written there
@@ -126,7 +130,40 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
                 add(file, rel, kind)
         else:
             add(str(path), path.name, _kind(path.name))
+    if not single or reserved:
+        _refuse_nested(owners, reserved or {})
     return found
+
+
+def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str]) -> None:
+    """No output path lies under another (one would have to be a file and a folder), nor is
+    or lies under or around a path the run keeps for itself."""
+    folders: dict[str, str] = {}  # each folder an output lies in -> the output's path
+    for rel in owners:
+        at = rel.rfind("/", 0, len(rel) - 1)
+        while at > 0:
+            folder = rel[:at]
+            if folder in folders:
+                break  # and every folder above it
+            folders[folder] = rel
+            at = rel.rfind("/", 0, at)
+    for folder, rel in folders.items():
+        if folder in owners:
+            raise UsageError(f"{owners[folder] or '-'} would be written to {folder} in the output "
+                             f"folder, where {owners[rel] or '-'} needs a folder: give them "
+                             "separate runs")
+    for path, what in reserved.items():
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            if (above := "/".join(parts[:i])) in owners:
+                raise UsageError(f"{owners[above] or '-'} would be written to {above} in the output "
+                                 f"folder, where this run keeps {what} ({path}): rename it, or "
+                                 "give another output folder or --manifest")
+        if path in folders:
+            rel = folders[path]
+            raise UsageError(f"{owners[rel] or '-'} would be written to {rel} in the output "
+                             f"folder, under {path}, where this run keeps {what}: rename it, "
+                             "or give another output folder or --manifest")
 
 
 def _exists(path: Path) -> bool:

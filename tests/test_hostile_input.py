@@ -24,7 +24,7 @@ import pytest
 from bench_data.generate import generate_registry
 from caveman_batch import ccr
 from caveman_batch.cli import main
-from caveman_batch.errors import IntegrityError
+from caveman_batch.errors import IntegrityError, UsageError
 from caveman_batch.pipeline import LOCK_FILE, TMP_DIR, Config, run
 from caveman_batch.store import DELETE, open_store
 
@@ -131,11 +131,50 @@ def test_lock_of_a_killed_run_does_not_block(tmp_path: Path) -> None:
                 f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet")
     assert done.returncode == 0, done.stderr
     assert len(_rows(out / "manifest.jsonl")) == 10
-    out2, summary = _compress(tmp_path, out, out=tmp_path / "o2", incremental=True)
-    assert LOCK_FILE not in json.dumps(_rows(out2 / "manifest.jsonl"))
+    # OUT as a source (its manifest.jsonl would be o2's: that manifest goes elsewhere)
+    _, summary = _compress(tmp_path, out, out=tmp_path / "o2", incremental=True,
+                           manifest=tmp_path / "m2.jsonl")
+    rows = _rows(tmp_path / "m2.jsonl")
+    assert rows and LOCK_FILE not in json.dumps(rows)
 
 
 # -- 9. OUT and SRC ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,options", [
+    ("manifest.jsonl", []), (".manifest.streams.json", []), (".manifest.stat.json", []),
+    (".manifest.pending.jsonl", []), (".caveman-batch.lock", []), ("m.jsonl", ["manifest"]),
+    ("sub", ["manifest"]), ("changes.json", ["changes"]), ("tools.json", ["index"]),
+    ("tools.json-wal", ["index"])])
+def test_a_source_written_over_what_the_run_keeps_in_out_is_refused(
+        tmp_path: Path, name: str, options: list[str]) -> None:
+    """A source whose output would be the manifest (or the fingerprint, the stat cache, the
+    journal, the lock, --changes, the index, or a folder one of them lies in): refused
+    before anything is written (the manifest overwrote it, exit 0)."""
+    src = tmp_path / "reg"
+    src.mkdir()
+    (src / name).write_bytes(CATALOG)
+    out = tmp_path / "out"
+    extra = {"manifest": ["--manifest", str(out / ("sub/m.jsonl" if name == "sub" else name))],
+             "changes": ["--changes", str(out / name)],
+             "index": ["--index", str(out / "tools.json")]}
+    argv = [arg for o in options for arg in extra[o]]
+    for sources in ([src / name], [src / name, SAMPLES / "registry.jsonl"]):
+        done = _cli("compress", *map(str, sources), "-o", str(out), *argv, "--store",
+                    f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet")
+        assert done.returncode == 1, done.stderr
+        assert f"{src / name} would be written to".encode() in done.stderr, done.stderr
+        assert not [p for p in out.iterdir() if p.name != LOCK_FILE]
+
+
+def test_two_sources_one_a_file_where_the_other_needs_a_folder_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "x.json").write_bytes(CATALOG)
+    (tmp_path / "two" / "x.json").mkdir(parents=True)
+    (tmp_path / "two" / "x.json" / "inner.json").write_bytes(CATALOG)
+    with pytest.raises(UsageError, match="needs a folder"):
+        _compress(tmp_path, tmp_path / "one" / "x.json", tmp_path / "two" / "x.json")
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
 @pytest.mark.parametrize("where", ["same", "same-by-symlink", "src-inside-out", "file-inside-out"])

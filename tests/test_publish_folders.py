@@ -65,3 +65,57 @@ def test_folders_already_there_and_a_file_in_the_way(tmp_path: Path) -> None:
     (out / "w").write_bytes(b"not a folder")
     with pytest.raises(OSError, match="w"):
         run(Config([str(src)], out, f"lmdb://{tmp_path}/ccr"))
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_source_file_become_a_folder_and_back_makes_its_old_output_give_way(
+        tmp_path: Path, incremental: bool) -> None:
+    """A source `b.json` replaced by a folder `b.json/` (and back): the last run's output of
+    the other kind is stale, and gives way (every later run failed on it, exit 2)."""
+    src = _tree(tmp_path / "src", ["a.json", "b.json"])
+    out = tmp_path / "out"
+    config = Config([str(src)], out, f"lmdb://{tmp_path}/ccr", incremental=incremental)
+    run(config)
+    (src / "b.json").unlink()
+    _tree(src, ["b.json/x.json", "b.json/deeper/y.json"])
+    became_folder = run(config)
+    assert (out / "b.json" / "x.json").is_file() and (out / "b.json" / "deeper" / "y.json").is_file()
+    assert became_folder.changes.outputs_deleted == 1
+    for path in sorted((src / "b.json").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (src / "b.json").rmdir()
+    _tree(src, ["b.json"])
+    became_file = run(config)
+    assert (out / "b.json").read_bytes() == (out / "a.json").read_bytes()
+    assert became_file.changes.outputs_deleted == 2
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "a.json", "b.json", "manifest.jsonl"]
+
+
+def test_what_no_manifest_named_never_gives_way(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", ["a.json", "b.json"])
+    out = tmp_path / "out"
+    config = Config([str(src)], out, f"lmdb://{tmp_path}/ccr")
+    run(config)
+    (src / "b.json").unlink()
+    _tree(src, ["b.json/x.json"])
+    (out / "b.json").unlink()
+    (out / "b.json").write_bytes(b"the user's")  # there, but not as the last run left it? still named
+    (src / "c").mkdir()
+    (src / "c" / "z.json").write_bytes(CATALOG)
+    (out / "c").write_bytes(b"the user's own file")  # no manifest named it
+    with pytest.raises(OSError, match=f"{out}/c: in the way"):
+        run(config)
+    assert (out / "c").read_bytes() == b"the user's own file"
+    (out / "c").unlink()
+    run(config)
+    # the other way: a folder holding a file of the user's is not cleared for an output
+    for path in sorted((src / "b.json").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (src / "b.json").rmdir()
+    _tree(src, ["b.json"])
+    (out / "b.json" / "notes.txt").write_bytes(b"mine")
+    with pytest.raises(OSError, match="notes.txt"):
+        run(config)
+    assert (out / "b.json" / "notes.txt").read_bytes() == b"mine"
+    assert (out / "b.json" / "x.json").is_file()  # nothing touched

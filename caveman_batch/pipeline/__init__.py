@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..converge import journal_path
 from ..errors import OutputError, UsageError
 from ..inputs import STDIN, discover
 from ..store import open_store
@@ -141,7 +142,8 @@ def _kept() -> Iterator[None]:
 def _run(config: Config, progress: Progress | None,
          kept: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> Summary:
     started = time.perf_counter()
-    found = discover(config.sources, config.out, follow_symlinks=config.follow_symlinks)
+    found = discover(config.sources, config.out, follow_symlinks=config.follow_symlinks,
+                     reserved=_reserved(config))
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
     identities = stat_ahead(config, found.entries)  # beside what follows, on a thread
@@ -189,6 +191,25 @@ def _run(config: Config, progress: Progress | None,
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _reserved(config: Config) -> dict[str, str]:
+    """The paths under OUT this run keeps for itself (what no output may be written over):
+    output path -> what it is."""
+    kept = {config.manifest_path: "its manifest", config.streams_path: "its fingerprint",
+            config.stats_path: "its stat cache", journal_path(config.manifest_path): "its journal",
+            config.out / LOCK_FILE: "its lock", config.out / TMP_DIR: "its temp folder"}
+    if config.changes is not None:
+        kept[config.changes] = "its --changes file"
+    if config.index is not None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            kept[config.index.with_name(config.index.name + suffix)] = "its search index"
+    out = config.out.absolute()
+    found = {}
+    for path, what in kept.items():
+        with contextlib.suppress(ValueError):
+            found[path.absolute().relative_to(out).as_posix()] = what
+    return found
 
 
 def _prepare_out(out: Path) -> Path:

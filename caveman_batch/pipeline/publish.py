@@ -144,8 +144,7 @@ class _Publisher:
             return
         self.converge.note_outputs([sink.rel for _, _, sink in self.renames])
         for temp, target, sink in self.renames:
-            self._folder(os.path.dirname(target))
-            os.replace(temp, target)
+            self._place(temp, target, sink.rel)
             self.written.add(sink.rel)
             self._stat(sink, target)
         self.renames = []
@@ -237,6 +236,27 @@ class _Publisher:
                                   "first_row": first_row, "rows": rows,
                                   "totals": tally.totals, "errors": tally.errors}
 
+    def _place(self, temp: Path | str, target: Path | str, rel: str) -> None:
+        """The output `rel` renamed into OUT, its folder made. Where the last run left an
+        output of the other kind (a source file now a folder of the same name, or the other
+        way round), that stale output makes way first (converge.make_way_for_*)."""
+        folder = os.path.dirname(target)
+        try:
+            self._folder(folder)
+        except (FileExistsError, NotADirectoryError):
+            self.converge.make_way_for_folder(os.path.dirname(rel))
+            self._folder(folder)
+        try:
+            os.replace(temp, target)
+        except (IsADirectoryError, FileExistsError) as exc:
+            if not os.path.isdir(target) or os.path.islink(target):
+                raise
+            self.converge.make_way_for_file(rel)
+            try:
+                os.replace(temp, target)
+            except OSError:
+                raise exc from None
+
     def _folder(self, folder: str) -> None:
         """mkdir -p, once per folder (a tree of thousands of files has thousands). A folder
         whose parent this run made or found is made by one mkdir: makedirs would stat the
@@ -309,9 +329,8 @@ class _Publisher:
         fh.close()
         del self.streams[id(sink)]
         target = self.out / sink.rel
-        self._folder(os.path.dirname(target))
         self.converge.note_output(sink.rel)
-        os.replace(temp, target)
+        self._place(temp, target, sink.rel)
         self.written.add(sink.rel)
         self._stat(sink, target)
         hashed = self.hashes.pop(id(sink), None)
