@@ -280,6 +280,29 @@ def test_symlinks_in_src_are_not_followed_without_the_flag(tmp_path: Path) -> No
     assert not any("/loop/" in path for path in rows)
 
 
+@pytest.mark.parametrize("checksum", [False, True])
+@pytest.mark.parametrize("name", ["a.json", "reg.jsonl"])
+def test_an_incremental_rerun_refuses_a_symlink_swapped_in_as_a_full_run_does(
+        tmp_path: Path, name: str, checksum: bool) -> None:
+    """A source file replaced by a symlink to the very same bytes, elsewhere: an incremental
+    rerun (stat cache or hashes) gives the full run's error row, never reuses it."""
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    (reg / name).write_bytes(CATALOG + b"\n")
+    (reg / "b.json").write_bytes(CATALOG)
+    out, _ = _compress(tmp_path, reg, incremental=True)
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir()
+    os.replace(reg / name, outside)
+    (reg / name).symlink_to(outside)
+    _, again = _compress(tmp_path, reg, incremental=True, checksum=checksum)
+    _, full = _compress(tmp_path, reg, out=tmp_path / "full")
+    assert _rows(out / "manifest.jsonl") == _rows(tmp_path / "full" / "manifest.jsonl")
+    row, = [r for r in _rows(out / "manifest.jsonl") if r["source"]["path"] == f"{reg}/{name}"]
+    assert (row["status"], row["reason"]) == ("error", "symlink, not followed (--follow-symlinks)")
+    assert again.error == full.error == 1 and not (out / name).exists()
+
+
 def _others_can_read_the_venv() -> bool:
     """Whether a process dropped to `nobody` can still import from this interpreter's
     packages (typer imports some of its modules lazily, after the drop)."""

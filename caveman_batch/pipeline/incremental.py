@@ -328,14 +328,18 @@ _RECORD_KEYS: Final = frozenset({"source", "source_size", "source_sha256", "outp
                                  "first_row", "rows", "totals", "errors"})
 
 
+# The entries whose source is read (inputs.discover's kinds): only those can be reused.
+_READ_KINDS: Final = frozenset({"json", "jsonl"})
+
+
 def _candidate(entry: tuple[str | None, str, str], config: Config,
                previous: _Previous) -> ReusedStream | None:
     """A source the fingerprint names, whose rows are this run's and whose originals the
     store holds (both checked as _load_previous read them): reusable whole if its bytes
     and its output's are still the same."""
-    source, rel, _ = entry
-    if source is None or rel not in previous.streams:
-        return None
+    source, rel, kind = entry
+    if source is None or kind not in _READ_KINDS or rel not in previous.streams:
+        return None  # (a symlink not followed, a folder not read: an error row, as a full run's)
     record, span = previous.streams.pop(rel)  # once
     if not _valid_record(record, span, source):
         return None
@@ -435,10 +439,10 @@ def _unchanged_run(entries: list[tuple[str | None, str, str]], at: int, config: 
     run = ReusedRun()
     first_row = end = -1  # where the run's next source's rows start (if adjacent)
     for i in range(at, min(at + _RUN_SOURCES, len(entries))):
-        source, rel, _ = entries[i]
+        source, rel, kind = entries[i]
         known = stats.get(rel)
         got = streams.get(rel)
-        if known is None or got is None or source is None:
+        if known is None or got is None or source is None or kind not in _READ_KINDS:
             break
         record, span = got
         if record.keys() != _RECORD_KEYS or not _valid_record(record, span, source):
