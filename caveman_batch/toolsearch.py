@@ -18,6 +18,7 @@ Every change is one transaction: a crash leaves the index as it was before the c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -322,6 +323,15 @@ class _Shared:
         return unused
 
 
+def _create_private(location: str) -> None:
+    """A new index file is made 0600, as the store's files (it holds every tool's text and
+    definition, as the store holds the originals); its -wal and -shm take its bits. One
+    already there keeps its own (an owner may have shared it). Failing here, the open says
+    why."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(location, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
 class ToolIndex:
     """A search index of tools in one SQLite file (or ":memory:").
 
@@ -347,6 +357,8 @@ class ToolIndex:
         location = os.fspath(path)
         if location != ":memory:" and not create and not Path(location).is_file():
             raise SearchIndexNotFoundError(f"no search index at {location}", location)
+        if create and location != ":memory:":
+            _create_private(location)
         try:
             return cls._opened(location, location, create, embedder)
         except SearchIndexError as exc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -415,3 +417,20 @@ def test_an_incremental_rerun_keeps_every_tool_record_it_reuses_from_prune(
         assert len(docs) == (7 if jsonl else 5)
         for doc in docs:
             assert ccr.recover(store, doc.handle)  # type: ignore[arg-type]
+
+
+def test_a_new_index_is_as_private_as_the_store_and_an_old_one_keeps_its_mode(tmp_path: Path) -> None:
+    """The index holds every tool's description and definition, as the store holds the
+    originals: a new one is 0600 (with its -wal and -shm), whatever the umask; an index an
+    owner made readable stays so across rebuilds."""
+    src = _tree(tmp_path / "src")
+    old_umask = os.umask(0o022)
+    try:
+        _run(tmp_path, src)
+        made = [p for p in tmp_path.iterdir() if p.name.startswith("idx.db")]
+        assert made and {stat.S_IMODE(p.stat().st_mode) for p in made} == {0o600}, made
+        (tmp_path / "idx.db").chmod(0o644)
+        _run(tmp_path, src)
+        assert stat.S_IMODE((tmp_path / "idx.db").stat().st_mode) == 0o644
+    finally:
+        os.umask(old_umask)
