@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -74,7 +74,15 @@ def parse_duration(text: str) -> float:
     parts = _DURATION_RE.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
         raise UsageError(f"invalid duration {text!r}: use e.g. 30d, 12h, 1d12h, 90m, 45s, 2w")
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not seconds <= _MAX_DURATION_S:  # (inf: a number too long for a float)
+        raise UsageError(f"invalid duration {text!r}: longer than {_MAX_DURATION_S // _UNIT_S['w']:,}w "
+                         "(no record is that old)")
+    return seconds
+
+
+# Longer than any record can have been stored (10,000 years): a cutoff before the epoch.
+_MAX_DURATION_S: Final = 10_000 * 365 * 86_400
 
 
 def _size(n: int) -> str:

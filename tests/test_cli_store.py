@@ -271,6 +271,12 @@ def test_prune_json_and_bad_duration(lmdb_url: str, capfdbinary: pytest.CaptureF
     commit(lmdb_url, b"fresh")
     assert run_in_process(["prune", "--not-seen-for", "soon", "--store", lmdb_url]) == 1
     assert b"invalid duration 'soon'" in capfdbinary.readouterr().err
+    for endless in ("9" * 400 + "w", "99999999999999w", "1e9d"):
+        assert run_in_process(["prune", "--not-seen-for", endless, "--store", lmdb_url]) == 1
+        err = capfdbinary.readouterr().err
+        assert b"invalid duration" in err and b"Traceback" not in err, err
+    assert run_in_process(["prune", "--not-seen-for", "500000w", "--store", lmdb_url]) == 0
+    capfdbinary.readouterr()
     assert run_in_process(["prune", "--not-seen-for", "2d12h", "--json", "--store", lmdb_url]) == 0
     report = json.loads(capfdbinary.readouterr().out)
     assert report == {"dry_run": False, "removed": [old], "bytes": 5}
