@@ -94,6 +94,7 @@ class LmdbStore(Store):
                 return cls(path, env, readonly)
             env = _open_readonly(path) if readonly else _open_writable(path)
             try:
+                _refuse_truncated(path, url, env)
                 _recognise(path, url, env, stamp=not readonly)
             except BaseException:
                 env.close()
@@ -353,6 +354,22 @@ def _refuse_other_files(path: Path, url: str) -> None:
     if others:
         shown = ", ".join(others[:3]) + (", …" if len(others) > 3 else "")
         raise foreign_store(url, f"a folder holding other files ({shown}) and no data.mdb")
+
+
+def _refuse_truncated(path: Path, url: str, env: lmdb.Environment) -> None:
+    """StoreError if data.mdb is shorter than the pages its last committed transaction
+    uses (cut short by a copy, a full disk, a bad restore): LMDB reads the file through its
+    map, and a page past the end of the file is a SIGBUS that kills the process (exit 135),
+    no error at all. A file being written only grows, and a commit's pages are in it
+    before its meta page names them."""
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    try:
+        size = os.stat(data_file(path)).st_size
+    except OSError as exc:
+        raise StoreError(f"{url}: cannot read data.mdb: {exc.strerror or exc}") from exc
+    if size < need:
+        raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
+                         f"need {need:,}): restore it from a backup, or move it aside")
 
 
 def _recognise(path: Path, url: str, env: lmdb.Environment, *, stamp: bool) -> None:

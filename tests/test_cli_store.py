@@ -626,3 +626,21 @@ def test_empty_store_urls_and_urls_with_a_query_or_fragment_are_usage_errors(
     assert run_in_process(["migrate", "--to", given]) == 1
     capfdbinary.readouterr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.json", "caveman-home"]
+
+
+def test_a_truncated_lmdb_file_is_a_store_error_not_a_sigbus(tmp_path: Path) -> None:
+    """data.mdb cut short of the pages its last commit uses (a bad copy, a full disk): every
+    command names it (exit 2); reading a page past its end was a SIGBUS (exit 135)."""
+    url = f"lmdb://{tmp_path}/ccr"
+    handles = commit(url, *(bytes(range(256)) * (40 + i) for i in range(30)))
+    data = lmdb_store.data_file(tmp_path / "ccr")
+    whole = data.stat().st_size
+    os.truncate(data, whole // 2 // 4096 * 4096)
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+    for command in (["stats"], ["verify"], ["recover", handles[-1]], ["prune", "--not-seen-for", "1d"],
+                    ["migrate", "--to", f"sqlite://{tmp_path}/copy.db"],
+                    ["compress", str(src), "-o", str(tmp_path / "out")]):
+        done = run(*command, "--store", url)
+        assert done.returncode == 2, (command, done.returncode, done.stderr)
+        assert b"data.mdb is truncated" in done.stderr and url.encode() in done.stderr, command
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
