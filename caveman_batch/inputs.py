@@ -454,11 +454,14 @@ def _small_json_file(head: bytes, st: os.stat_result, path: str, rel: str,
 
 
 def _registry_prefix(head: bytes) -> int | None:
-    """Byte offset just past the "[" of a registry's catalog array, or None."""
-    m = _WRAPPER.match(head)
+    """Byte offset just past the "[" of a registry's catalog array, or None. A UTF-8 byte
+    order mark before it (as some Windows editors write) is skipped, and kept in the output
+    with the rest of the prefix."""
+    bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
+    m = _WRAPPER.match(head[bom:]) if bom else _WRAPPER.match(head)
     if m is not None:
-        return m.end()
-    stripped = head.lstrip()
+        return bom + m.end()
+    stripped = head[bom:].lstrip()
     if not stripped.startswith(b"["):
         return None
     start = len(head) - len(stripped) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -151,6 +152,27 @@ def test_array_registry_streamed_item_by_item(tmp_path: Path) -> None:
     assert rows[7]["sha256"] == hashlib.sha256(expected).hexdigest()  # the exact item bytes
     with open_store(f"lmdb://{tmp_path}/ccr") as store:
         assert ccr.recover(store, rows[7]["handle"]) == expected
+
+
+@pytest.mark.parametrize("big", [False, True])
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_array_registry_after_a_byte_order_mark_is_split_and_keeps_it(
+        tmp_path: Path, wrapped: bool, big: bool) -> None:
+    """A registry a Windows editor saved with a UTF-8 BOM is still a registry, item by item
+    (it was one unknown document), and its output keeps the BOM."""
+    items = [{"name": f"s{i}", "tools": [{"name": f"t{i}", "description": "Reads things. " * 30}]}
+             for i in range(30 if not big else 3000)]  # past CHUNK: read as it streams
+    body = b",\n".join(json.dumps(i).encode() for i in items)
+    plain = (b'{"servers": [' + body + b"]}\n") if wrapped else b"[" + body + b"]\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "registry.json").write_bytes(plain)
+    expected, expected_rows = _registry_out(tmp_path / "a", plain)
+    (tmp_path / "b").mkdir()
+    produced, rows = _registry_out(tmp_path / "b", codecs.BOM_UTF8 + plain)
+    assert len(rows) == len(items) and all(r["status"] == "ok" for r in rows)
+    assert produced == codecs.BOM_UTF8 + expected
+    assert [(r["sha256"], r["source"]["item"]) for r in rows] == [
+        (r["sha256"], r["source"]["item"]) for r in expected_rows]
 
 
 def _registry_out(tmp_path: Path, raw: bytes) -> tuple[bytes, list[dict[str, Any]]]:
