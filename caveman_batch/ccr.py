@@ -348,25 +348,30 @@ class _SpanTargetMissing(ValueError):
 
 class _Wholes:
     """Records spans lie in, inflated, for one scan over many spans (a scan reads them in
-    key order, so the spans of one catalog come all over it): those of at most 1 MiB,
-    up to _WHOLES_MAX bytes in all, then emptied. A slice is still re-hashed."""
+    key order, so the spans of one catalog come all over it): up to _WHOLES_MAX bytes in
+    all, the least recently used going first. One larger than that is read up to each span
+    (a stream, never held). A slice is still re-hashed.
+
+    (Only records of at most 1 MiB were kept: each span of a 2 MiB catalog of 2,000 tools
+    inflated it again up to itself, and `verify` of three such took 3.2-3.8 s, not 0.4.)"""
 
     def __init__(self) -> None:
-        self.inflated: dict[str, bytes] = {}
+        self.inflated: dict[str, bytes] = {}  # in order of use, the latest last
         self.size = 0
 
     def get(self, whole: str, header: Header, container: bytes) -> bytes | None:
-        found = self.inflated.get(whole)
-        if found is None and header.original_length <= _WHOLE_MAX:
+        found = self.inflated.pop(whole, None)
+        if found is None:
+            if header.original_length > _WHOLES_MAX:
+                return None
             try:
                 found = _inflate(header, container)
             except (ValueError, zstandard.ZstdError):
                 return None  # read up to the span only, as without this
-            if self.size + len(found) > _WHOLES_MAX:
-                self.inflated.clear()
-                self.size = 0
-            self.inflated[whole] = found
             self.size += len(found)
+            while self.size > _WHOLES_MAX and self.inflated:
+                self.size -= len(self.inflated.pop(next(iter(self.inflated))))
+        self.inflated[whole] = found
         return found
 
 

@@ -550,3 +550,54 @@ def test_a_whole_handle_is_read_without_a_prefix_scan() -> None:
         assert "ccr_" + "0" * 64 in str(exc.value) and Counting.scans == 0
         assert ccr.recover(store, handle[:12]) == b"original"
         assert Counting.scans == 1
+
+
+# -- 6. spans of big catalogs: each catalog inflated once per scan -------------------------
+
+
+def _catalog_and_spans(k: int, tools: int) -> tuple[list[ccr.Prepared], bytes]:
+    defs = [json.dumps({"name": f"c{k}_t{i}", "description": f"Tool {i} of {k}. " * 70}).encode()
+            for i in range(tools)]
+    catalog = b'{"tools":[' + b",".join(defs) + b"]}"
+    spans = [ccr.prepare_span(ccr.digest_of(d), len(d), ccr.digest_of(catalog), catalog.index(d))
+             for d in defs]
+    return [ccr.prepare(catalog), *spans], catalog
+
+
+def test_a_scan_inflates_each_big_catalog_once_for_all_its_spans(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify/stats/prune/migrate read spans in key order, all over their catalogs: a catalog
+    over 1 MiB was inflated again up to each span (quadratic); now once, while the cache's
+    budget holds it, the least recently used going first when it does not."""
+    records, catalogs = [], []
+    for k in range(3):
+        prepared, catalog = _catalog_and_spans(k, 1000)
+        assert len(catalog) > 1 << 20
+        records += prepared
+        catalogs.append(catalog)
+    inflated: list[int] = []
+    real = ccr._inflate
+
+    def counting(header: ccr.Header, value: bytes) -> bytes:
+        found = real(header, value)
+        if header.original_length > 1 << 20:
+            inflated.append(len(found))
+        return found
+
+    monkeypatch.setattr(ccr, "_inflate", counting)
+    with open_store(f"lmdb://{tmp_path}/ccr.lmdb") as store:
+        ccr.commit(store, records)
+        report = ccr.audit(store)
+        assert report.verified == len(records) and not report.excluded
+        assert len(inflated) == 3  # each once: as a whole record, then held for its spans
+        wholes = ccr._Wholes()
+        monkeypatch.setattr(ccr, "_WHOLES_MAX", 2 * len(catalogs[0]) + 10)  # room for two
+        for k in (0, 1, 0, 2):  # 1 is the least recently used when 2 comes
+            found = wholes.get(str(k), ccr.decode_header(records[0].value), records[0].value)
+            assert found == catalogs[0]
+        assert list(wholes.inflated) == ["0", "2"] and wholes.size == 2 * len(catalogs[0])
+    with open_store(f"lmdb://{tmp_path}/one.lmdb") as store:
+        ccr.commit(store, records[:101])  # a catalog and 100 of its spans
+        monkeypatch.setattr(ccr, "_WHOLES_MAX", 1 << 20)  # room for none: read up to each span
+        inflated.clear()
+        assert ccr.audit(store).verified == 101 and not inflated
