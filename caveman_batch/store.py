@@ -228,6 +228,14 @@ def split_store_url(url: str) -> tuple[str, str]:
     if not url.strip():
         raise StoreURLError(f"empty store URL {url!r}: give one, e.g. lmdb:///var/lib/caveman/ccr")
     if "://" not in url:
+        scheme, colon, rest = url.partition(":")
+        if colon and scheme.lower() in _BACKENDS:
+            # `sqlite:/x.db`, `sqlite:x.db`: a URL missing its //, not an LMDB folder of that
+            # name (a path starting so is still one spelled ./sqlite:/x.db)
+            shown = rest.lstrip("/")
+            raise StoreURLError(f"store URL {url!r} lacks the // after {scheme}: write "
+                                f"{scheme.lower()}:///{shown} (absolute) or "
+                                f"{scheme.lower()}://{shown} (relative); a folder so named: ./{url}")
         return "lmdb", url
     scheme, _, location = url.partition("://")
     if not scheme.isidentifier():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,20 @@ def test_empty_urls_and_urls_with_a_query_or_fragment_are_refused(url: str) -> N
     with pytest.raises(StoreURLError) as exc:
         open_store(url)
     assert repr(url) in str(exc.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite:/srv/ccr.db", "sqlite:ccr.db", "LMDB:/var/ccr",
+                                 "postgresql:db/ccr", "memory:"])
+def test_a_url_missing_its_slashes_is_refused_not_made_a_folder(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sqlite:/x.db` was an LMDB store made in a folder `sqlite:` of the current one."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreURLError) as exc:
+        open_store(url)
+    assert repr(url) in str(exc.value) and "lacks the //" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []
+    with open_store(f"./{url}") as s:  # a folder so named, spelled as a path
+        assert str(s).startswith("lmdb://")
 
 
 def test_a_bare_path_may_hold_any_character(tmp_path: pytest.TempPathFactory) -> None:
