@@ -520,7 +520,7 @@ class DeferredProxy:
         if entry is not None:
             server, uid = entry
             server.calls.pop(uid, None)  # a late answer is dropped: the client gave up on it
-            server.up.send(_with_request_id(msg, str(uid)))
+            server.up.send(_with_request_id(msg, uid))
         elif self.held is not None:
             self.held = [m for m in self.held if rpc.id_key(m.id) != key]
 
@@ -920,7 +920,7 @@ class DeferredProxy:
             pid = self.server_call_ids.pop((server.name, key), None)
             if pid is not None:
                 del self.server_calls[pid]
-                self._notify(_with_request_id(msg, str(pid)))
+                self._notify(_with_request_id(msg, pid))
         else:  # progress, logging, resources and prompts changes: the client's to see
             self._notify(rpc.line(msg.text))
 
@@ -972,9 +972,15 @@ def _call_params(msg: rpc.Message, name: str) -> str | None:
     return '{"name":' + rpc.dumps(name) + ',"arguments":' + arguments + meta + "}"
 
 
-def _with_request_id(msg: rpc.Message, request_id: str) -> bytes:
-    params = rpc.member_spans(msg.text, msg.spans["params"]) or {}
-    return rpc.line(rpc.splice(msg.text, params["requestId"], request_id))
+def _with_request_id(msg: rpc.Message, request_id: int) -> bytes:
+    """A cancellation as it came, its requestId the other side's (`request_id`). Params
+    that give a key twice (no spans to splice into) are written anew from what was read of
+    them (the last of each key, as the id that was looked up)."""
+    params = rpc.member_spans(msg.text, msg.spans["params"])
+    if params is not None and "requestId" in params:
+        return rpc.line(rpc.splice(msg.text, params["requestId"], str(request_id)))
+    return rpc.notification(msg.method or "notifications/cancelled",
+                            rpc.dumps({**msg.params, "requestId": request_id}))
 
 
 # -- running it -----------------------------------------------------------------------------

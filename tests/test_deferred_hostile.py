@@ -54,6 +54,8 @@ for line in sys.stdin.buffer:
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
              % mid)
+    elif method == "tools/call" and msg["params"]["name"] == "hang":
+        pass  # never answered: the client cancels it
     elif method == "tools/call":
         text = "ran " + msg["params"]["name"] + " " + json.dumps(msg["params"].get("arguments"))
         send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
@@ -187,6 +189,36 @@ def test_a_key_given_twice_is_refused_and_nothing_is_called(
     calls = [ln for ln in log.read_text().splitlines() if '"tools/call"' in ln]
     assert len(calls) == 1 and "after" in calls[0]  # written before it answered
     assert w.close()[0] == 0
+
+
+def test_a_cancellation_giving_a_key_twice_still_reaches_the_upstream(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Its params cannot be spliced (a key twice): written anew with the upstream's id (a
+    KeyError inside the proxy dropped it, and the upstream ran on)."""
+    log = tmp_path / "upstream.log"
+    tools = [{"name": n, "description": f"{n.title()}.", "inputSchema": {"type": "object"}}
+             for n in ("echo", "hang")]
+    w = wire(["--servers", servers(tmp_path, upstream, "a")],
+             {"UPSTREAM_LOG": str(log), "TOOLS": json.dumps(tools)})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "a__hang", "arguments": {}}})
+    deadline = time.monotonic() + WAIT
+    while '"hang"' not in log.read_text():
+        assert time.monotonic() < deadline, "the call never reached the upstream"
+        time.sleep(0.02)
+    upstream_id = next(json.loads(ln)["id"] for ln in log.read_text().splitlines()
+                       if '"hang"' in ln)
+    w.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":'
+           b'{"requestId":7,"reason":"gave up","requestId":7}}\n')
+    while "notifications/cancelled" not in log.read_text():
+        assert time.monotonic() < deadline, "the cancellation never reached the upstream"
+        time.sleep(0.02)
+    cancel, = [json.loads(ln) for ln in log.read_text().splitlines() if "cancelled" in ln]
+    assert cancel["params"] == {"requestId": upstream_id, "reason": "gave up"}
+    assert text(w.call(8, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "Traceback" not in err and "KeyError" not in err, err
 
 
 # -- an upstream's unreadable answer --------------------------------------------------------
