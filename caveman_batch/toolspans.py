@@ -333,18 +333,35 @@ def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int
              ) -> tuple[str | None, list[IndexedTool]] | None:
     """The tools at `spans` in raw, parsed (`tools`), their definitions in the output
     (ignored for a passthrough: re-serialized here)."""
+    escaped: set[int] = set()  # tools holding a lone surrogate (an escape such as \ud800)
     if out is raw or out == raw:
-        try:
-            definitions = [serialize(parse(raw[a:b])) for a, b in spans]  # literals as written
-        except Passthrough:
-            return None  # a lone surrogate: no UTF-8 text to index
+        definitions = []
+        for at, (a, b) in enumerate(spans):
+            try:
+                definitions.append(serialize(parse(raw[a:b])))  # literals as written
+            except Passthrough:
+                # no UTF-8 text can hold it: the tool as written (JSON text, its escapes
+                # kept) is its definition, and its search text has U+FFFD in its place (the
+                # catalog's other tools were left out of the index with it)
+                definitions.append(raw[a:b])
+                escaped.add(at)
     found = []
     for at, ((a, b), definition) in enumerate(zip(spans, definitions)):
         piece = raw[a:b]
         digest = hashlib.sha256(piece).hexdigest()
         name, fields = _described(piece, digest, tools[at])
+        if at in escaped:
+            name = _replace_surrogates(name)
+            fields = {key: _replace_surrogates(text) for key, text in fields.items()}
         found.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
     return _label(doc, shape), found
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
 
 
 # -- tools built by the index's writer -------------------------------------------------

@@ -434,3 +434,23 @@ def test_a_new_index_is_as_private_as_the_store_and_an_old_one_keeps_its_mode(tm
         assert stat.S_IMODE((tmp_path / "idx.db").stat().st_mode) == 0o644
     finally:
         os.umask(old_umask)
+
+
+def test_a_catalog_with_a_lone_surrogate_keeps_its_tools_in_the_index(tmp_path: Path) -> None:
+    """A tool whose text holds an escape no UTF-8 can (\\ud800): its catalog is passed
+    through, and its tools are all indexed (they were all left out, silently), that one with
+    its bytes as written for definition and U+FFFD in its search text."""
+    src = tmp_path / "src"
+    src.mkdir()
+    odd = b'{"name":"get_x","description":"Gets the x \\ud800 value.","inputSchema":{"type":"object"}}'
+    (src / "odd.json").write_bytes(b'{"tools":[' + odd + b',\n {"name":"put_y","description":'
+                                   b'"Puts the y value.","inputSchema":{"type":"object"}}]}')
+    _run(tmp_path, src)
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        docs = {d.name: d for d in index.docs()}
+        assert sorted(docs) == ["get_x", "put_y"]
+        assert docs["get_x"].definition == odd.decode()
+        assert index.search("gets the x value", k=1)[0].name == "get_x"
+        assert index.search("puts y", k=1)[0].name == "put_y"
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert ccr.recover(store, docs["get_x"].handle) == odd
