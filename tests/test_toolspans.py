@@ -148,11 +148,16 @@ def test_random_catalogs(raw: bytes) -> None:
         assert [e.definition.encode() for e in entries[1]] == [serialize(t) for t in tools]
 
 
-def test_a_passthrough_with_a_lone_surrogate_is_not_indexed() -> None:
-    raw = b'{"tools":[{"name":"t","description":"\\udc00"}]}'
+def test_a_passthrough_with_a_lone_surrogate_is_indexed_as_written() -> None:
+    raw = b'{"tools":[{"name":"t","description":"\\udc00"},{"name":"u","description":"U."}]}'
     out, result = compress(raw)
     assert result.status == "passthrough" and not result.broken
-    assert index_entries(raw, out) is None
+    found = index_entries(raw, out)
+    assert found is not None
+    odd, plain = found[1]
+    assert odd.definition == '{"name":"t","description":"\\udc00"}' and odd.original == raw[10:45]
+    assert odd.fields["description"] == "\ufffd"
+    assert plain.definition == '{"name":"u","description":"U."}'
 
 
 def test_definitions_are_the_compressed_tools_and_keep_number_literals() -> None:
