@@ -298,10 +298,22 @@ GOOD = [{"name": f"tool{i}", "description": f"Does thing {i}.", "inputSchema": {
         for i in range(3)]
 
 
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_tool_with_a_lone_surrogate_is_served_as_written(compressed: bool) -> None:
+    """An escape no UTF-8 can hold (\\ud83d, an emoji cut in half): the tool is searchable
+    (U+FFFD in its search text) and listed with its bytes as written, as the bulk index has it."""
+    odd = '{"name": "odd", "description": "cut mid-emoji \\ud83d", "inputSchema": {"type": "object"}}'
+    good = json.dumps(GOOD)
+    page = ('{"tools": ' + good[:1] + odd + ", " + good[1:] + "}").encode()
+    catalog = deferred.build_catalog("s", "", [page], compressed=compressed,
+                                     options=Options(count_tokens=False))
+    assert list(catalog.tools) == ["odd", "tool0", "tool1", "tool2"] and not catalog.left_out
+    assert "\\ud83d" in catalog.tools["odd"].definition and json.loads(catalog.tools["odd"].definition)
+
+
 @pytest.mark.parametrize("bad", [
-    '{"name": "odd", "description": "cut mid-emoji \\ud83d", "inputSchema": {"type": "object"}}',
     '{"name": "odd", "inputSchema": {"type": "object", "properties": {"n": {"default": NaN}}}}',
-], ids=["lone surrogate", "NaN"])
+], ids=["NaN"])
 @pytest.mark.parametrize("compressed", [True, False])
 def test_one_bad_tool_leaves_out_only_itself(bad: str, compressed: bool) -> None:
     good = json.dumps(GOOD)
@@ -322,7 +334,8 @@ def test_one_bad_tool_is_named_and_the_others_serve(
          "inputSchema": {"type": "object"}},
         {"name": "list_issues", "description": "List the open issues of the tracker.",
          "inputSchema": {"type": "object"}}])
-    tools = tools[:-1] + ', {"name": "close_issue", "description": "Close an issue \\ud83d"}]'
+    tools = tools[:-1] + (', {"name": "close_issue", "description": "Close an issue.", "inputSchema":'
+                          ' {"type": "object", "properties": {"n": {"default": NaN}}}}]')
     w = wire(["--always", "list_issues", "--", *upstream], {"TOOLS": tools})
     w.start()
     found = text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
