@@ -267,9 +267,9 @@ def _changes_text(r: dict[str, object]) -> str:
     if r.get("outputs_unread"):
         text += f"; {r['outputs_unread']:,} output(s) of sources that could not be read kept"
     if r["outputs_kept"]:
-        return text + f"; {r['outputs_kept']:,} output(s) of removed documents kept (--keep-removed)"
-    if r["outputs_deleted"]:
-        return text + f"; {r['outputs_deleted']:,} stale output(s) deleted"
+        text += f"; {r['outputs_kept']:,} output(s) of removed documents kept (--keep-removed)"
+    if r["outputs_deleted"]:  # (with --keep-removed: those that gave way to a new output)
+        text += f"; {r['outputs_deleted']:,} stale output(s) deleted"
     return text
 
 

@@ -36,7 +36,7 @@ import hashlib
 import os
 import stat
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -204,8 +204,14 @@ class _Side:
     outputs: set[str] = field(default_factory=set)
     names: dict[str, str] = field(default_factory=dict)  # one string per path named
 
-    def read(self, fh: BinaryIO, skip: list[tuple[int, int]]) -> None:
-        for line in _rows_outside(fh, skip):
+    kept: list[bytes] = field(default_factory=list)  # the rows `keep` asked for, as read
+
+    def read(self, fh: BinaryIO, skip: list[tuple[int, int]],
+             keep: Callable[[str], bool] | None = None) -> None:
+        self.read_lines(_rows_outside(fh, skip), keep)
+
+    def read_lines(self, lines: Iterable[bytes], keep: Callable[[str], bool] | None = None) -> None:
+        for line in lines:
             try:
                 doc = Doc.of(orjson.loads(line), self.names)
             except orjson.JSONDecodeError:
@@ -215,6 +221,8 @@ class _Side:
             self.docs.setdefault(doc.path, []).append(doc)
             if doc.output is not None:
                 self.outputs.add(doc.output)
+            if keep is not None and doc.output is not None and keep(doc.path):
+                self.kept.append(line if line.endswith(b"\n") else line + b"\n")
 
 
 def _rows_outside(fh: BinaryIO, skip: list[tuple[int, int]]) -> Iterator[bytes]:
@@ -247,7 +255,7 @@ class Converger:
         # outputs no row names: a killed run's (journal), streams with no document (the
         # fingerprint's: parsed now, before anything of this run can replace it, unless
         # `streams_to_come`: the run, which parses it anyway, hands its parse over)
-        self.journaled = _read_journal(self.journal)
+        self.journaled, self.journal_rows = _read_journal(self.journal)
         self.fingerprint = fingerprint
         self.empty_streams: set[str] | None = set() if self.previous is None else None
         if self.empty_streams is None and not streams_to_come:
@@ -259,7 +267,10 @@ class Converger:
         self.unread: list[str] = []
         self.before: set[str] | None = None  # the last run's outputs, read only when needed
         self.cleared = 0  # stale outputs deleted to make way for this run's
-        self.unread_sources: list[str] = []  # their paths as the manifest names sources ("/" ends a folder's)
+        # their paths as the manifest names sources: a file's; a folder's, and with "/" after
+        # it (every source under it), or "" (SRC "." itself)
+        self.unread_sources: list[str] = []
+        self.carried_over: list[bytes] = []  # the last run's rows of those sources, kept
         self.held: list[str] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
@@ -291,7 +302,9 @@ class Converger:
         of them is renamed): the journal names each before it can be in OUT, as one by one."""
         if not rels:
             return
-        data = b"".join(orjson.dumps(rel) + b"\n" for rel in rels)
+        self._append_journal(b"".join(orjson.dumps(rel) + b"\n" for rel in rels))
+
+    def _append_journal(self, data: bytes) -> None:
         if self.journal_fd is None:
             self.journal_fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
             if _torn(self.journal_fd):  # a run killed mid-write: its last line stays apart
@@ -305,6 +318,7 @@ class Converger:
             side = _Side()
             if self.previous is not None:
                 side.read(self.previous, [])
+            side.read_lines(self.journal_rows)
             self.before = side.outputs | self.unnamed
         return self.before
 
@@ -361,8 +375,11 @@ class Converger:
         stay, and its documents of the last run are neither removed nor changed (a
         --changes file saying "removed" would have a consumer drop what is still there)."""
         self.unread.append(rel)
-        self.unread_sources.append("" if folder and source == "." else
-                                   source.rstrip("/") + "/" if folder else source)
+        if folder:
+            self.unread_sources += [""] if source == "." else [source.rstrip("/"),
+                                                               source.rstrip("/") + "/"]
+        else:
+            self.unread_sources.append(source)
 
     def _unread_of(self, rel: str) -> bool:
         return any(rel == u or (u.endswith("/") or not u) and rel.startswith(u)
@@ -377,19 +394,28 @@ class Converger:
         (or counted, --keep-removed). `written`: outputs this run wrote or carried over
         (a stream with no document has no row to say so)."""
         changes = Changes(lines=[] if self.want_lines else None)
-        if self.previous is None and not self.unnamed and not self.want_lines:
+        if self.previous is None and not self.unnamed and not self.journal_rows \
+                and not self.want_lines:
             changes.added = documents  # a first run: nothing to compare, nothing stale
             return changes
         changes.unchanged = self.carried_rows
         old, new = _Side(), _Side()
+        keep = self._unread_source if self.unread else None
         if self.previous is not None:
-            old.read(self.previous, sorted((a, b) for a, b, _, _ in self.carried))
+            old.read(self.previous, sorted((a, b) for a, b, _, _ in self.carried), keep)
+        old.read_lines(self.journal_rows, keep)  # rows an earlier run could not read again
         with open(new_manifest, "rb") as fh:
             new.read(fh, [(c, d) for _, _, c, d in self.carried])
         for path in sorted(old.docs.keys() | new.docs.keys()):
-            if self.unread and path not in new.docs and self._unread_source(path):
-                continue  # not read: unknown, not removed
-            classify(old.docs.get(path, []), new.docs.get(path, []), changes)
+            olds = old.docs.get(path, [])
+            if self.unread and self._unread_source(path):
+                # not read: its documents are unknown, neither removed nor changed (they go
+                # on, below); only its error row is compared, with the last run's (if any)
+                olds = [doc for doc in olds if doc.output is None]
+            classify(olds, new.docs.get(path, []), changes)
+        # the last run's rows of sources not read this time go on, in the journal: the next
+        # run compares with them (and deletes their outputs if their sources are gone)
+        self.carried_over = old.kept
         stale = (old.outputs | self.unnamed) - new.outputs - written - self.protected
         if self.unread:
             held = {rel for rel in stale if self._unread_of(rel)}
@@ -402,7 +428,14 @@ class Converger:
             changes.outputs_unread = len(self.held)
         self._clear(sorted(stale), changes)
         changes.outputs_deleted += self.cleared
+        if self.held or self.carried_over:
+            # in the journal before the manifest that no longer names them is published: a
+            # run killed in between leaves them named (published() then keeps only these)
+            self._append_journal(self._kept_lines())
         return changes
+
+    def _kept_lines(self) -> bytes:
+        return b"".join([*(orjson.dumps(rel) + b"\n" for rel in self.held), *self.carried_over])
 
     def _clear(self, stale: list[str], changes: Changes) -> None:
         emptied: set[tuple[str, ...]] = set()
@@ -421,8 +454,9 @@ class Converger:
     def published(self, changes: Changes, changes_file: Path | None) -> None:
         """After the new manifest is published: the journal goes, the changes file comes."""
         self.close()
-        if self.held:  # outputs in OUT that no manifest names now: the next run's to judge
-            fsio.atomic_write(self.journal, b"".join(orjson.dumps(rel) + b"\n" for rel in self.held))
+        if self.held or self.carried_over:
+            # outputs in OUT, and rows, that no manifest names now: the next run's to judge
+            fsio.atomic_write(self.journal, self._kept_lines())
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal)
@@ -460,18 +494,23 @@ def _torn(fd: int) -> bool:
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
-def _read_journal(path: Path) -> set[str]:
+def _read_journal(path: Path) -> tuple[set[str], list[bytes]]:
+    """The outputs a journal names (a JSON string a line), and the manifest rows it keeps
+    (a JSON object a line: the last rows of sources a run could not read)."""
     try:
         data = path.read_bytes()
     except OSError:
-        return set()
-    found = set()
+        return set(), []
+    found, rows = set(), []
     for line in data.splitlines():
+        if line.startswith(b"{"):
+            rows.append(line)
+            continue
         with contextlib.suppress(orjson.JSONDecodeError):
             rel = orjson.loads(line)
             if type(rel) is str:
                 found.add(rel)
-    return found
+    return found, rows
 
 
 def _empty_streams(fingerprint: Path) -> set[str]:

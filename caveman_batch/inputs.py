@@ -119,11 +119,13 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
             add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)
-        if not _exists(path):
+        missing = _not_there(path)
+        if missing is not None:
             # Not an error row: OUT follows its sources, and a source that vanished (a
-            # registry not mounted, a typo in a nightly job) would have every output of the
-            # last run deleted as stale. Nothing is read or written.
-            raise UsageError(f"{src}: no such file or folder: nothing was read or written")
+            # registry not mounted, a typo in a nightly job), or that cannot be looked at
+            # (a folder above it not ours to enter: is it a file or a folder?), would have
+            # every output of the last run deleted as stale. Nothing is read or written.
+            raise UsageError(f"{src}: {missing}: nothing was read or written")
         if _is_dir(path):
             base = "" if single else path.resolve().name + "/"
             for file, rel, kind in _walk(path, base, out_dir.resolve(), follow_symlinks):
@@ -166,17 +168,16 @@ def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str]) -> N
                              "or give another output folder or --manifest")
 
 
-def _exists(path: Path) -> bool:
-    """Whether a SRC named on the command line is there (a symlink followed); one that cannot
-    be looked at for another reason (a folder above it not ours to enter) is, and reading it
-    says why in its error row."""
+def _not_there(path: Path) -> str | None:
+    """Why a SRC named on the command line cannot be looked at (a symlink followed), or None
+    if it can (reading it may still fail: its error row says why)."""
     try:
         os.stat(path)
-    except FileNotFoundError:
-        return False
     except OSError as exc:
-        return exc.errno != errno.ENOTDIR
-    return True
+        if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOTDIR:
+            return "no such file or folder"
+        return f"cannot be looked at: {exc.strerror or exc}"
+    return None
 
 
 def _is_dir(path: Path) -> bool:

@@ -316,8 +316,10 @@ AS_NOBODY = pytest.mark.skipif(
 
 
 @AS_NOBODY
-def test_source_that_cannot_be_looked_at_is_an_error_row(tmp_path: Path) -> None:
-    """A SRC under a folder the user may not enter: an error row naming it, not a traceback."""
+def test_source_that_cannot_be_looked_at_refuses_the_run(tmp_path: Path) -> None:
+    """A SRC under a folder the user may not enter: refused naming it (exit 1), not a
+    traceback; nor an error row, since whether it is a file or a folder is not known, so
+    neither are the outputs of the last run to keep."""
     os.chmod(tmp_path, 0o700)
     shared = Path(tempfile.mkdtemp(prefix="caveman-src-"))
     os.chmod(shared, 0o777)
@@ -335,9 +337,10 @@ def test_source_that_cannot_be_looked_at_is_an_error_row(tmp_path: Path) -> None
     try:
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
                               env={**os.environ, "CAVEMAN_HOME": "/nonexistent"})
-        assert proc.returncode == 0, proc.stderr
-        row, = _rows(shared / "out" / "manifest.jsonl")
-        assert row["status"] == "error" and "Permission denied" in row["reason"]
+        assert proc.returncode == 1, proc.stderr
+        assert b"cannot be looked at: Permission denied" in proc.stderr
+        assert str(tmp_path / "c.json").encode() in proc.stderr
+        assert not (shared / "out" / "manifest.jsonl").exists()
     finally:
         shutil.rmtree(shared)
 

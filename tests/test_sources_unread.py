@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,11 @@ def test_a_folder_that_cannot_be_read_keeps_its_outputs(tmp_path: Path) -> None:
     assert [line["change"] for line in lines] == ["added"]  # the error row; nothing removed
     # the kept outputs are named for the next run, which no manifest does now
     journal = journal_path(out / "manifest.jsonl")
-    assert sorted(json.loads(line) for line in journal.read_bytes().splitlines()) == sorted(kept)
+    named = [json.loads(line) for line in journal.read_bytes().splitlines()]
+    assert sorted(n for n in named if isinstance(n, str)) == sorted(kept)
+    assert sorted(n["output"]["path"] for n in named if isinstance(n, dict)) == sorted(
+        ["b/one.json", "b/two.jsonl", "b/two.jsonl", "b/deep/one.json", "b/deep/two.jsonl",
+         "b/deep/two.jsonl"])  # and their rows
 
     # readable again: written again, the journal gone, nothing kept or deleted
     done = _compress(tmp_path, str(src), "-o", str(out), "--incremental")
@@ -155,3 +160,106 @@ def test_an_unreadable_src_folder_named_alone_keeps_every_output(tmp_path: Path)
         src.chmod(0o755)
     assert done.returncode == 0, done.stderr
     assert _files(out) == everything
+
+
+@MODES_BIND
+def test_a_src_whose_parent_cannot_be_entered_refuses_the_run(tmp_path: Path) -> None:
+    """It cannot be told a file or a folder, so not which outputs are its: refused, OUT
+    untouched (taken for a file, every output of the folder it is was deleted)."""
+    src = _tree(tmp_path / "p")
+    out = tmp_path / "out"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    everything = {rel: (out / rel).read_bytes() for rel in _files(out)}
+    (tmp_path / "p").chmod(0)
+    try:
+        for sources in ([str(src)], [str(src), str(tmp_path / "other.json")]):
+            (tmp_path / "other.json").write_bytes(CATALOG)
+            done = _compress(tmp_path, *sources, "-o", str(out))
+            assert done.returncode == 1, done.stderr
+            assert f"{src}: cannot be looked at: Permission denied".encode() in done.stderr
+    finally:
+        (tmp_path / "p").chmod(0o755)
+    assert {rel: (out / rel).read_bytes() for rel in _files(out)} == everything
+
+
+def _changes(path: Path) -> list[tuple[str, Any, Any]]:
+    return [(c["change"], c["source"], c["output"])
+            for c in (json.loads(line) for line in path.read_bytes().splitlines())]
+
+
+@MODES_BIND
+def test_changes_never_report_what_could_not_be_read(tmp_path: Path) -> None:
+    """An unreadable file's documents are neither changed nor removed; an unreadable
+    folder's last rows go on (in the journal), so the run after compares with them: nothing
+    changed once it is readable again, every document removed once it is gone."""
+    src = _tree(tmp_path)
+    out, changes = tmp_path / "out", tmp_path / "changes.jsonl"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    (src / "a" / "two.jsonl").chmod(0)
+    (src / "b").chmod(0)
+    errors = [({"path": f"{src}/a/two.jsonl"}, None), ({"path": f"{src}/b"}, None)]
+    try:
+        for run in range(2):  # unreadable for two runs: the rows go on from journal to journal
+            done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
+            assert done.returncode == 0, done.stderr
+            # the error rows come (and then stay): nothing of the documents
+            assert _changes(changes) == ([("added", *e) for e in errors] if run == 0 else [])
+    finally:
+        (src / "a" / "two.jsonl").chmod(0o644)
+        (src / "b").chmod(0o755)
+    done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
+    assert done.returncode == 0, done.stderr
+    assert _changes(changes) == [("removed", *e) for e in errors]  # the documents as before
+    journal = journal_path(out / "manifest.jsonl")
+    assert not journal.exists()
+    (src / "b").chmod(0)
+    try:
+        assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    finally:
+        (src / "b").chmod(0o755)
+    for path in sorted((src / "b").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (src / "b").rmdir()
+    done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
+    assert done.returncode == 0, done.stderr
+    removed = [c for c in _changes(changes) if c[2] is not None]  # (and the error row)
+    assert {c[0] for c in removed} == {"removed"} and len(removed) == 6  # one.json, two lines, deep's
+    assert {c[2] for c in removed} == {"b/one.json", "b/two.jsonl", "b/deep/one.json",
+                                       "b/deep/two.jsonl"}
+    assert not any(rel.startswith("b/") for rel in _files(out)) and not journal.exists()
+
+
+@MODES_BIND
+def test_kept_outputs_are_named_before_the_manifest_is_published(tmp_path: Path) -> None:
+    """Killed just after the manifest that no longer names them is published, the run
+    leaves the kept outputs and rows named in the journal: the next run deletes them once
+    their source is gone (they stayed in OUT for ever, named by nothing)."""
+    src = _tree(tmp_path)
+    out = tmp_path / "out"
+    assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
+    killer = tmp_path / "killer.py"
+    killer.write_text(
+        "import os, sys\n"
+        "real = os.replace\n"
+        "def replace(a, b, *args, **kw):\n"
+        "    real(a, b, *args, **kw)\n"
+        "    if str(b).endswith('manifest.jsonl'):\n"
+        "        os._exit(137)\n"
+        "os.replace = replace\n"
+        "from caveman_batch.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    (src / "b").chmod(0)
+    drop = _without_dac_override if os.geteuid() == 0 else None
+    try:
+        killed = subprocess.run([sys.executable, str(killer), "compress", str(src), "-o", str(out),
+                                 "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1"],
+                                capture_output=True, timeout=120, preexec_fn=drop)
+    finally:
+        (src / "b").chmod(0o755)
+    assert killed.returncode == 137, killed.stderr
+    for path in sorted((src / "b").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (src / "b").rmdir()
+    done = _compress(tmp_path, str(src), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert not any(rel.startswith("b/") for rel in _files(out))
