@@ -116,6 +116,8 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
 
     for src in sources:
         if src == "-":
+            if sys.stdin is None:  # (started with its stdin closed)
+                raise UsageError("-: there is no standard input to read (it is closed)")
             add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)

@@ -623,3 +623,68 @@ def test_incremental_rerun_racing_a_real_prune_names_only_what_recovers(tmp_path
     assert any(start < ended and end > began for start, end, _ in rounds), rounds  # it raced the rerun
     assert again.documents == first.documents
     assert _recovers_all(_rows(out / "manifest.jsonl"), store_url) == first.documents
+
+
+# -- --manifest and --changes where they do harm -----------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["manifest-is-source", "changes-is-source", "manifest-in-src",
+                                  "changes-in-src", "manifest-folder", "changes-folder",
+                                  "changes-is-manifest", "changes-is-stat-cache"])
+def test_manifest_and_changes_that_would_do_harm_are_refused(tmp_path: Path, case: str) -> None:
+    """Written over a source (exit 0, the source gone), read back as a source by the next run
+    (a manifest growing every run), a folder (exit 2 after publishing), or over the run's own
+    manifest (OUT then no longer followed SRC): each refused, exit 1, nothing written."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.json").write_bytes(CATALOG)
+    (src / "sub" / "b.json").write_bytes(CATALOG)
+    out = tmp_path / "out"
+    argv = {"manifest-is-source": [str(src / "a.json"), "--manifest", str(src / "a.json")],
+            "changes-is-source": [str(src), "--changes", str(src / "sub" / "b.json")],
+            "manifest-in-src": [str(src), "--manifest", str(src / "m.jsonl")],
+            "changes-in-src": [str(src), "--changes", str(src / "sub" / "changes.jsonl")],
+            "manifest-folder": [str(src), "--manifest", str(tmp_path)],
+            "changes-folder": [str(src), "--changes", str(tmp_path)],
+            "changes-is-manifest": [str(src), "--changes", str(out / "manifest.jsonl")],
+            "changes-is-stat-cache": [str(src), "--changes", str(out / ".manifest.stat.json")]}[case]
+    before = {p: p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    done = _cli("compress", *argv[:1], "-o", str(out), *argv[1:], "--store",
+                f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet")
+    assert done.returncode == 1, done.stderr
+    assert argv[-1].encode() in done.stderr and b"Traceback" not in done.stderr
+    assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file()} == before
+    assert not out.exists() or [p.name for p in out.iterdir()] == []
+
+
+def test_compress_of_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "caveman_batch", "compress", "-", "-o",
+                           str(tmp_path / "out"), "--store", f"lmdb://{tmp_path}/ccr"],
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                          preexec_fn=lambda: os.close(0))
+    assert done.returncode == 1, done.stderr
+    assert b"no standard input" in done.stderr and b"Traceback" not in done.stderr
+
+
+def _small_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_full_disk_is_an_output_error_naming_out_not_a_traceback(tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    if not _small_tmpfs(full, "200k"):
+        pytest.skip("cannot mount a small tmpfs here (root and mount(8) needed)")
+    try:
+        src = tmp_path / "reg.jsonl"
+        generate_registry(None, seed=3, jsonl=src, target_bytes=600_000, oversize_bytes=0)
+        done = _cli("compress", str(src), "-o", str(full / "out"), "--store",
+                    f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet")
+        assert done.returncode == 2, done.stderr
+        assert b"No space left on device" in done.stderr and b"Traceback" not in done.stderr
+        assert not (full / "out" / "manifest.jsonl").exists()
+    finally:
+        subprocess.run(["umount", str(full)], check=False)

@@ -21,7 +21,7 @@ from bench_data.generate import generate_registry
 from caveman_batch import ccr, fsio, pipeline
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
-from caveman_batch.errors import OutputError
+from caveman_batch.errors import UsageError
 from caveman_batch.pipeline import TMP_DIR, Config, incremental, run
 from caveman_batch.store import open_store
 
@@ -1031,15 +1031,16 @@ def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeyp
             assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
 
 
-def test_manifest_path_taken_by_a_folder_is_an_output_error(tmp_path: Path) -> None:
+def test_manifest_path_taken_by_a_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     src = _jsonl_registry(tmp_path)
     manifest = tmp_path / "m" / "manifest.jsonl"
     _run(tmp_path, src, incremental=True, manifest=manifest)
     manifest.unlink()
     manifest.mkdir()
     fds = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else None
-    with pytest.raises(OutputError, match="Is a directory"):
+    with pytest.raises(UsageError, match="is a folder"):
         _run(tmp_path, src, incremental=True, manifest=manifest)
+    assert manifest.is_dir() and not any(manifest.iterdir())  # nothing written into it
     if fds is not None:
         assert len(os.listdir("/proc/self/fd")) == fds  # nothing left open
 

@@ -63,8 +63,11 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
 
 def _refuse_out_over_sources(config: Config) -> None:
     """OUT is neither a source nor around one (symlinks resolved): its outputs would be
-    written over the sources. (OUT inside a source folder is fine: the walk skips it.)"""
+    written over the sources. (OUT inside a source folder is fine: the walk skips it.)
+    Nor is the manifest or the --changes file a source, in a source folder (the next run
+    would read it back as a source), a folder, or one the other: all before any write."""
     out = config.out.resolve()
+    files = [("--manifest", config.manifest), ("--changes", config.changes)]
     for src in config.sources:
         if src == "-":
             continue
@@ -73,6 +76,27 @@ def _refuse_out_over_sources(config: Config) -> None:
             where = "is" if path == out else "holds"
             raise UsageError(f"-o {config.out} {where} the source {src}: its outputs would overwrite "
                              "the sources; give an output folder outside them")
+        for option, given in files:
+            if given is None:
+                continue
+            target = given.resolve()
+            if target == path:
+                raise UsageError(f"{option} {given} is the source {src}: it would be written over")
+            if target.is_relative_to(path) and not target.is_relative_to(out):
+                raise UsageError(f"{option} {given} is in the source folder {src}: the next run "
+                                 "would read it as a source; put it elsewhere (in OUT, say)")
+    for option, given in files:
+        if given is not None and given.is_dir():
+            raise UsageError(f"{option} {given} is a folder: give a file path")
+    if config.changes is not None:
+        reserved = {config.manifest_path.resolve(): "the manifest",
+                    config.streams_path.resolve(): "the fingerprint",
+                    config.stats_path.resolve(): "the stat cache",
+                    journal_path(config.manifest_path).resolve(): "the journal",
+                    (config.out / LOCK_FILE).resolve(): "the lock"}
+        what = reserved.get(config.changes.resolve())
+        if what is not None:
+            raise UsageError(f"--changes {config.changes} is {what} of this run: give another file")
 
 
 @contextlib.contextmanager

@@ -55,9 +55,12 @@ class _Publisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for fh, _ in self.streams.values():
-            fh.close()
-        self.manifest.close()
+        # Files still open here belong to a run that failed (finish() closed the manifest,
+        # each stream's end its file): a close that cannot flush its buffer (the disk full,
+        # as the failure itself may be) must not hide why the run failed.
+        for fh in [*(fh for fh, _ in self.streams.values()), self.manifest]:
+            with contextlib.suppress(OSError):
+                fh.close()
         self.converge.close()
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
 
