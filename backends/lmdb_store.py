@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from caveman_batch.store import (
     Store,
     apply_commit,
     ensure_private_dir,
+    file_mode,
     foreign_store,
     local_path,
     missing_store,
@@ -80,7 +82,10 @@ class LmdbStore(Store):
     def open(cls, location: str, create: bool = True, readonly: bool = False) -> LmdbStore:
         path = local_path(location)
         url = path_url(cls.scheme, path)
-        exists = (path / "data.mdb").is_file()
+        mode = file_mode(path / "data.mdb", url)
+        if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the open for ever
+            raise foreign_store(url, "its data.mdb is not a regular file")
+        exists = mode is not None
         if (readonly or not create) and not exists:
             raise missing_store(url)
         if not exists:

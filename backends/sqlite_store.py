@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,7 @@ from caveman_batch.store import (
     Store,
     apply_commit,
     ensure_private_dir,
+    file_mode,
     foreign_store,
     local_path,
     missing_store,
@@ -74,9 +76,10 @@ class SqliteStore(Store):
     def open(cls, location: str, create: bool = True, readonly: bool = False) -> SqliteStore:
         path = local_path(location)
         url = path_url(cls.scheme, path)
-        if path.exists() and not path.is_file():  # a folder, a FIFO (whose read would block)
+        mode = file_mode(path, url)
+        if mode is not None and not stat.S_ISREG(mode):  # a folder, a FIFO (whose read would block)
             raise foreign_store(url, "not a regular file")
-        if (readonly or not create) and not path.exists():
+        if (readonly or not create) and mode is None:
             raise missing_store(url)
         new = _recognise(path, url, may_adopt=create and not readonly)
         if readonly:
@@ -242,6 +245,19 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _NO_SHARED_MEMORY:
                 raise
+        # immutable reads the database file alone: commits still in a write-ahead log would
+        # be missing without a word (a writer killed before its checkpoint, a copy without
+        # its -shm); refused, naming the log, unless there is none
+        wal = path.with_name(path.name + "-wal")
+        try:
+            pending = wal.stat().st_size > 0
+        except FileNotFoundError:
+            pending = False
+        if pending:
+            raise StoreError(f"sqlite://{path}: its write-ahead log {wal.name} holds commits "
+                             f"that cannot be read here without making {path.name}-shm (the "
+                             "folder is read-only): open it once where it can be written, or "
+                             "give this user write access to the folder")
         return _checked(_connect_uri(path, "mode=ro&immutable=1"))
 
 

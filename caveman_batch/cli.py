@@ -24,7 +24,7 @@ from .fsio import write_target
 from .payload.cli import payload_app
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
-from .store import Store, canonical_url, open_store
+from .store import Store, canonical_url, open_store, split_store_url
 
 # default_store_url and ALLOW_MEMORY_ENV are cli's public names too (tests and callers use them)
 from .storeurl import ALLOW_MEMORY_ENV, default_store_url, minting_store_url, store_url  # noqa: F401
@@ -55,6 +55,34 @@ def _open(url: str | None, *, readonly: bool = True) -> Store:
     """The store, for commands that only read it (or, `readonly=False`, change only what it
     holds): a missing one is an error, not created; read-only, it is never written."""
     return open_store(store_url(url), create=False, readonly=readonly)
+
+
+def _refuse_store_file(target: Path | None, url: str | None, option: str = "-o") -> None:
+    """UsageError if `target` is a file of the store at `url` (symlinks resolved): a
+    recovered original written there would destroy the store it came from."""
+    if target is None:
+        return
+    scheme, location = split_store_url(store_url(url))
+    if scheme not in ("lmdb", "sqlite") or not location:
+        return
+    base, where = Path(location).resolve(), target.resolve()
+    hit = where == base or where.is_relative_to(base) if scheme == "lmdb" else (
+        where.parent == base.parent and where.name in
+        {base.name + suffix for suffix in ("", "-wal", "-shm", "-journal")})
+    if hit:
+        raise UsageError(f"{option} {target} is a file of the store {store_url(url)}: writing "
+                         "there would destroy it; give another file")
+
+
+def _same_local_store(a: str, b: str) -> bool:
+    """Whether two URLs name one local store by different spellings (a symlink, `..`)."""
+    (sa, la), (sb, lb) = split_store_url(a), split_store_url(b)
+    if sa != sb or sa not in ("lmdb", "sqlite") or not la or not lb:
+        return False
+    try:
+        return os.path.samefile(la, lb) or Path(la).resolve() == Path(lb).resolve()
+    except OSError:
+        return Path(la).resolve() == Path(lb).resolve()
 
 
 def _echo_json(data: object) -> None:
@@ -126,6 +154,7 @@ def shrink(
     """Compress one catalog; commit its original to the store; report (JSON) on stderr."""
     target = _output_path(output)
     url = minting_store_url(store)
+    _refuse_store_file(target, url)
     label, raw = read_source(source, max_bytes)
     outcome = single.shrink(raw, label, url)
     if target is None:
@@ -342,6 +371,7 @@ def recover(
 ) -> None:
     """Print the original bytes behind a handle, verified against its sha256."""
     target = _output_path(output)
+    _refuse_store_file(target, store)
     chosen = handle_opt if handle_opt is not None else handle
     if chosen is None:
         raise UsageError("recover needs a handle: caveman-batch recover --handle ccr_…")
@@ -428,7 +458,7 @@ def migrate(
 ) -> None:
     """Copy every verified record to another store (e.g. sqlite:// to lmdb://)."""
     with _open(store) as source:
-        if canonical_url(to) == source.url:
+        if canonical_url(to) == source.url or _same_local_store(to, source.url):
             raise UsageError(f"--to names the source store itself ({source.url})")
         with open_store(to) as target:
             report = ccr.migrate(source, target)

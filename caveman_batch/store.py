@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Final
 from .errors import (
     BackendUnavailableError,
     ForeignStoreError,
+    StoreError,
     StoreNotFoundError,
     StoreURLError,
 )
@@ -290,6 +291,17 @@ def canonical_url(url: str) -> str:
 def foreign_store(url: str, what: str) -> ForeignStoreError:
     return ForeignStoreError(f"{url} is not a caveman-batch store ({what}); refused, "
                              f"nothing there was changed")
+
+
+def file_mode(path: Path, url: str) -> int | None:
+    """The mode of what is at `path` (a symlink followed), None if nothing is; one that
+    cannot be looked at (a folder not ours to enter) is a StoreError naming the store."""
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise StoreError(f"{url}: cannot look at {path}: {exc.strerror or exc}") from exc
 
 
 def missing_store(url: str) -> StoreNotFoundError:

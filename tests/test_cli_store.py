@@ -644,3 +644,103 @@ def test_a_truncated_lmdb_file_is_a_store_error_not_a_sigbus(tmp_path: Path) -> 
         assert done.returncode == 2, (command, done.returncode, done.stderr)
         assert b"data.mdb is truncated" in done.stderr and url.encode() in done.stderr, command
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_read_only_sqlite_store_with_commits_in_its_wal_is_refused_not_read_short(
+        tmp_path: Path) -> None:
+    """A writer killed before its checkpoint leaves commits in s.db-wal; without s.db-shm
+    in a read-only folder SQLite can read the file only as immutable, which ignores the WAL:
+    `recover` said unknown handle, `verify` and `migrate` went on without the record."""
+    if os.geteuid() == 0:
+        try:
+            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
+        except (OSError, subprocess.SubprocessError):
+            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
+    folder = tmp_path / "ro"
+    url = f"sqlite://{folder}/s.db"
+    commit(url, b"checkpointed")
+    script = ("import os, sys\nfrom caveman_batch import ccr\nfrom caveman_batch.store import open_store\n"
+              "s = open_store(sys.argv[1])\nprint(ccr.store_original(s, b'only in the wal'), flush=True)\n"
+              "os._exit(0)\n")
+    handle = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True,
+                            check=True, timeout=60).stdout.strip()
+    assert (folder / "s.db-wal").stat().st_size > 0
+    (folder / "s.db-shm").unlink()
+    folder.chmod(0o555)
+    try:
+        for command in (["recover", handle], ["verify"], ["stats"],
+                        ["migrate", "--to", f"sqlite://{tmp_path}/copy.db"]):
+            done = run_as_modes_say(*command, "--store", url)
+            assert done.returncode == 2, (command, done.stderr)
+            assert b"s.db-wal holds commits" in done.stderr, (command, done.stderr)
+    finally:
+        folder.chmod(0o755)
+    done = run("recover", handle, "--store", url)  # where it can be written: all there
+    assert (done.returncode, done.stdout) == (0, b"only in the wal"), done.stderr
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "sqlite"])
+def test_recover_and_shrink_never_write_over_the_store_itself(backend: str, tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/s.db" if backend == "sqlite" else f"lmdb://{tmp_path}/l"
+    [handle] = commit(url, AWKWARD)
+    files = ([tmp_path / "s.db", tmp_path / "s.db-wal"] if backend == "sqlite"
+             else [tmp_path / "l" / "data.mdb", tmp_path / "l" / "lock.mdb"])
+    (tmp_path / "alias").symlink_to(files[0])
+    before = {p: p.read_bytes() for p in files if p.exists()}
+    src = tmp_path / "c.json"
+    src.write_bytes(b'{"tools":[{"name":"t","description":"T."}]}')
+    for target in [*files, tmp_path / "alias"]:
+        for command in (["recover", handle], ["shrink", str(src)]):
+            done = run(*command, "-o", str(target), "--store", url)
+            assert done.returncode == 1, (command, target, done.stderr)
+            assert b"is a file of the store" in done.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    assert run("recover", handle, "--store", url).stdout == AWKWARD
+
+
+def test_migrate_onto_the_source_by_another_spelling_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/s.db"
+    commit(url, b"x")
+    (tmp_path / "link.db").symlink_to(tmp_path / "s.db")
+    (tmp_path / "sub").mkdir()
+    for to in (f"sqlite://{tmp_path}/link.db", f"sqlite://{tmp_path}/sub/../s.db"):
+        done = run("migrate", "--to", to, "--store", url)
+        assert done.returncode == 1 and b"names the source store itself" in done.stderr, to
+
+
+def test_an_lmdb_folder_whose_data_mdb_is_a_fifo_is_refused_not_a_hang(tmp_path: Path) -> None:
+    (tmp_path / "l").mkdir()
+    os.mkfifo(tmp_path / "l" / "data.mdb")
+    src = tmp_path / "c.json"
+    src.write_bytes(b'{"tools":[{"name":"t","description":"T."}]}')
+    url = f"lmdb://{tmp_path}/l"
+    for command in (["stats"], ["compress", str(src), "-o", str(tmp_path / "out")],
+                    ["migrate", "--to", url, "--store", f"sqlite://{tmp_path}/s.db"]):
+        if command[0] == "migrate":
+            commit(f"sqlite://{tmp_path}/s.db", b"x")
+            done = run(*command)
+        else:
+            done = run(*command, "--store", url)  # (run's timeout: a hang fails)
+        assert done.returncode == 1, (command, done.stderr)
+        assert b"data.mdb is not a regular file" in done.stderr, command
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
+def test_a_store_folder_not_ours_to_enter_is_a_store_error_not_a_traceback(
+        backend: str, tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        try:
+            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
+        except (OSError, subprocess.SubprocessError):
+            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
+    folder = tmp_path / "closed"
+    url = f"sqlite://{folder}/s.db" if backend == "sqlite" else f"lmdb://{folder}"
+    commit(url, b"x")
+    folder.chmod(0)
+    try:
+        for command in (["stats"], ["verify"]):
+            done = run_as_modes_say(*command, "--store", url)
+            assert done.returncode == 2, (command, done.stderr)
+            assert b"Traceback" not in done.stderr and b"Permission denied" in done.stderr
+    finally:
+        folder.chmod(0o700)
