@@ -600,20 +600,25 @@ class _TextReader:
 
     def fill(self) -> bool:
         """Read and decode the next chunk; False at the end, or at bytes that are not UTF-8
-        (kept, with any partial character before them, for rest())."""
+        (kept, with any partial character before them, for rest()) once the text before
+        them has been handed out (True when some came with them)."""
         if self.undecodable:
             return False
         data = self.fh.read(self.chunk)
         self.chunk = min(self.chunk * 2, 64 * CHUNK)  # an item that keeps growing: fewer retries
+        had = len(self.text)
         try:
             self.text += self.decoder.decode(data, final=not data)
         except UnicodeDecodeError as exc:
-            held = self.decoder.getstate()[0]
-            self.undecodable = held + data  # never empty: a byte failed
-            self.bad_byte = self.offset - len(held) + exc.start
+            # what decodes before the bad byte is text (the items it holds are read as
+            # any: a bad byte late in a small registry cost every item before it)
+            whole = self.decoder.getstate()[0] + data  # (exc.start is an index into this)
+            self.text += whole[:exc.start].decode("utf-8")
+            self.undecodable = whole[exc.start:]  # never empty: a byte failed
+            self.bad_byte = self.offset - (len(whole) - len(data)) + exc.start
             self.decoder.reset()
         self.offset += len(data)
-        return bool(data) and not self.undecodable
+        return bool(data) and (not self.undecodable or len(self.text) > had)
 
     def skip_ws(self) -> bool:
         """Past JSON white space (space, tab, line breaks; not U+00A0 and the like)."""

@@ -185,14 +185,19 @@ def _registry_out(tmp_path: Path, raw: bytes) -> tuple[bytes, list[dict[str, Any
 EMPTY = b'{"tools":[]}'  # a catalog shape with nothing to compress: passed through as it is
 
 
-def test_array_registry_not_utf8_past_the_first_chunk_loses_nothing(tmp_path: Path) -> None:
-    big = b'{"tools":[],"pad":"' + b"a" * 1_500_000 + b'"}'  # longer than the first chunk read
-    raw = b'{"servers": [' + big + b", " + EMPTY + b', {"tools": [], "bad": "\xff"}, ' + EMPTY + b"]}"
+@pytest.mark.parametrize("big", [False, True], ids=["in-the-first-chunk", "past-the-first-chunk"])
+def test_array_registry_not_utf8_keeps_the_items_before_the_bad_byte(tmp_path: Path, big: bool) -> None:
+    """The items before the item holding a byte that is not UTF-8 are items as any (the
+    whole chunk's were thrown out with it: a small registry lost every item before it)."""
+    first = b'{"tools":[],"pad":"' + b"a" * (1_500_000 if big else 10) + b'"}'
+    tail = b', {"tools": [], "bad": "\xff"}, ' + EMPTY + b"]}"
+    raw = b'{"servers": [' + first + b", " + EMPTY + tail
     produced, rows = _registry_out(tmp_path, raw)
-    assert produced == raw  # the undecodable chunk (and all after it) copied through as written
-    assert [(r["status"], r["source"]["item"]) for r in rows] == [("error", 0)]
+    assert [(r["status"], r["source"]["item"]) for r in rows] == [
+        ("passthrough", 0), ("passthrough", 1), ("error", 2)]
+    assert produced == b'{"servers": [' + first + b"," + EMPTY + tail  # the rest as written
     bad = raw.index(b"\xff")
-    assert rows[0]["reason"].startswith(f"not UTF-8 at byte {bad}: the rest of the file")
+    assert rows[2]["reason"].startswith(f"not UTF-8 at byte {bad}: the rest of the file")
 
 
 def test_array_registry_oversize_item_cut_by_bytes_not_utf8_loses_nothing(tmp_path: Path) -> None:
@@ -250,7 +255,7 @@ def test_array_registry_rest_after_the_bracket_keeps_a_split_character(tmp_path:
     (b'{"servers": [   {bad json}]}', 0, "not JSON"),
     (b"[" + EMPTY + b" " + EMPTY + b"]", 1, "not JSON (a ',' or a ']' expected)"),  # no comma
     (b"[" + EMPTY + ",\u00a0".encode() + EMPTY + b"]", 1, "not JSON"),  # not JSON white space
-    (b"[" + EMPTY + b"," + EMPTY + b', {"tools": [], "x": "\xc3"}]', 0, "not UTF-8 at byte 48"),  # \xc3 is byte 48
+    (b"[" + EMPTY + b"," + EMPTY + b', {"tools": [], "x": "\xc3"}]', 2, "not UTF-8 at byte 48"),  # \xc3 is byte 48
 ], ids=["unclosed", "unclosed-newline", "trailing-comma", "broken-item", "space-before-comma",
         "broken-first-item", "no-comma", "nbsp", "not-utf8"])
 def test_array_registry_truncated_or_broken_goes_through_as_written(tmp_path: Path, raw: bytes, item: int,
