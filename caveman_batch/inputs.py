@@ -535,7 +535,23 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
         yield doc
         index += 1
     sink.suffix = b"]" + reader.rest()
+    if not _closes(sink.prefix, sink.suffix):
+        # the items are the registry's; what follows them is not JSON: said (a run with
+        # --strict fails), and copied through as written
+        yield Document({"path": path, "item": index}, sink,
+                       error="not JSON after the registry's array (trailing data, or a wrapper "
+                             "left unclosed): copied through as written")
     yield _end_fingerprinted(sink, path, fh.seen)
+
+
+def _closes(prefix: bytes, suffix: bytes) -> bool:
+    """Whether a registry's bytes around its array (`prefix` up to its "[", `suffix` from
+    its "]") are JSON: the file with its array emptied parses."""
+    try:
+        json.loads((prefix + suffix).removeprefix(codecs.BOM_UTF8).decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _end_fingerprinted(sink: Sink, path: str, seen: _Fingerprint) -> SinkEnd:

@@ -1097,3 +1097,21 @@ def test_spooled_work_writes_each_output_to_its_temp_file_or_hands_it_back(tmp_p
     assert [d[0] for d in done[1:]] == [p[0] for p in plain[1:]]  # the bytes themselves
     # the rest as `work` gives it (the record's value holds the time it was made)
     assert [(d[1], d[2], d[4]) for d in done] == [(p[1], p[2], p[4]) for p in plain]
+
+
+@pytest.mark.parametrize(("raw", "bad"), [
+    (b'[{"tools":[]}] trailing garbage', True),
+    (b'{"servers":[{"tools":[]}]} x', True),
+    (b'{"servers":[{"tools":[]}]', True),  # the wrapper left unclosed
+    (b'{"servers":[{"tools":[]}], "version": 3}\n', False),
+    (b'[{"tools":[]}]\n\n', False),
+    (codecs.BOM_UTF8 + b'{"servers":[{"tools":[]}]}', False),
+])
+def test_a_registry_followed_by_what_is_not_json_says_so(tmp_path: Path, raw: bytes, bad: bool) -> None:
+    """Its items are read as ever; what follows the array is copied through as written, and
+    if it is not JSON, an error row says so (it passed in silence, even with --strict)."""
+    produced, rows = _registry_out(tmp_path, raw)
+    assert produced == raw
+    assert [r["status"] for r in rows] == ["passthrough", "error"] if bad else ["passthrough"]
+    if bad:
+        assert rows[1]["source"]["item"] == 1 and "not JSON after the registry's array" in rows[1]["reason"]
