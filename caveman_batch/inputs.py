@@ -47,6 +47,9 @@ class Sink:
     kind: str  # "file" | "jsonl" | "array"
     prefix: bytes = b""
     suffix: bytes = b""
+    # the rest of a registry past CHUNK, after `suffix`: a temp file of ours (copied, then
+    # deleted), so that a long tail is never held whole
+    suffix_spill: Path | None = None
     count: int = 0
     # A file source (stdin never is) is fingerprinted: its path, and for a stream once
     # read to its end its size and sha256 (what an incremental rerun compares to skip the
@@ -506,7 +509,7 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
             why = f"not UTF-8 at byte {reader.bad_byte}"
         yield Document({"path": path, "item": index}, sink,
                        error=f"{why}: the rest of the file, from this item on, is copied through as written")
-        sink.suffix = reader.rest()
+        sink.suffix, sink.suffix_spill = reader.rest(spill_dir)
         yield _end_fingerprinted(sink, path, fh.seen)
 
     while True:
@@ -534,8 +537,9 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
             return
         yield doc
         index += 1
-    sink.suffix = b"]" + reader.rest()
-    if not _closes(sink.prefix, sink.suffix):
+    rest, sink.suffix_spill = reader.rest(spill_dir)
+    sink.suffix = b"]" + rest
+    if not _closes(sink.prefix, sink.suffix, sink.suffix_spill):
         # the items are the registry's; what follows them is not JSON: said (a run with
         # --strict fails), and copied through as written
         yield Document({"path": path, "item": index}, sink,
@@ -544,14 +548,41 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
     yield _end_fingerprinted(sink, path, fh.seen)
 
 
-def _closes(prefix: bytes, suffix: bytes) -> bool:
+def _closes(prefix: bytes, suffix: bytes, spill: Path | None = None) -> bool:
     """Whether a registry's bytes around its array (`prefix` up to its "[", `suffix` from
-    its "]") are JSON: the file with its array emptied parses."""
-    try:
-        json.loads((prefix + suffix).removeprefix(codecs.BOM_UTF8).decode("utf-8"))
-    except (ValueError, RecursionError):
-        return False
+    its "]", then `spill`'s) are JSON: the file with its array emptied parses (a long
+    tail parsed as it streams, never held)."""
+    head = (prefix + suffix).removeprefix(codecs.BOM_UTF8)
+    if spill is None:
+        try:
+            json.loads(head.decode("utf-8"))
+        except (ValueError, RecursionError):
+            return False
+        return True
+    import ijson  # type: ignore[import-untyped]  # (only for a tail past CHUNK)
+
+    with open(spill, "rb") as fh:
+        try:
+            for _ in ijson.parse(_Joined(head, fh)):  # (numbers as Decimal: any size)
+                pass
+        except (ijson.JSONError, ValueError, RecursionError):
+            return False
     return True
+
+
+class _Joined:
+    """`head`, then the rest of `fh`, read through `read` alone."""
+
+    def __init__(self, head: bytes, fh: BinaryIO) -> None:
+        self.head, self.fh = head, fh
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:  # (ijson asks for nothing first, to see bytes or text come)
+            return b""
+        if self.head:
+            data, self.head = self.head, b""
+            return data
+        return self.fh.read(size)
 
 
 def _end_fingerprinted(sink: Sink, path: str, seen: _Fingerprint) -> SinkEnd:
@@ -657,11 +688,22 @@ class _TextReader:
     def consumed_bytes(self) -> int:
         return len(self.text) - self.pos  # characters: a lower bound on bytes
 
-    def rest(self) -> bytes:
+    def rest(self, spill_dir: Path) -> tuple[bytes, Path | None]:
         """Every byte not consumed yet, exactly as in the file: the decoded text left, a
-        partial character the decoder holds, bytes that did not decode, the unread rest."""
+        partial character the decoder holds, bytes that did not decode, the unread rest.
+        Past CHUNK of the unread rest, all of it goes to a temp file in `spill_dir` instead
+        (bytes b"" then): memory stays bounded whatever follows."""
         tail = self.text[self.pos:].encode("utf-8") + self.decoder.getstate()[0] + self.undecodable
-        return tail + self.fh.read()
+        more = self.fh.read(CHUNK)
+        if len(more) < CHUNK:
+            return tail + more + self.fh.read(), None  # (at its end: the last read is b"")
+        fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
+        with os.fdopen(fd, "wb") as out:
+            out.write(tail)
+            while more:
+                out.write(more)
+                more = self.fh.read(CHUNK)
+        return b"", Path(name)
 
     def spill_value(self, spill_dir: Path) -> tuple[Path, int]:
         """Copy one JSON value (too big to hold) to a temp file, chunk by chunk."""

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from bench_data.generate import generate_registry
-from caveman_batch import ccr, fsio, pipeline
+from caveman_batch import ccr, fsio, pipeline, tokens
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
 from caveman_batch.errors import UsageError
@@ -1115,3 +1115,33 @@ def test_a_registry_followed_by_what_is_not_json_says_so(tmp_path: Path, raw: by
     assert [r["status"] for r in rows] == ["passthrough", "error"] if bad else ["passthrough"]
     if bad:
         assert rows[1]["source"]["item"] == 1 and "not JSON after the registry's array" in rows[1]["reason"]
+
+
+@pytest.mark.parametrize("case", ["wrapper-tail", "garbage-tail", "broken-item"])
+def test_a_registry_tail_past_a_chunk_is_streamed_not_held(tmp_path: Path, case: str) -> None:
+    """What follows the items (a wrapper's long other member, trailing data, the rest after a
+    broken item) is copied through as written, a chunk at a time: it was read whole into
+    memory (150 MB of tail: 340 MB peak), whatever --max-bytes said."""
+    import tracemalloc
+
+    long = b"12345678901234567890," * 600_000 + b"1"  # 12.6 MB
+    raw = {"wrapper-tail": b'{"servers":[' + EMPTY + b"," + EMPTY + b'], "other": [' + long + b"]}",
+           "garbage-tail": b"[" + EMPTY + b"," + EMPTY + b"]" + long,
+           "broken-item": b"[" + EMPTY + b",{bad json}" + long + b"]"}[case]
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    tokens.warm()  # (its tables, 11 MB, loaded once a process: not the run's to count)
+    tracemalloc.start()
+    try:
+        out, _ = _run(tmp_path, src, max_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    produced, rows = (out / "registry.json").read_bytes(), _rows(out / "manifest.jsonl")
+    assert produced == raw
+    statuses = [r["status"] for r in rows]
+    if case == "broken-item":  # (what the broken item is read as matters not: it ends in error)
+        assert statuses[0] == "passthrough" and statuses[-1] == "error"
+    else:
+        assert statuses == ["passthrough"] * 2 + (["error"] if case == "garbage-tail" else [])
+    assert peak < 10 << 20, peak  # a few chunks, never the 12.6 MB tail

@@ -329,6 +329,17 @@ class _Publisher:
             return
         fh, temp = self._stream(sink)
         fh.write(sink.suffix)
+        hashed = self.hashes.pop(id(sink), None)
+        if hashed is not None:
+            hashed[0].update(sink.suffix)
+        if sink.suffix_spill is not None:  # a long tail, copied as it is read
+            with open(sink.suffix_spill, "rb") as tail:
+                while chunk := tail.read(1 << 20):
+                    fh.write(chunk)
+                    if hashed is not None:
+                        hashed[0].update(chunk)
+            sink.suffix_spill.unlink(missing_ok=True)
+            sink.suffix_spill = None
         fh.close()
         del self.streams[id(sink)]
         target = self.out / sink.rel
@@ -336,9 +347,6 @@ class _Publisher:
         self._place(temp, target, sink.rel)
         self.written.add(sink.rel)
         self._stat(sink, target)
-        hashed = self.hashes.pop(id(sink), None)
-        if hashed is not None:
-            hashed[0].update(sink.suffix)
         if hashed is not None and sink.source_sha256 is not None:
             self._record(sink, sink.source_size, sink.source_sha256, hashed[0].hexdigest(),
                          hashed[1], self.rows - hashed[1])
