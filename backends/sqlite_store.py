@@ -152,7 +152,7 @@ class SqliteStore(Store):
     def _write(conn: sqlite3.Connection, items: Sequence[tuple[bytes, bytes]],
                merge: Merge | None) -> None:
         def read(key: bytes) -> bytes | None:
-            row = conn.execute("SELECT value FROM ccr WHERE key = ?", (key,)).fetchone()
+            row = conn.execute("SELECT CAST(value AS BLOB) FROM ccr WHERE key = ?", (key,)).fetchone()
             return None if row is None else bytes(row[0])
 
         apply_commit(
@@ -163,12 +163,12 @@ class SqliteStore(Store):
 
     def get(self, key: bytes) -> bytes | None:
         with self._lock, _translated(self._path, "read"):
-            row = self._live().execute("SELECT value FROM ccr WHERE key = ?", (key,)).fetchone()
+            row = self._live().execute("SELECT CAST(value AS BLOB) FROM ccr WHERE key = ?", (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
     def keys(self, prefix: bytes = b"") -> Iterator[bytes]:
         upper = _upper_bound(prefix)
-        sql, args = "SELECT key FROM ccr WHERE key >= ?", [prefix]
+        sql, args = "SELECT CAST(key AS BLOB) FROM ccr WHERE key >= ?", [prefix]
         if upper is not None:
             sql, args = sql + " AND key < ?", [prefix, upper]
         with self._lock, _translated(self._path, "read"):

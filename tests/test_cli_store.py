@@ -744,3 +744,22 @@ def test_a_store_folder_not_ours_to_enter_is_a_store_error_not_a_traceback(
             assert b"Traceback" not in done.stderr and b"Permission denied" in done.stderr
     finally:
         folder.chmod(0o700)
+
+
+def test_an_sqlite_record_whose_value_turned_text_is_read_as_its_bytes(tmp_path: Path) -> None:
+    """A flipped bit in a row's serial type makes its BLOB a TEXT of the same bytes: it was
+    decoded as text, and verify, stats and migrate all stopped (exit 2, or a TypeError
+    traceback), checking or copying nothing else. Its bytes are read as they are: the record
+    verifies (its sha256 says whether they are the original's)."""
+    url = f"sqlite://{tmp_path}/s.db"
+    handles = commit(url, AWKWARD, b'{"tools":[]}', bytes(range(256)))
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        for handle in handles[:2]:
+            conn.execute("UPDATE ccr SET value = CAST(value AS TEXT) WHERE key = ?",
+                         (handle[4:].encode(),))
+    for command in (["verify"], ["stats"], ["migrate", "--to", f"lmdb://{tmp_path}/l"]):
+        done = run(*command, "--store", url)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, (command, done.stderr)
+    for handle, original in zip(handles, (AWKWARD, b'{"tools":[]}', bytes(range(256)))):
+        assert run("recover", handle, "--store", url).stdout == original
+        assert run("recover", handle, "--store", f"lmdb://{tmp_path}/l").stdout == original
