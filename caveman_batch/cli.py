@@ -410,16 +410,22 @@ def verify(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Re-check every record (decompress + sha256); exit 1 if any fails."""
     with _open(store) as s:
         report = ccr.audit(s)
+        problems = s.integrity_problems()
     if as_json:
-        _echo_json(report.as_dict())
+        _echo_json({**report.as_dict(), **({"integrity": problems} if problems else {})})
     else:
         for failure in report.failures:
             typer.echo(f"FAILED {failure['handle']}: {failure['reason']}")
+        for problem in problems:
+            typer.echo(f"FAILED the store's own check: {problem}")
         typer.echo(f"verified {report.verified:,} of {report.records:,} records in {report.store}")
         if report.foreign_keys:
             typer.echo(f"ignored {report.foreign_keys:,} keys that are not ours")
     if report.verified != report.records:
         raise VerificationFailed(f"{report.records - report.verified} record(s) failed verification")
+    if problems:
+        raise VerificationFailed(f"{report.store} failed its own integrity check (records may be "
+                                 f"hidden from every lookup): {problems[0]}")
 
 
 @app.command()

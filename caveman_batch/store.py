@@ -165,6 +165,12 @@ class Store(ABC):
     def close(self) -> None:
         """Release the store; further use is an error. Closing twice is harmless."""
 
+    def integrity_problems(self) -> list[str]:
+        """What the backend's own check of its file finds wrong (an index that no longer
+        lists every row, ...), beyond what each record's sha256 can tell; [] if nothing, or
+        if the backend has no such check."""
+        return []
+
     # -- helpers built on the abstract methods --------------------------------
 
     def put(self, key: bytes, value: bytes) -> None:
