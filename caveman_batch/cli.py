@@ -6,6 +6,8 @@ codes in one place, `main`: 0 ok, 1 user error, 2 internal error.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -560,11 +562,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): nothing to report
         return 0
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in _STREAM_FULL:
+            traceback.print_exc()
+            return _fail("internal error (traceback above)", 2)
+        # standard output that cannot take what was written (> /dev/full, a full disk):
+        # said, and what it still holds dropped (its flush at exit would fail again)
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")
+        return _fail(f"cannot write to standard output: {exc.strerror or exc}", 2)
     except Exception:  # a bug: say so, with the traceback, exit 2
         traceback.print_exc()
         return _fail("internal error (traceback above)", 2)
     return 0
 
+
+# what writing to a full standard output raises (no file name: ours name theirs)
+_STREAM_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 
 # typer reports bad options and arguments as exit 2; ours are user errors (1),
 # and 2 stays reserved for internal errors (which reach `main` as exceptions).

@@ -792,3 +792,15 @@ def test_verify_runs_sqlites_own_integrity_check(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout
     assert b"FAILED the store's own check: " in done.stdout and b"missing from index" in done.stdout
     assert run("verify", "--store", url).returncode == 0
+
+
+@pytest.mark.parametrize("command", [["stats"], ["stats", "--json"], ["verify"], ["recover"]])
+def test_a_full_standard_output_is_said_not_a_traceback(command: list[str], tmp_path: Path) -> None:
+    url = f"lmdb://{tmp_path}/l"
+    [handle] = commit(url, AWKWARD * 1000)
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([*entry_point(), *command, *([handle] if command == ["recover"] else []),
+                               "--store", url], stdout=full, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().endswith(b"cannot write to standard output: No space left on device")
+    assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
