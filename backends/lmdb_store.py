@@ -339,7 +339,7 @@ def _open_writable(path: Path) -> lmdb.Environment:
 def _open_readonly(path: Path) -> lmdb.Environment:
     """data.mdb mapped read-only; without LMDB's locks only if the lock file is not
     writable (a 0444 store: then no writer can be at work either)."""
-    options: dict[str, Any] = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True,
+    options: dict[str, Any] = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True, mode=0o600,
                                    max_dbs=0, max_readers=256, readahead=False)
     with _translated(path, "open"):
         try:

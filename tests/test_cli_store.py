@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -804,3 +805,15 @@ def test_a_full_standard_output_is_said_not_a_traceback(command: list[str], tmp_
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().endswith(b"cannot write to standard output: No space left on device")
     assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
+
+
+def test_a_read_only_command_that_makes_lmdbs_lock_file_makes_it_0600(tmp_path: Path) -> None:
+    url = f"lmdb://{tmp_path}/l"
+    commit(url, b"x")
+    (tmp_path / "l" / "lock.mdb").unlink()
+    old = os.umask(0o022)
+    try:
+        assert run("stats", "--store", url).returncode == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "l" / "lock.mdb").stat().st_mode) == 0o600
