@@ -261,17 +261,17 @@ class Converger:
         if self.empty_streams is None and not streams_to_come:
             self.empty_streams = _empty_streams(fingerprint)
         self.journal_fd: int | None = None
-        # output paths (a folder's: "" or ending in "/") of sources this run could not read:
-        # their last outputs are unknown, not stale; kept, and named in the journal left
-        # behind, so that a later run that does not write them again deletes them
-        self.unread: list[str] = []
         self.before: set[str] | None = None  # the last run's outputs, read only when needed
         self.cleared = 0  # stale outputs deleted to make way for this run's
-        # their paths as the manifest names sources: a file's; a folder's, and with "/" after
-        # it (every source under it), or "" (SRC "." itself)
+        # Sources this run could not read: their output paths (a folder's: "" or ending in
+        # "/"), and their paths as the manifest names sources (a file's; a folder's, and
+        # with "/" after it for every source under it; "" for SRC "."). Their last outputs
+        # are unknown, not stale: kept (`held`), and with their last rows (`carried_over`)
+        # named in the journal left behind, for the next run to judge.
+        self.unread: list[str] = []
         self.unread_sources: list[str] = []
-        self.carried_over: list[bytes] = []  # the last run's rows of those sources, kept
         self.held: list[str] = []
+        self.carried_over: list[bytes] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
 
@@ -382,12 +382,10 @@ class Converger:
             self.unread_sources.append(source)
 
     def _unread_of(self, rel: str) -> bool:
-        return any(rel == u or (u.endswith("/") or not u) and rel.startswith(u)
-                   for u in self.unread)
+        return _named_by(rel, self.unread)
 
     def _unread_source(self, path: str) -> bool:
-        return any(path == u or (u.endswith("/") or not u) and path.startswith(u)
-                   for u in self.unread_sources)
+        return _named_by(path, self.unread_sources)
 
     def settle(self, new_manifest: Path, written: set[str], documents: int) -> Changes:
         """Before the new manifest is published: what changed, and stale outputs deleted
@@ -471,6 +469,12 @@ class Converger:
         if self.previous is not None:
             self.previous.close()
             self.previous = None
+
+
+def _named_by(path: str, names: list[str]) -> bool:
+    """Whether `path` is one of `names` or lies under one of them that is a folder ("" or
+    ending in "/")."""
+    return any(path == n or (not n or n.endswith("/")) and path.startswith(n) for n in names)
 
 
 def _raise(exc: OSError) -> None:

