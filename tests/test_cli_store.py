@@ -511,6 +511,20 @@ def _without_dac_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+def _can_drop_root_privilege() -> bool:
+    if os.geteuid() != 0:
+        return True
+    try:
+        subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+#: for a test whose CLI must be bound by file modes (root here ignores them otherwise)
+MODES_BIND = pytest.mark.skipif(not _can_drop_root_privilege(), reason="cannot drop CAP_DAC_OVERRIDE here")
+
+
 def run_as_modes_say(*args: str) -> subprocess.CompletedProcess[bytes]:
     """The CLI in a process that file modes bind (root here bypasses them otherwise)."""
     drop = _without_dac_override if os.geteuid() == 0 else None
@@ -527,13 +541,9 @@ def test_read_only_sqlite_paths_with_uri_characters(tmp_path: Path,
         assert capfdbinary.readouterr().out == AWKWARD
 
 
+@MODES_BIND
 @pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
 def test_a_store_whose_files_are_0444_is_read_and_left_unchanged(backend: str, tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        try:
-            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
-        except (OSError, subprocess.SubprocessError):
-            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
     folder = tmp_path / "ro"
     url = f"sqlite://{folder}/ccr.db" if backend == "sqlite" else f"lmdb://{folder}"
     [handle] = commit(url, AWKWARD)
@@ -647,16 +657,12 @@ def test_a_truncated_lmdb_file_is_a_store_error_not_a_sigbus(tmp_path: Path) -> 
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
+@MODES_BIND
 def test_a_read_only_sqlite_store_with_commits_in_its_wal_is_refused_not_read_short(
         tmp_path: Path) -> None:
     """A writer killed before its checkpoint leaves commits in s.db-wal; without s.db-shm
     in a read-only folder SQLite can read the file only as immutable, which ignores the WAL:
     `recover` said unknown handle, `verify` and `migrate` went on without the record."""
-    if os.geteuid() == 0:
-        try:
-            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
-        except (OSError, subprocess.SubprocessError):
-            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
     folder = tmp_path / "ro"
     url = f"sqlite://{folder}/s.db"
     commit(url, b"checkpointed")
@@ -726,14 +732,10 @@ def test_an_lmdb_folder_whose_data_mdb_is_a_fifo_is_refused_not_a_hang(tmp_path:
         assert b"data.mdb is not a regular file" in done.stderr, command
 
 
+@MODES_BIND
 @pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
 def test_a_store_folder_not_ours_to_enter_is_a_store_error_not_a_traceback(
         backend: str, tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        try:
-            subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
-        except (OSError, subprocess.SubprocessError):
-            pytest.skip("cannot drop CAP_DAC_OVERRIDE here")
     folder = tmp_path / "closed"
     url = f"sqlite://{folder}/s.db" if backend == "sqlite" else f"lmdb://{folder}"
     commit(url, b"x")

@@ -4,10 +4,13 @@ outputs (and its documents are not reported removed), and the run after it sorts
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +18,28 @@ import pytest
 
 from caveman_batch.converge import journal_path
 from caveman_batch.pipeline import LOCK_FILE
-from test_cli_store import _without_dac_override, entry_point, snapshot
+from test_cli_store import MODES_BIND, _without_dac_override, run_as_modes_say, snapshot
 
 CATALOG = b'{"tools":[{"name":"get_weather","description":"Get the weather. Returns JSON.",' \
           b'"inputSchema":{"type":"object","properties":{"city":{"type":"string"}}}}]}'
 
 
-def _can_drop_root_privilege() -> bool:
-    if os.geteuid() != 0:
-        return True
-    try:
-        subprocess.run(["true"], preexec_fn=_without_dac_override, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return True
-
-
-MODES_BIND = pytest.mark.skipif(not _can_drop_root_privilege(),
-                                reason="root here cannot give up ignoring file modes")
-
-
 def _compress(tmp: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     """compress in a real process that file modes bind (root's overrides dropped)."""
-    drop = _without_dac_override if os.geteuid() == 0 else None
-    return subprocess.run([*entry_point(), "compress", *args, "--store", f"lmdb://{tmp}/ccr",
-                           "--workers", "1"], capture_output=True, timeout=120, check=False,
-                          preexec_fn=drop, env=dict(os.environ))
+    return run_as_modes_say("compress", *args, "--store", f"lmdb://{tmp}/ccr", "--workers", "1")
+
+
+@contextlib.contextmanager
+def _unreadable(*paths: Path) -> Iterator[None]:
+    """`paths` mode 0 for the block (a folder not listable, a file not openable)."""
+    modes = [path.stat().st_mode for path in paths]
+    for path in paths:
+        path.chmod(0)
+    try:
+        yield
+    finally:
+        for path, mode in zip(paths, modes):
+            path.chmod(mode)
 
 
 def _rows(manifest: Path) -> list[dict[str, Any]]:
@@ -90,11 +89,8 @@ def test_a_folder_that_cannot_be_read_keeps_its_outputs(tmp_path: Path) -> None:
     everything = _files(out)
     kept = {rel: (out / rel).read_bytes() for rel in everything if rel.startswith("b/")}
     assert len(kept) == 4
-    (src / "b").chmod(0)
-    try:
+    with _unreadable(src / "b"):
         done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
-    finally:
-        (src / "b").chmod(0o755)
     assert done.returncode == 0, done.stderr
     assert _files(out) == everything
     assert {rel: (out / rel).read_bytes() for rel in kept} == kept
@@ -119,14 +115,9 @@ def test_a_folder_that_cannot_be_read_keeps_its_outputs(tmp_path: Path) -> None:
     assert all(r["status"] != "error" for r in _rows(out / "manifest.jsonl"))
 
     # unreadable, then removed: the run that cannot see it keeps, the next deletes
-    (src / "b").chmod(0)
-    try:
+    with _unreadable(src / "b"):
         assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
-    finally:
-        (src / "b").chmod(0o755)
-    for path in sorted((src / "b").rglob("*"), reverse=True):
-        path.unlink() if path.is_file() else path.rmdir()
-    (src / "b").rmdir()
+    shutil.rmtree(src / "b")
     done = _compress(tmp_path, str(src), "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert _files(out) == everything - set(kept) and not journal.exists()
@@ -139,8 +130,8 @@ def test_a_file_that_cannot_be_read_keeps_its_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
     before = (out / "a" / "two.jsonl").read_bytes()
-    (src / "a" / "two.jsonl").chmod(0)
-    done = _compress(tmp_path, str(src), "-o", str(out), "--incremental")
+    with _unreadable(src / "a" / "two.jsonl"):
+        done = _compress(tmp_path, str(src), "-o", str(out), "--incremental")
     assert done.returncode == 0, done.stderr
     assert (out / "a" / "two.jsonl").read_bytes() == before
     error, = [r for r in _rows(out / "manifest.jsonl") if r["status"] == "error"]
@@ -153,11 +144,8 @@ def test_an_unreadable_src_folder_named_alone_keeps_every_output(tmp_path: Path)
     out = tmp_path / "out"
     assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
     everything = _files(out)
-    src.chmod(0)
-    try:
+    with _unreadable(src):
         done = _compress(tmp_path, str(src), "-o", str(out))
-    finally:
-        src.chmod(0o755)
     assert done.returncode == 0, done.stderr
     assert _files(out) == everything
 
@@ -170,15 +158,12 @@ def test_a_src_whose_parent_cannot_be_entered_refuses_the_run(tmp_path: Path) ->
     out = tmp_path / "out"
     assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
     everything = {rel: (out / rel).read_bytes() for rel in _files(out)}
-    (tmp_path / "p").chmod(0)
-    try:
+    with _unreadable(tmp_path / "p"):
         for sources in ([str(src)], [str(src), str(tmp_path / "other.json")]):
             (tmp_path / "other.json").write_bytes(CATALOG)
             done = _compress(tmp_path, *sources, "-o", str(out))
             assert done.returncode == 1, done.stderr
             assert f"{src}: cannot be looked at: Permission denied".encode() in done.stderr
-    finally:
-        (tmp_path / "p").chmod(0o755)
     assert {rel: (out / rel).read_bytes() for rel in _files(out)} == everything
 
 
@@ -195,31 +180,21 @@ def test_changes_never_report_what_could_not_be_read(tmp_path: Path) -> None:
     src = _tree(tmp_path)
     out, changes = tmp_path / "out", tmp_path / "changes.jsonl"
     assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
-    (src / "a" / "two.jsonl").chmod(0)
-    (src / "b").chmod(0)
     errors = [({"path": f"{src}/a/two.jsonl"}, None), ({"path": f"{src}/b"}, None)]
-    try:
+    with _unreadable(src / "a" / "two.jsonl", src / "b"):
         for run in range(2):  # unreadable for two runs: the rows go on from journal to journal
             done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
             assert done.returncode == 0, done.stderr
             # the error rows come (and then stay): nothing of the documents
             assert _changes(changes) == ([("added", *e) for e in errors] if run == 0 else [])
-    finally:
-        (src / "a" / "two.jsonl").chmod(0o644)
-        (src / "b").chmod(0o755)
     done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
     assert done.returncode == 0, done.stderr
     assert _changes(changes) == [("removed", *e) for e in errors]  # the documents as before
     journal = journal_path(out / "manifest.jsonl")
     assert not journal.exists()
-    (src / "b").chmod(0)
-    try:
+    with _unreadable(src / "b"):
         assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
-    finally:
-        (src / "b").chmod(0o755)
-    for path in sorted((src / "b").rglob("*"), reverse=True):
-        path.unlink() if path.is_file() else path.rmdir()
-    (src / "b").rmdir()
+    shutil.rmtree(src / "b")
     done = _compress(tmp_path, str(src), "-o", str(out), "--changes", str(changes))
     assert done.returncode == 0, done.stderr
     removed = [c for c in _changes(changes) if c[2] is not None]  # (and the error row)
@@ -248,18 +223,13 @@ def test_kept_outputs_are_named_before_the_manifest_is_published(tmp_path: Path)
         "os.replace = replace\n"
         "from caveman_batch.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
-    (src / "b").chmod(0)
     drop = _without_dac_override if os.geteuid() == 0 else None
-    try:
+    with _unreadable(src / "b"):
         killed = subprocess.run([sys.executable, str(killer), "compress", str(src), "-o", str(out),
                                  "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1"],
                                 capture_output=True, timeout=120, preexec_fn=drop)
-    finally:
-        (src / "b").chmod(0o755)
     assert killed.returncode == 137, killed.stderr
-    for path in sorted((src / "b").rglob("*"), reverse=True):
-        path.unlink() if path.is_file() else path.rmdir()
-    (src / "b").rmdir()
+    shutil.rmtree(src / "b")
     done = _compress(tmp_path, str(src), "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert not any(rel.startswith("b/") for rel in _files(out))
