@@ -59,15 +59,20 @@ def _open(url: str | None, *, readonly: bool = True) -> Store:
     return open_store(store_url(url), create=False, readonly=readonly)
 
 
+def _local_store(url: str) -> tuple[str, Path] | None:
+    """(scheme, path resolved) of a store in a local file or folder; None for any other."""
+    scheme, location = split_store_url(url)
+    return (scheme, Path(location).resolve()) if scheme in ("lmdb", "sqlite") and location else None
+
+
 def _refuse_store_file(target: Path | None, url: str | None, option: str = "-o") -> None:
     """UsageError if `target` is a file of the store at `url` (symlinks resolved): a
     recovered original written there would destroy the store it came from."""
-    if target is None:
+    local = None if target is None else _local_store(store_url(url))
+    if target is None or local is None:
         return
-    scheme, location = split_store_url(store_url(url))
-    if scheme not in ("lmdb", "sqlite") or not location:
-        return
-    base, where = Path(location).resolve(), target.resolve()
+    scheme, base = local
+    where = target.resolve()
     hit = where == base or where.is_relative_to(base) if scheme == "lmdb" else (
         where.parent == base.parent and where.name in
         {base.name + suffix for suffix in ("", "-wal", "-shm", "-journal")})
@@ -78,13 +83,8 @@ def _refuse_store_file(target: Path | None, url: str | None, option: str = "-o")
 
 def _same_local_store(a: str, b: str) -> bool:
     """Whether two URLs name one local store by different spellings (a symlink, `..`)."""
-    (sa, la), (sb, lb) = split_store_url(a), split_store_url(b)
-    if sa != sb or sa not in ("lmdb", "sqlite") or not la or not lb:
-        return False
-    try:
-        return os.path.samefile(la, lb) or Path(la).resolve() == Path(lb).resolve()
-    except OSError:
-        return Path(la).resolve() == Path(lb).resolve()
+    one, other = _local_store(a), _local_store(b)
+    return one is not None and one == other
 
 
 def _echo_json(data: object) -> None:

@@ -233,7 +233,7 @@ def _reserved(config: Config) -> dict[str, str]:
     found = {}
     for path, what in _kept_files(config).items():
         with contextlib.suppress(ValueError):
-            found[path.absolute().relative_to(out).as_posix()] = what.replace("the ", "its ", 1)
+            found[path.absolute().relative_to(out).as_posix()] = what
     return found
 
 
