@@ -11,6 +11,7 @@ import pytest
 
 from caveman_batch import ccr
 from caveman_batch.payload import Budget, Hint, PayloadResult, reduce
+from caveman_batch.payload.core import DECODED
 from caveman_batch.payload.view import Doc, count_lines, plain
 from caveman_batch.store import Store, open_store
 from caveman_batch.testing import payload_outputs as po
@@ -40,6 +41,11 @@ def check_laws(text: str, budget: Budget, result: PayloadResult, hint: Hint | No
     view = result.content
     assert not [w for w in result.warnings if "store failed" not in w], result.warnings
     assert len(view) <= budget.max_chars
+    if result.strategy == DECODED:  # bytes not UTF-8, shown whole: the footer names them
+        body, footer = view.rsplit("\n", 1)
+        assert body == text and footer.startswith("[caveman-batch: ")
+        assert reduce(view, hint, budget).content == view, "a second pass changed the view"
+        return
     assert len(view) <= len(text)
     if budget.max_lines is not None:
         assert count_lines(view) <= budget.max_lines
@@ -159,6 +165,30 @@ def test_bytes_original_is_what_is_stored(store: Store) -> None:
     assert result.handle and ccr.recover(store, result.handle) == raw
     assert ccr.info(store, result.handle).content_type == "application/octet-stream"
     check_laws(raw.decode("utf-8", "replace"), Budget(2_000), result)
+
+
+@pytest.mark.parametrize("raw", [b"ok\nresult: caf\xe9\n", b"\x80" + bytes(range(256)),
+                                 b"x" * 300 + b"\xff"])
+def test_bytes_not_utf8_within_the_budget_name_their_stored_original(raw: bytes,
+                                                                    store: Store) -> None:
+    """Their text is not the original (each bad byte is U+FFFD), so however small they
+    are, the view is that text and a footer naming the original, stored first."""
+    result = reduce(raw, budget=Budget(2_000), store=store)
+    text = raw.decode("utf-8", "replace")
+    assert result.strategy == DECODED and result.content.split("\n[caveman-batch: ")[0] == text
+    assert result.handle and result.handle in result.content.split("\n")[-1]
+    assert ccr.recover(store, result.handle) == raw
+    check_laws(text, Budget(2_000), result)
+    alone = reduce(raw, budget=Budget(2_000))  # no store: the footer says it is not kept
+    assert alone.handle is None and alone.content.endswith("original not stored]")
+
+
+def test_bytes_not_utf8_past_the_room_of_the_footer_are_cut() -> None:
+    raw = b"line \xff\n" * 150  # fits 1,200 chars alone, not with the footer
+    assert len(raw.decode("utf-8", "replace")) <= 1_200
+    result = reduce(raw, budget=Budget(1_200))
+    assert result.strategy not in ("none", DECODED)
+    check_laws(raw.decode("utf-8", "replace"), Budget(1_200), result)
 
 
 def test_max_lines_and_line_chars_budgets(outputs: dict[str, po.Output]) -> None:

@@ -56,6 +56,20 @@ def test_compress_then_retrieve_is_byte_exact_whole_and_sliced(
         assert code == 0 and out == b"".join(expect), spec
 
 
+def test_a_short_file_not_utf8_is_shown_and_its_bytes_kept(
+        capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, store_url: str) -> None:
+    raw = b"ok\nresult: caf\xe9\n"
+    src = tmp_path / "latin1.txt"
+    src.write_bytes(raw)
+    code, out, _ = _run(capsysbinary, "payload", "compress", str(src), "--json",
+                        "--store", store_url)
+    envelope = json.loads(out)
+    assert code == 0 and envelope["strategy"] == "decoded" and envelope["handle"]
+    assert envelope["content"].startswith("ok\nresult: caf\ufffd\n\n[caveman-batch: ")
+    assert _run(capsysbinary, "payload", "retrieve", envelope["handle"],
+                "--store", store_url)[1] == raw
+
+
 @pytest.mark.parametrize("spec", ["0:3", "5:2", "x", "1-3", "99999:"])
 def test_bad_line_ranges_are_usage_errors(
         capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, store_url: str, spec: str) -> None:

@@ -19,6 +19,8 @@ from .view import count_lines, fits, plain, shared
 
 TEXT_TYPE: Final = "text/plain; charset=utf-8"
 BINARY_TYPE: Final = "application/octet-stream"
+#: the strategy of bytes that are not UTF-8 yet fit the budget: their text, shown whole
+DECODED: Final = "decoded"
 _HANDLE_ROOM: Final = len(ccr.HANDLE_PREFIX) + 64
 _NAME_ROOM: Final = 24
 
@@ -34,14 +36,21 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
     whole = Limits(budget.max_chars, budget.max_lines, budget.max_line_chars)
     with shared(text) as doc:  # split once: the line count here, the lines for the cuts
         before = (len(text), doc.line_count(split=not _json_like(text)))
+        # bytes that are not UTF-8: their text is not the original, so the view names the
+        # stored original however small they are (never "unchanged")
+        lossy = isinstance(data, bytes) and ctype == BINARY_TYPE
         # bytes no line of which means anything, even within the budget: their size and type
-        kind = binary_kind(raw) if isinstance(data, bytes) and ctype == BINARY_TYPE and len(text) > MIN_CHARS else None
-        if kind is None and fits(text, whole):
+        kind = binary_kind(raw) if lossy and len(text) > MIN_CHARS else None
+        if not lossy and fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
         warnings: list[str] = []
         if kind is not None:
             name, body = "binary", f"[binary: {len(raw):,} bytes, {kind}]"
+        elif lossy and fits(text, _footer_room(whole, before)):
+            # shown whole, each byte that is not UTF-8 as U+FFFD: the footer (which may make
+            # the view longer than the input) says where the exact bytes are
+            name, body = DECODED, text
         else:
             limits = _body_limits(whole, text, before)
             read = plain(text)  # colours stripped: the cuts see what a terminal shows
@@ -116,10 +125,15 @@ def _body_limits(whole: Limits, text: str, before: tuple[int, int]) -> Limits:
 
     The output may never be larger than the input either, so a short input that is
     over budget only by its line count or line width shrinks the char budget too."""
+    return _footer_room(Limits(min(whole.chars, len(text)), whole.lines, whole.line_chars),
+                        before)
+
+
+def _footer_room(limits: Limits, before: tuple[int, int]) -> Limits:
+    """`limits` less the room of the footer (at its longest) and its line."""
     room = len(footer(before, before, "x" * _NAME_ROOM, "h" * _HANDLE_ROOM)) + 1
-    chars = min(whole.chars, len(text)) - room
-    lines = None if whole.lines is None else whole.lines - 1
-    return Limits(max(chars, 0), lines, whole.line_chars)
+    lines = None if limits.lines is None else limits.lines - 1
+    return Limits(max(limits.chars - room, 0), lines, limits.line_chars)
 
 
 def _first_fit(text: str, hint: Hint, limits: Limits) -> tuple[str, str, list[str]]:
