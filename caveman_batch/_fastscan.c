@@ -243,7 +243,8 @@ done:
  * does: the three alternatives of view._ANSI, tried in its order,
  *   ESC [ [0-?]* [ -/]* [@-~]        (CSI: colours, cursor moves; the sets are disjoint, so
  *                                     the greedy reading is the only one that can match)
- *   ESC ] [^BEL ESC]* (BEL | ESC \)? (OSC: titles, links; always matches)
+ *   ESC ] [^BEL ESC LF]* (BEL | ESC \)? (OSC: titles, links; always matches; one left
+ *                                     open ends with its line)
  *   ESC [@-Z\\-_]                    (two-char escapes) */
 static Py_ssize_t
 escape_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i)
@@ -263,7 +264,7 @@ escape_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i)
     }
     if (c == ']') {
         Py_ssize_t j = i + 2;
-        while (j < n && (c = PyUnicode_READ(kind, data, j)) != 0x07 && c != 0x1b)
+        while (j < n && (c = PyUnicode_READ(kind, data, j)) != 0x07 && c != 0x1b && c != '\n')
             j++;
         if (j < n && c == 0x07)
             return j + 1;

@@ -191,6 +191,21 @@ def test_bytes_not_utf8_past_the_room_of_the_footer_are_cut() -> None:
     check_laws(raw.decode("utf-8", "replace"), Budget(1_200), result)
 
 
+def test_an_osc_escape_left_open_hides_only_the_rest_of_its_line() -> None:
+    """A title escape (ESC ]) with no BEL or ESC \\ ends with its line: the log after it
+    is read and cut as ever, its errors shown, not swallowed whole unmarked."""
+    rows = ["starting", "\x1b]0;a title never closed"] + [
+        f"2026-01-01 12:00:{i % 60:02d} ERROR job {i} failed: disk full" if i % 50 == 0
+        else f"2026-01-01 12:00:{i % 60:02d} INFO step {i} ok" for i in range(3_000)]
+    text = "\n".join(rows) + "\n"
+    assert plain(text).count("\n") == text.count("\n")
+    result = reduce(text, budget=Budget(2_000))
+    assert result.strategy == "log" and "ERROR job 0 failed" in result.content
+    check_laws(text, Budget(2_000), result)
+    closed = "a \x1b]8;;http://x\x1b\\link\x1b]8;;\x07 b\n"  # a terminated one: taken out whole
+    assert plain(closed) == "a link b\n"
+
+
 def test_max_lines_and_line_chars_budgets(outputs: dict[str, po.Output]) -> None:
     for out in outputs.values():
         text = out.data.decode("utf-8", "replace")

@@ -29,7 +29,9 @@ GapSize = Callable[[int, int], int]
 
 # CSI (colours, cursor moves), OSC (titles, links) and the two-char escapes: what terminals
 # eat and a reader never sees
-_ANSI: Final = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# an OSC (ESC ]) ends at BEL, ESC \ or the end of its line: one left open must not eat
+# the lines after it
+_ANSI: Final = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
 
 def plain(text: str) -> str:
