@@ -158,6 +158,16 @@ class _ExplodingCut(_EveryThing):
         raise RuntimeError("boom")
 
 
+class _BytesCut(_EveryThing):
+    def cut(self, text: str, limits: Limits) -> str | None:
+        return b"[all omitted]"  # type: ignore[return-value]
+
+
+class _ExitingCut(_EveryThing):
+    def cut(self, text: str, limits: Limits) -> str | None:
+        raise SystemExit(3)
+
+
 @dataclass
 class _EP:
     name: str
@@ -171,7 +181,10 @@ class _EP:
 
 def test_plugins_load_lazily_and_broken_ones_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     eps = [_EP("broken", ImportError("no module")), _EP("explodes", _ExplodingCut(name="explodes")),
-           _EP("good", _EveryThing), _EP("not-a-cut", object())]
+           _EP("bytes", _BytesCut(name="bytes")), _EP("exits", _ExitingCut(name="exits")),
+           _EP("number-named", _EveryThing(name=42)),  # type: ignore[arg-type]
+           _EP("two-lines", _EveryThing(name="two\nlines")), _EP("good", _EveryThing),
+           _EP("not-a-cut", object())]
     monkeypatch.setattr(registry, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else [])
     registry.refresh()
     try:
@@ -181,6 +194,12 @@ def test_plugins_load_lazily_and_broken_ones_are_skipped(monkeypatch: pytest.Mon
         assert any("'broken' skipped" in w for w in result.warnings)
         assert any("'not-a-cut' skipped" in w for w in result.warnings)
         assert any("'explodes' failed" in w for w in result.warnings)
+        assert any("'bytes' returned bytes" in w for w in result.warnings)
+        assert any("'exits' failed" in w and "SystemExit" in w for w in result.warnings)
+        assert any("'number-named' skipped" in w for w in result.warnings)
+        assert any("'two-lines' skipped" in w for w in result.warnings)
+        footer = result.content.split("\n")[-1]  # the good one's name, on the footer's one line
+        assert footer.startswith("[caveman-batch: ") and "(everything cut)" in footer
         assert reduce(text, Hint(tool="bash"), Budget(1_000)).strategy == "size-tail"
     finally:
         registry.refresh()

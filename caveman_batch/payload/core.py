@@ -151,10 +151,16 @@ def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -
         if not cut.detect(text, hint):
             return None
         body = cut.cut(text, limits)
-    except Exception as exc:  # an outside cut must never break a reduce
+    except (Exception, SystemExit) as exc:  # an outside cut must never break a reduce
         warnings.append(f"cut {getattr(cut, 'name', cut)!r} failed and was skipped: {exc!r}")
         return None
-    if body is None or len(body) >= len(text):
+    if body is None:
+        return None
+    if not isinstance(body, str):
+        warnings.append(f"cut {getattr(cut, 'name', cut)!r} returned {type(body).__name__}, "
+                        f"not text, and was skipped")
+        return None
+    if len(body) >= len(text):
         return None
     if not fits(body, limits):  # the budget law holds whatever a cut returns
         warnings.append(f"cut {getattr(cut, 'name', cut)!r} ignored its limits "

@@ -60,6 +60,11 @@ def _plugins() -> tuple[tuple[Cut, ...], tuple[str, ...]]:
             cut = cut() if isinstance(cut, type) else cut
             if not isinstance(cut, Cut):
                 raise TypeError("does not implement the Cut protocol (name, detect, cut)")
+            name = cut.name
+            if not isinstance(name, str) or not name or not name.isprintable():
+                # (the footer names the cut: a name of another type, or one holding a
+                # newline, would break the view after its original was stored)
+                raise TypeError(f"its name {name!r} is not a word of printable text")
         except Exception as exc:  # a broken plugin is skipped, never fatal
             warnings.append(f"payload cut plugin {ep.name!r} skipped: {exc!r}")
             continue
