@@ -156,8 +156,8 @@ def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -
         return None
     if body is None:
         return None
-    if not isinstance(body, str):
-        warnings.append(f"cut {getattr(cut, 'name', cut)!r} returned {type(body).__name__}, "
+    if not isinstance(body, str):  # (an outside cut's, whatever its annotation says)
+        warnings.append(  # type: ignore[unreachable]f"cut {getattr(cut, 'name', cut)!r} returned {type(body).__name__}, "
                         f"not text, and was skipped")
         return None
     if len(body) >= len(text):
