@@ -150,14 +150,14 @@ def _try(cut: Cut, text: str, hint: Hint, limits: Limits, warnings: list[str]) -
     try:
         if not cut.detect(text, hint):
             return None
-        body = cut.cut(text, limits)
+        body: object = cut.cut(text, limits)
     except (Exception, SystemExit) as exc:  # an outside cut must never break a reduce
         warnings.append(f"cut {getattr(cut, 'name', cut)!r} failed and was skipped: {exc!r}")
         return None
     if body is None:
         return None
     if not isinstance(body, str):  # (an outside cut's, whatever its annotation says)
-        warnings.append(  # type: ignore[unreachable]f"cut {getattr(cut, 'name', cut)!r} returned {type(body).__name__}, "
+        warnings.append(f"cut {getattr(cut, 'name', cut)!r} returned {type(body).__name__}, "
                         f"not text, and was skipped")
         return None
     if len(body) >= len(text):
