@@ -46,7 +46,7 @@ from functools import partial
 from typing import Any, Final, TextIO
 
 from . import __version__, ccr, listing, rpc
-from .catalog import Options, compress, parse, serialize
+from .catalog import Options, compress
 from .embedding import Embedder, choose_embedder
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
 from .proxy import exit_status, open_or_warn
@@ -124,11 +124,15 @@ def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compresse
         for entry in entries:
             if not entry.name or entry.name in catalog.tools:
                 continue
+            exposed = prefix + entry.name
+            definition = _renamed(entry.definition, exposed)
+            if definition is None:
+                catalog.left_out.append(entry.name)
+                continue
             prepared = ccr.prepare(entry.original) if compressed else None
             handle = prepared.handle if prepared is not None else None
-            exposed = prefix + entry.name
-            catalog.tools[entry.name] = ListedTool(server, entry.name, exposed,
-                                                   _renamed(entry.definition, exposed), handle)
+            catalog.tools[entry.name] = ListedTool(server, entry.name, exposed, definition,
+                                                   handle)
             catalog.docs.append(ToolDoc(server, entry.name, handle, entry.definition,
                                         entry.fields))
             if prepared is not None:
@@ -162,12 +166,17 @@ def _tool_name(tool: bytes) -> str:
     return name if isinstance(name, str) else "(without a name)"
 
 
-def _renamed(definition: str, exposed: str) -> str:
-    tool = parse(definition.encode("utf-8"))
-    if tool["name"] == exposed:
+def _renamed(definition: str, exposed: str) -> str | None:
+    """The definition with `exposed` for its name, spliced in (the rest as written: a key
+    given twice deeper in, which the compressor passes through, stays as it is); None if
+    its own keys give one twice (which name is meant cannot be told)."""
+    members = rpc.member_spans(definition, (0, len(definition)))
+    if members is None or "name" not in members:
+        return None
+    name = members["name"]
+    if json.loads(definition[slice(*name)]) == exposed:
         return definition
-    tool["name"] = exposed  # the key keeps its place
-    return serialize(tool).decode("utf-8")
+    return rpc.splice(definition, name, rpc.dumps(exposed))
 
 
 # -- the proxy's own tools ------------------------------------------------------------------
@@ -303,9 +312,9 @@ class DeferredProxy:
         self.to_client: list[bytes] = []  # what waits for it
         self.found: dict[str, None] = {}  # exposed names found by searches, oldest first
         self.announced: str | None = None  # the tools/list result the client last knows of
-        self.client_calls: dict[tuple[bool, Any], tuple[Server, int]] = {}
-        self.server_calls: dict[int, tuple[Server, str, tuple[bool, Any] | None]] = {}
-        self.server_call_ids: dict[tuple[str, tuple[bool, Any] | None], int] = {}
+        self.client_calls: dict[rpc.IdKey, tuple[Server, int]] = {}
+        self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
+        self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
         self.next_client_id = 1
         self.done = False
         self.stopping: int | None = None  # the signal forwarded to every upstream
@@ -655,7 +664,12 @@ class DeferredProxy:
             self._fetch_tools(server)
 
     def _index(self, server: Server, pages: list[bytes]) -> None:
-        catalog = self._catalog(server, pages)
+        try:
+            catalog = self._catalog(server, pages)
+        except Exception as exc:  # a bug: the server is listed with no tools, not left waiting
+            self._warn(f"upstream {server.name!r}: its tools could not be read (internal "
+                       f"error: {exc!r}): none is in the search (a call still goes)")
+            catalog = Catalog()
         for name in catalog.left_out:
             self._warn(f"upstream {server.name!r}: tool {name!r} cannot be read as a catalog "
                        "tool: left out of the search and the list (a call of it still goes)")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from . import ccr, listing
+from . import ccr, listing, rpc
 from .catalog import Options
 from .errors import StoreError, UpstreamExited, UsageError
 from .store import Store, open_store
@@ -52,11 +52,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 # -- which responses to rewrite ------------------------------------------------------
 
 
-def _id_key(value: Any) -> tuple[bool, Any] | None:
-    """1 and "1" are different ids; anything but a string or number is not one."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None
-    return (isinstance(value, str), value)
 
 
 @dataclass
@@ -64,14 +59,14 @@ class Pending:
     """Ids of list requests the client sent and the upstream has not answered yet."""
 
     limit: int = MAX_PENDING
-    _methods: dict[tuple[bool, Any], str] = field(default_factory=dict)
+    _methods: dict[rpc.IdKey, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __bool__(self) -> bool:
         return bool(self._methods)  # read without the lock: a stale answer only costs a parse
 
     def add(self, request_id: Any, method: str) -> None:
-        key = _id_key(request_id)
+        key = rpc.id_key(request_id)
         if key is None:
             return
         with self._lock:
@@ -81,11 +76,11 @@ class Pending:
                 del self._methods[next(iter(self._methods))]
 
     def waits_for(self, request_id: Any) -> bool:
-        key = _id_key(request_id)
+        key = rpc.id_key(request_id)
         return key is not None and key in self._methods
 
     def pop(self, request_id: Any) -> str | None:
-        key = _id_key(request_id)
+        key = rpc.id_key(request_id)
         if key is None:
             return None
         with self._lock:

@@ -185,11 +185,16 @@ def splice_many(text: str, changes: Iterable[tuple[Span, str]]) -> str:
     return text
 
 
-def id_key(value: Any) -> tuple[bool, Any] | None:
-    """A request id as a dict key: 1 and "1" differ; anything but a string or number is none."""
+#: a request id as a dict key (id_key)
+IdKey = tuple[type, Any]
+
+
+def id_key(value: Any) -> IdKey | None:
+    """A request id as a dict key: 1, 1.0 and "1" differ (three requests, each answered
+    under its own id); anything but a string or number is none."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
-    return (isinstance(value, str), value)
+    return (type(value), value)
 
 
 def replace(message: Message, key: str, value: str) -> bytes:

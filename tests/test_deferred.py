@@ -152,7 +152,9 @@ def test_read_refuses_what_is_not_one_message(line: bytes, reason: str) -> None:
 
 def test_ids() -> None:
     assert rpc.id_key(1) != rpc.id_key("1") and rpc.id_key(True) is None
-    assert rpc.id_key(None) is None and rpc.id_key(1.5) == (False, 1.5)
+    assert rpc.id_key(None) is None and rpc.id_key(1.5) == rpc.id_key(1.5)
+    # 2 and 2.0 are two requests (a cancellation of one went to the other)
+    assert len({rpc.id_key(2), rpc.id_key(2.0), rpc.id_key("2")}) == 3
 
 
 # -- one upstream's catalog -------------------------------------------------------------------

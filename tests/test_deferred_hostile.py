@@ -348,6 +348,50 @@ def test_one_bad_tool_is_named_and_the_others_serve(
     assert code == 0 and "upstream 'upstream': tool 'close_issue' cannot be read" in err
 
 
+DOUBLED = ('{"name": "odd", "description": "Reads a value twice typed.", "inputSchema": '
+           '{"type": "object", "properties": {"a": {"type": "string", "type": "number"}}}}')
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_key_given_twice_inside_a_tool_keeps_every_tool(compressed: bool) -> None:
+    """The compressor passes such a page through: its tools are listed as written, the
+    odd one too, renamed by splicing its name (parsing it raised, and the whole server's
+    tools were lost)."""
+    good = json.dumps(GOOD)
+    page = ('{"tools": ' + good[:1] + DOUBLED + ", " + good[1:] + "}").encode()
+    catalog = deferred.build_catalog("s", "s__", [page], compressed=compressed,
+                                     options=Options(count_tokens=False))
+    assert list(catalog.tools) == ["odd", "tool0", "tool1", "tool2"] and not catalog.left_out
+    assert catalog.tools["odd"].definition == DOUBLED.replace('"odd"', '"s__odd"')
+    twice = '{"name": "a", "name": "b", "inputSchema": {"type": "object"}}'
+    page = ('{"tools": ' + good[:1] + twice + ", " + good[1:] + "}").encode()
+    catalog = deferred.build_catalog("s", "s__", [page], compressed=compressed,
+                                     options=Options(count_tokens=False))
+    assert list(catalog.tools) == ["tool0", "tool1", "tool2"] and catalog.left_out == ["b"]
+
+
+def test_a_server_with_a_key_given_twice_in_a_tool_serves_at_once(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Its tools join the search as soon as it lists them, beside the other server's; before,
+    the proxy's internal error left it unlisted, and every held request waited 60 s."""
+    tools = json.dumps(GOOD)
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "a": {"command": upstream[0], "args": upstream[1:],
+              "env": {"TOOLS": tools[:1] + DOUBLED + ", " + tools[1:]}},
+        "b": {"command": upstream[0], "args": upstream[1:]}}}))
+    w = wire(["--servers", str(path)])
+    w.start()
+    found = json.loads(text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "reads a value twice typed", "limit": 1}})))
+    assert [t["name"] for t in found] == ["a__odd"]
+    assert text(w.call(2, "tools/call", {"name": "a__odd", "arguments": {"a": 1}})) == \
+        'ran odd {"a": 1}'
+    assert text(w.call(3, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "internal error" not in err, err
+
+
 # -- a client's hostile lines -------------------------------------------------------------------
 
 

@@ -382,6 +382,8 @@ def test_pending_keeps_number_and_string_ids_apart() -> None:
     pending.add(1, "tools/list")
     pending.add("1", "prompts/list")
     assert pending.pop(1) == "tools/list" and pending.pop("1") == "prompts/list"
+    pending.add(2.0, "prompts/list")
+    assert not pending.waits_for(2) and pending.pop(2.0) == "prompts/list"
     pending.add(True, "tools/list")
     assert not pending
     for i in range(5):
