@@ -316,6 +316,11 @@ class DeferredProxy:
         self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
         self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
         self.next_client_id = 1
+        # an upstream's request to the client that asked for progress: the token the client
+        # sees (the request's id here) -> (that upstream, its own token as written)
+        self.progress: dict[int, tuple[Server, str]] = {}
+        self.client_closed = False  # its input ended: answer what it asked, then end
+        self.inputs_closed = False  # and every upstream's input has been closed since
         self.done = False
         self.stopping: int | None = None  # the signal forwarded to every upstream
         self.status = 0
@@ -331,6 +336,7 @@ class DeferredProxy:
             else:
                 self._handle(source, line)
             self._expire()
+            self._maybe_finish()
             if self.stopping is not None and all(s.state == DEAD for s in self.servers.values()):
                 self.done, self.status = True, 128 + self.stopping
 
@@ -507,6 +513,7 @@ class DeferredProxy:
             return
         server, raw_id, key = entry
         self.server_call_ids.pop((server.name, key), None)
+        self.progress.pop(msg.id, None)
         if server.state != DEAD:
             server.up.send(rpc.replace(msg, "id", raw_id))
 
@@ -518,10 +525,24 @@ class DeferredProxy:
                 self._send(line)
         elif msg.method == "notifications/cancelled":
             self._client_cancelled(msg)
-        else:  # roots/list_changed, progress of a sampling request, ...: every upstream
+        elif msg.method == "notifications/progress":
+            self._client_progress(msg)
+        else:  # roots/list_changed, ...: every upstream
             for server in self.servers.values():
                 if server.state != DEAD and server.init is not None:
                     server.up.send(rpc.line(msg.text))
+
+    def _client_progress(self, msg: rpc.Message) -> None:
+        """Progress on an upstream's request (a sampling, say): to that upstream alone,
+        under its own token (it reached every upstream, naming another's token)."""
+        token = msg.params.get("progressToken")
+        entry = self.progress.get(token) if type(token) is int else None
+        params = rpc.member_spans(msg.text, msg.spans["params"])
+        if entry is None or params is None or "progressToken" not in params:
+            return  # no request of an upstream's asked for it (or a key is given twice)
+        server, own = entry
+        if server.state != DEAD:
+            server.up.send(rpc.line(rpc.splice(msg.text, params["progressToken"], own)))
 
     def _client_cancelled(self, msg: rpc.Message) -> None:
         key = rpc.id_key(msg.params.get("requestId"))
@@ -918,12 +939,21 @@ class DeferredProxy:
         if msg.method == "ping":  # the proxy is alive; the client need not be asked
             server.up.send(rpc.response(msg.raw("id"), "{}"))
             return
+        if self.client_closed:  # no answer can come
+            server.up.send(rpc.error(msg.raw("id"), rpc.UPSTREAM_UNAVAILABLE,
+                                     "the client has closed its input"))
+            return
         pid = self.next_client_id
         self.next_client_id += 1
         key = rpc.id_key(msg.id)
         self.server_calls[pid] = (server, msg.raw("id"), key)
         self.server_call_ids[(server.name, key)] = pid
-        self._notify(rpc.replace(msg, "id", str(pid)))
+        changes = [(msg.spans["id"], str(pid))]
+        token = _progress_token(msg)
+        if token is not None:  # the client's progress on it comes back under our id
+            self.progress[pid] = (server, msg.text[slice(*token)])
+            changes.append((token, str(pid)))
+        self._notify(rpc.line(rpc.splice_many(msg.text, changes)))
 
     def _server_notification(self, server: Server, msg: rpc.Message) -> None:
         if msg.method == "notifications/tools/list_changed":
@@ -941,13 +971,39 @@ class DeferredProxy:
     # endings ---------------------------------------------------------------------------
 
     def _client_gone(self) -> None:
-        self.done = True
+        """The client closed its input (it may still read ours): as the relay does, what it
+        asked is still answered (_maybe_finish); what upstreams ask of it, no longer."""
+        self.client_closed = True
+        calls, self.server_calls = self.server_calls, {}
+        self.server_call_ids, self.progress = {}, {}
+        for server, raw_id, _key in calls.values():
+            if server.state != DEAD:
+                server.up.send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE,
+                                         "the client has closed its input"))
+
+    def _maybe_finish(self) -> None:
+        """Once the client's input has ended: when no request of its waits on an upstream
+        that is still starting, each upstream's input is closed (nothing more is sent to
+        them), and once no call of the client's is in flight the proxy ends. A call an
+        upstream answers as it exits is answered; one that it never answers fails as it
+        exits (or the proxy waits, as the relay waits for its upstream's end)."""
+        if not self.client_closed or self.done:
+            return
+        if self.init_request is not None and (not self.init_answered or self.held):
+            return  # their answers wait for the upstreams to initialize and list their tools
+        if not self.inputs_closed:
+            self.inputs_closed = True
+            for server in self.servers.values():
+                if server.state != DEAD:
+                    server.up.close_stdin()
+        if not self.client_calls:
+            self.done = True
 
     def _server_gone(self, server: Server) -> None:
         """Its stdout ended: it is gone (or going). Fail what waits on it, drop its tools."""
         server.status = exit_status(server.up.stop(grace=2.0))
         server.state, server.settled = DEAD, True
-        if self.stopping is None:
+        if self.stopping is None and not self.inputs_closed:
             self._warn(f"upstream {server.name!r} exited with status {server.status}"
                        + ("" if self.settings.single else ": its tools are out of the search"))
         failure = f"upstream {server.name!r} exited (status {server.status})"
@@ -957,6 +1013,7 @@ class DeferredProxy:
         for pid, (owner, _raw, key) in list(self.server_calls.items()):
             if owner is server:
                 del self.server_calls[pid]
+                self.progress.pop(pid, None)
                 self.server_call_ids.pop((server.name, key), None)
                 self._notify(rpc.notification("notifications/cancelled", rpc.dumps(
                     {"requestId": pid, "reason": failure})))
@@ -984,6 +1041,16 @@ def _call_params(msg: rpc.Message, name: str) -> str | None:
     arguments = msg.text[slice(*outer["arguments"])] if "arguments" in outer else "{}"
     meta = f',"_meta":{msg.text[slice(*params["_meta"])]}' if "_meta" in params else ""
     return '{"name":' + rpc.dumps(name) + ',"arguments":' + arguments + meta + "}"
+
+
+def _progress_token(msg: rpc.Message) -> rpc.Span | None:
+    """Where a request's params._meta.progressToken (a string or a number) lies."""
+    params = rpc.member_spans(msg.text, msg.spans["params"]) if "params" in msg.spans else None
+    meta = rpc.member_spans(msg.text, params["_meta"]) if params and "_meta" in params else None
+    if not meta or "progressToken" not in meta:
+        return None
+    token = meta["progressToken"]
+    return token if rpc.id_key(json.loads(msg.text[slice(*token)])) is not None else None
 
 
 def _with_request_id(msg: rpc.Message, request_id: int) -> bytes:

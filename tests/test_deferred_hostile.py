@@ -56,6 +56,9 @@ for line in sys.stdin.buffer:
              % mid)
     elif method == "tools/call" and msg["params"]["name"] == "hang":
         pass  # never answered: the client cancels it
+    elif method == "tools/call" and msg["params"]["name"] == "ask":  # asks the client first
+        send(b'{"jsonrpc":"2.0","id":"q1","method":"roots/list",'
+             b'"params":{"_meta":{"progressToken":"tok"}}}')
     elif method == "tools/call":
         text = "ran " + msg["params"]["name"] + " " + json.dumps(msg["params"].get("arguments"))
         send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
@@ -219,6 +222,77 @@ def test_a_cancellation_giving_a_key_twice_still_reaches_the_upstream(
     assert text(w.call(8, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
     code, err = w.close()
     assert code == 0 and "Traceback" not in err and "KeyError" not in err, err
+
+
+def _logged(log: Path, needle: str) -> list[dict[str, Any]]:
+    """The lines an upstream logged that hold `needle`, once one has come (or a deadline)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        lines = [json.loads(ln) for ln in log.read_text().splitlines() if needle in ln] \
+            if log.exists() else []
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.02)
+
+
+def test_progress_on_an_upstreams_request_reaches_that_upstream_alone(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """The client's progress on a request an upstream sent it goes back to that upstream,
+    under the token it gave; before, every upstream got it (another's data)."""
+    tools = json.dumps([{"name": "ask", "description": "Asks the client.",
+                         "inputSchema": {"type": "object"}}])
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {
+        name: {"command": upstream[0], "args": upstream[1:],
+               "env": {"TOOLS": tools, "UPSTREAM_LOG": str(tmp_path / f"{name}.log")}}
+        for name in ("a", "b")}}))
+    w = wire(["--servers", str(path)])
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "a__ask", "arguments": {}}})
+    asked = w.wait_for(lambda m: m.get("method") == "roots/list")
+    token = asked["params"]["_meta"]["progressToken"]
+    assert token == asked["id"]  # the proxy's own: two upstreams' tokens cannot collide
+    w.send({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": token, "progress": 1, "message": "a's secret"}})
+    w.send({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": 999, "progress": 1}})  # nobody's: dropped
+    w.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": []}})
+    got = _logged(tmp_path / "a.log", "notifications/progress")
+    assert [m["params"] for m in got] == [
+        {"progressToken": "tok", "progress": 1, "message": "a's secret"}]
+    assert _logged(tmp_path / "a.log", '"roots"')[0]["id"] == "q1"
+    assert text(w.call(2, "tools/call", {"name": "b__echo", "arguments": {}})) != ""
+    assert "progress" not in (tmp_path / "b.log").read_text()
+    code, err = w.close()  # the call of `ask` in flight fails as a's input closes and it exits
+    assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("several", [False, True], ids=["one", "servers"])
+def test_a_client_that_closes_its_input_gets_every_answer(
+        tmp_path: Path, upstream: list[str], several: bool) -> None:
+    """Requests written all at once and the input closed at once (a script piping them):
+    each is answered, held ones and calls in flight too, then the proxy exits 0. Before,
+    it ended at the end of its input and answered nothing, not even initialize."""
+    args = ["--servers", servers(tmp_path, upstream, "a")] if several else ["--", *upstream]
+    echo = "a__echo" if several else "echo"
+    lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": echo, "arguments": {"n": 1}}},
+             {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+              "params": {"name": "search_tools", "arguments": {"query": "echo"}}}]
+    run = subprocess.run(
+        [sys.executable, "-m", "caveman_batch", "proxy", "--deferred", "--no-embed",
+         "--store", "memory://", *args],
+        input=b"".join(json.dumps(m).encode() + b"\n" for m in lines), capture_output=True,
+        timeout=60, env={**os.environ, "CAVEMAN_ALLOW_MEMORY_STORE": "1"})
+    answers = {m["id"]: m for m in map(json.loads, run.stdout.splitlines()) if "id" in m}
+    assert sorted(answers) == [0, 1, 2, 3], run.stderr.decode()
+    assert text(answers[2]) == 'ran echo {"n": 1}'
+    assert echo in text(answers[3])
+    assert run.returncode == 0 and b"exited with status" not in run.stderr, run.stderr
 
 
 # -- an upstream's unreadable answer --------------------------------------------------------
