@@ -33,10 +33,12 @@ state, the index and every write, so there are no locks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -54,6 +56,7 @@ from .store import Store
 from .toolsearch import ToolDoc, ToolIndex
 from .toolspans import ToolEntry, index_entries
 from .upstreams import (
+    MAX_EVENTS,
     MAX_UNWRITTEN,
     SEPARATOR,
     Events,
@@ -61,6 +64,7 @@ from .upstreams import (
     Upstream,
     pump_lines,
     start_thread,
+    stop_all,
 )
 
 SEARCH_TOOL: Final = "search_tools"
@@ -71,6 +75,12 @@ MAX_LIMIT: Final = 20
 MAX_FOUND: Final = 50
 MAX_PAGES: Final = 1000  # of one upstream's tools/list: a cursor that never ends stops here
 DEFAULT_STARTUP_TIMEOUT: Final = 60.0
+# how long the dispatcher waits for an upstream whose output ended to exit (a thread stops
+# one that lingers: every other upstream is served meanwhile)
+EXIT_WAIT: Final = 0.2
+# after a signal forwarded to the upstreams, the proxy ends once they have, or after this
+# long (each one left is then sent SIGTERM, then SIGKILL: stop_all)
+STOP_GRACE: Final = 5.0
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 STARTING, LISTED, DEAD = "starting", "listed", "dead"
@@ -323,6 +333,7 @@ class DeferredProxy:
         self.inputs_closed = False  # and every upstream's input has been closed since
         self.done = False
         self.stopping: int | None = None  # the signal forwarded to every upstream
+        self.stop_by = 0.0  # when the proxy ends after it, whether or not they have
         self.status = 0
 
     # the loop -------------------------------------------------------------------------
@@ -337,7 +348,9 @@ class DeferredProxy:
                 self._handle(source, line)
             self._expire()
             self._maybe_finish()
-            if self.stopping is not None and all(s.state == DEAD for s in self.servers.values()):
+            if self.stopping is not None and (
+                    all(s.state == DEAD for s in self.servers.values())
+                    or time.monotonic() >= self.stop_by):  # (then each is stopped: stop_all)
                 self.done, self.status = True, 128 + self.stopping
 
     def _handle(self, source: str | None, line: bytes | None) -> None:
@@ -353,6 +366,8 @@ class DeferredProxy:
     def _timeout(self) -> float | None:
         waiting = [s.deadline for s in self.servers.values()
                    if not s.settled and s.deadline is not None]
+        if self.stopping is not None:
+            waiting.append(self.stop_by)
         return max(0.0, min(waiting) - time.monotonic()) if waiting else None
 
     def _expire(self) -> None:
@@ -383,8 +398,11 @@ class DeferredProxy:
             self.to_client.append(line)
 
     def _warn(self, message: str) -> None:
-        self.err.write(f"caveman-batch proxy: {message}\n")
-        self.err.flush()
+        try:
+            self.err.write(f"caveman-batch proxy: {message}\n")
+            self.err.flush()
+        except (OSError, ValueError):  # stderr gone: the client must still be served
+            pass
 
     def _log(self, message: str) -> None:
         if self.settings.debug:
@@ -669,6 +687,10 @@ class DeferredProxy:
             return
         if reply.ok:
             result = reply.message.values["result"]
+            if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+                self._warn(f"upstream {server.name!r} tools/list answered a result without a "
+                           f"list of tools ({_shown(reply.message.raw('result'))}): no tool of "
+                           f"that page is in the search")
             server.pages.append(reply.message.raw("result").encode("utf-8"))
             cursor = result.get("nextCursor") if isinstance(result, dict) else None
             if isinstance(cursor, str) and cursor and len(server.pages) < MAX_PAGES:
@@ -1000,13 +1022,24 @@ class DeferredProxy:
             self.done = True
 
     def _server_gone(self, server: Server) -> None:
-        """Its stdout ended: it is gone (or going). Fail what waits on it, drop its tools."""
-        server.status = exit_status(server.up.stop(grace=2.0))
+        """Its stdout ended, or it exited and nothing more came (a child of its may hold
+        its stdout: upstreams.read_lines): it is gone, or going. Fail what waits on it,
+        drop its tools. Never waits long for its exit: the others are served meanwhile
+        (one that lingers is stopped by a thread)."""
+        server.up.close_stdin()
+        try:
+            server.status = exit_status(server.up.proc.wait(EXIT_WAIT))
+        except subprocess.TimeoutExpired:
+            server.status = None
+            start_thread(server.up.stop, name=f"stop-{server.name}")
         server.state, server.settled = DEAD, True
+        ended = ("closed its output (still running: it is being stopped)"
+                 if server.status is None else f"exited with status {server.status}")
         if self.stopping is None and not self.inputs_closed:
-            self._warn(f"upstream {server.name!r} exited with status {server.status}"
+            self._warn(f"upstream {server.name!r} {ended}"
                        + ("" if self.settings.single else ": its tools are out of the search"))
-        failure = f"upstream {server.name!r} exited (status {server.status})"
+        failure = (f"upstream {server.name!r} closed its output" if server.status is None
+                   else f"upstream {server.name!r} exited (status {server.status})")
         calls, server.calls = server.calls, {}
         for on_reply in calls.values():
             on_reply(Reply(None, failure))
@@ -1020,8 +1053,8 @@ class DeferredProxy:
         self.index.remove_server(server.name)
         server.tools = {}
         self._maybe_answer_initialize()
-        if self.settings.single:
-            self.done, self.status = True, server.status
+        if self.settings.single:  # (its status, once it has exited, is run's to return)
+            self.done = True
             return
         self._maybe_ready()
         self._tools_changed()
@@ -1041,6 +1074,10 @@ def _call_params(msg: rpc.Message, name: str) -> str | None:
     arguments = msg.text[slice(*outer["arguments"])] if "arguments" in outer else "{}"
     meta = f',"_meta":{msg.text[slice(*params["_meta"])]}' if "_meta" in params else ""
     return '{"name":' + rpc.dumps(name) + ',"arguments":' + arguments + meta + "}"
+
+
+def _shown(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[:most] + "…"
 
 
 def _progress_token(msg: rpc.Message) -> rpc.Span | None:
@@ -1097,7 +1134,7 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
         raise UsageError("a single-upstream proxy takes exactly one upstream")
     err = err or sys.stderr
     embedder = choose_embedder(settings.embed)  # before any upstream starts: --embed without it
-    events: Events = queue.SimpleQueue()
+    events: Events = queue.Queue(MAX_EVENTS)
     store = open_or_warn(store_url, err, without="tools are listed uncompressed")
     servers: list[Server] = []
     previous: dict[int, Any] = {}
@@ -1110,8 +1147,8 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for server in servers:
-            server.status = exit_status(server.up.stop())
+        for server, status in zip(servers, stop_all([s.up for s in servers])):
+            server.status = exit_status(status)
         if store is not None:
             store.close()
     if not settings.single:
@@ -1131,6 +1168,8 @@ def _forward_signals(proxy: DeferredProxy) -> dict[int, Any]:
         proxy.stopping = signum
         for server in proxy.servers.values():
             server.up.signal(signum)
-        proxy.events.put((None, b""))  # wake the loop: an empty line is skipped
+        proxy.stop_by = time.monotonic() + STOP_GRACE
+        with contextlib.suppress(queue.Full):  # (full: the loop is awake anyway)
+            proxy.events.put_nowait((None, b""))  # wake the loop: an empty line is skipped
 
     return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}

@@ -11,14 +11,17 @@ the proxy's one dispatching thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import re
+import select
 import subprocess
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, TextIO
@@ -138,19 +141,34 @@ def _spec(source: str, name: str, entry: Any) -> ServerSpec:
 # An event: (source, line) for each line read (a last line without a newline included),
 # then (source, None) at end of file. The client's source is None.
 Event = tuple[str | None, bytes | None]
-Events = queue.SimpleQueue[Event]
+Events = queue.Queue[Event]
+# lines read and not yet handled, at most (a queue of these many): once the dispatcher is
+# behind (a client that does not read what it is sent), the readers wait, and so does an
+# upstream that floods, instead of the proxy's memory growing without end
+MAX_EVENTS: Final = 256
+# an upstream that has exited, but whose stdout a child of its keeps open (a wrapper's
+# `sh -c`, npx): once nothing has come for this long it counts as gone
+EXIT_GRACE: Final = 1.0
 
 
-def read_lines(fd: int) -> Iterator[list[bytes]]:
+def read_lines(fd: int, exited: Callable[[], bool] | None = None) -> Iterator[list[bytes]]:
     """The lines each read of `fd` completes (without their newlines), then a last line
-    without a newline if there is one; until end of file or a read error.
+    without a newline if there is one; until end of file or a read error, or (with
+    `exited`) once the writer has exited and nothing has come for EXIT_GRACE: a child of
+    its may hold the pipe open for ever. What it wrote before exiting is read first.
 
     Only each new chunk is searched and split: a line begun in earlier chunks waits in
     pieces, joined once, when its newline comes. Adding each chunk to the line so far and
     splitting the whole again took 7.3 s for a 32 MB line; this takes 0.06 s."""
     head: list[bytes] = []  # the pieces of a line not ended yet
     try:
-        while chunk := os.read(fd, CHUNK):
+        while True:
+            if exited is not None:
+                while not select.select([fd], [], [], EXIT_GRACE)[0]:
+                    if exited():
+                        raise EOFError
+            if not (chunk := os.read(fd, CHUNK)):
+                break
             lines = chunk.split(b"\n")
             if len(lines) == 1:
                 head.append(chunk)
@@ -158,15 +176,17 @@ def read_lines(fd: int) -> Iterator[list[bytes]]:
             lines[0] = b"".join([*head, lines[0]])
             head = [lines.pop()]
             yield lines
-    except OSError:
+    except (OSError, EOFError):
         pass
     if last := b"".join(head):
         yield [last]
 
 
-def pump_lines(fd: int, source: str | None, events: Events) -> None:
-    """Post every line read from `fd`, then end of file (also on a read error)."""
-    for lines in read_lines(fd):
+def pump_lines(fd: int, source: str | None, events: Events,
+               exited: Callable[[], bool] | None = None) -> None:
+    """Post every line read from `fd`, then end of file (also on a read error; with
+    `exited`, also once the writer has exited: read_lines)."""
+    for lines in read_lines(fd, exited):
         for line in lines:
             events.put((source, line))
     events.put((source, None))
@@ -186,10 +206,15 @@ def _prefix_lines(fd: int, name: str, err: TextIO) -> None:
     2 MB of stderr cost the proxy 1.2-1.4 s of CPU (0.01 s so). A chunk's lines go out
     in one write and one flush."""
     prefix = f"[{name}] "
-    for lines in read_lines(fd):
-        texts = (raw.decode("utf-8", "replace").rstrip("\r") for raw in lines)
-        err.write("".join(f"{prefix}{text}\n" for text in texts))
-        err.flush()
+    writable = True
+    for lines in read_lines(fd):  # (read to the end even once err fails: never blocks it)
+        if writable:
+            texts = (raw.decode("utf-8", "replace").rstrip("\r") for raw in lines)
+            try:
+                err.write("".join(f"{prefix}{text}\n" for text in texts))
+                err.flush()
+            except (OSError, ValueError):  # the proxy's stderr is gone: the rest is dropped
+                writable = False
 
 
 class _Writer:
@@ -265,7 +290,7 @@ class Upstream:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin = _Writer(self.proc.stdin, self.name, max_unwritten)
         start_thread(pump_lines, self.proc.stdout.fileno(), self.name, events,
-                     name=f"upstream-{self.name}")
+                     lambda: self.proc.poll() is not None, name=f"upstream-{self.name}")
         if self.proc.stderr is not None:
             start_thread(_prefix_lines, self.proc.stderr.fileno(), self.name, err,
                          name=f"stderr-{self.name}")
@@ -278,6 +303,14 @@ class Upstream:
     def close_stdin(self) -> None:
         """Its end of file, once what was sent before is written."""
         self._stdin.close()
+
+    def terminate(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.terminate()
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
 
     def stop(self, grace: float = 5.0) -> int:
         """Its exit status, once it has exited: closed stdin, then SIGTERM, then SIGKILL."""
@@ -294,3 +327,23 @@ class Upstream:
     def signal(self, signum: int) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signum)
+
+
+def stop_all(upstreams: Sequence[Upstream], grace: float = 5.0) -> list[int]:
+    """Each one's exit status once all have exited: every stdin closed, then SIGTERM to
+    those still running after `grace`, then SIGKILL; the waits run side by side (one
+    after another, three upstreams that ignore their end of file took 15 s)."""
+    for up in upstreams:
+        up.close_stdin()
+    for ask in (None, Upstream.terminate, Upstream.kill):
+        running = [up for up in upstreams if up.proc.poll() is None]
+        if not running:
+            break
+        if ask is not None:
+            for up in running:
+                ask(up)
+        deadline = time.monotonic() + grace
+        for up in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                up.proc.wait(max(0.0, deadline - time.monotonic()))
+    return [up.proc.wait() for up in upstreams]

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +31,9 @@ from caveman_batch.upstreams import ServerSpec
 from test_deferred import SCRIPTED
 
 UPSTREAM = r'''
-import json, os, sys
+import json, os, signal, subprocess, sys, time
+if os.environ.get("DEAF") == "term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 TOOLS = os.environ.get("TOOLS") or json.dumps([
     {"name": "echo", "description": "Echo a message back.", "inputSchema": {"type": "object"}}])
 log = open(os.environ["UPSTREAM_LOG"], "a") if os.environ.get("UPSTREAM_LOG") else None
@@ -56,6 +59,17 @@ for line in sys.stdin.buffer:
              % mid)
     elif method == "tools/call" and msg["params"]["name"] == "hang":
         pass  # never answered: the client cancels it
+    elif method == "tools/call" and msg["params"]["name"] == "orphan":  # a child keeps stdout
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"],
+                         stdin=subprocess.DEVNULL)
+        os._exit(9)
+    elif method == "tools/call" and msg["params"]["name"] == "closeout":  # then lingers
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.close(1)
+        time.sleep(30)
+        sys.exit(0)
+    elif method == "tools/call" and msg["params"]["name"] == "die":
+        os._exit(3)
     elif method == "tools/call" and msg["params"]["name"] == "ask":  # asks the client first
         send(b'{"jsonrpc":"2.0","id":"q1","method":"roots/list",'
              b'"params":{"_meta":{"progressToken":"tok"}}}')
@@ -65,6 +79,8 @@ for line in sys.stdin.buffer:
             "content": [{"type": "text", "text": text}]}}).encode())
     elif method is not None and "id" in msg:
         send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}' % mid)
+if os.environ.get("DEAF"):  # its input ended: it lingers anyway
+    time.sleep(30)
 '''
 
 WAIT = 10.0  # for one answer: far more than any takes, so only a hang fails
@@ -75,11 +91,12 @@ INIT = {"protocolVersion": "2025-06-18", "capabilities": {},
 class Wire:
     """The client end of `proxy --deferred` as a subprocess: raw lines in, messages out."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 stderr: int = subprocess.PIPE) -> None:
         argv = [sys.executable, "-m", "caveman_batch", "proxy", "--deferred", "--no-embed",
                 "--store", "memory://", *args]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE,
+                                     stderr=stderr,
                                      # memory:// mints handles nothing can recover: tests only
                                      env={**os.environ, "CAVEMAN_ALLOW_MEMORY_STORE": "1",
                                           **(env or {})})
@@ -293,6 +310,113 @@ def test_a_client_that_closes_its_input_gets_every_answer(
     assert text(answers[2]) == 'ran echo {"n": 1}'
     assert echo in text(answers[3])
     assert run.returncode == 0 and b"exited with status" not in run.stderr, run.stderr
+
+
+def _servers_file(tmp_path: Path, upstream: list[str], envs: dict[str, dict[str, str]]) -> str:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {
+        name: {"command": upstream[0], "args": upstream[1:], "env": env}
+        for name, env in envs.items()}}))
+    return str(path)
+
+
+HOSTILE_TOOLS = json.dumps([{"name": n, "description": f"The {n} tool.",
+                             "inputSchema": {"type": "object"}}
+                            for n in ("echo", "orphan", "closeout", "die")])
+
+
+def test_an_upstream_whose_child_keeps_its_output_open_is_seen_to_exit(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """It exits, but a child of its (a wrapper's) holds its stdout: its call fails once it
+    has exited, rather than waiting for the child; the other server carries on."""
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {
+        "a": {"TOOLS": HOSTILE_TOOLS}, "b": {}})])
+    w.start()
+    failed = w.call(1, "tools/call", {"name": "a__orphan", "arguments": {}})
+    assert failed["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
+    assert "'a' exited (status 9)" in failed["error"]["message"]
+    assert text(w.call(2, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    assert w.close()[0] == 0
+
+
+def test_an_upstream_that_lingers_after_closing_its_output_holds_up_no_one(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """It closes its stdout and ignores SIGTERM: it is stopped by a thread of its own, while
+    ping and the other server answer (the dispatcher waited 4-6 s for it to exit)."""
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {
+        "a": {"TOOLS": HOSTILE_TOOLS}, "b": {}})])
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "a__closeout", "arguments": {}}})
+    failed = w.answer(1)
+    assert "'a' closed its output" in failed["error"]["message"]
+    began = time.monotonic()
+    assert w.call(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert text(w.call(3, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    assert time.monotonic() - began < 1.5  # (the old wait: 2 s, then 2 s after SIGTERM)
+    code, err = w.close()
+    assert code == 0 and "'a' closed its output (still running: it is being stopped)" in err
+
+
+def test_upstreams_that_ignore_their_end_of_input_are_stopped_side_by_side(
+        tmp_path: Path, upstream: list[str]) -> None:
+    """Three servers that linger after their stdin closes: each gets SIGTERM after the one
+    grace period they share (5 s; one after another it was 15 s)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "caveman_batch", "proxy", "--deferred", "--no-embed",
+         "--servers", _servers_file(tmp_path, upstream, {n: {"DEAF": "eof"} for n in "abc"})],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    began = time.monotonic()
+    _, err = proc.communicate(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                          "params": INIT}).encode() + b"\n", timeout=30)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - began < 10
+
+
+def test_a_signal_ends_the_proxy_even_if_an_upstream_ignores_it(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """SIGTERM goes to every upstream; one that ignores it is killed after 5 s (the proxy
+    waited for it for ever), and the proxy exits 128+15."""
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {"a": {"DEAF": "term"}, "b": {}})])
+    w.start()
+    assert text(w.call(1, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(30) == 128 + signal.SIGTERM
+
+
+def test_an_upstream_dying_while_stderr_is_gone_takes_no_one_down(
+        tmp_path: Path, upstream: list[str]) -> None:
+    """The proxy's stderr is a pipe no one reads (closed): a warning cannot be written, and
+    the client is still served (the BrokenPipeError ended the proxy)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    w = Wire(["--servers", _servers_file(tmp_path, upstream, {"a": {"TOOLS": HOSTILE_TOOLS},
+                                                              "b": {}})], stderr=write_end)
+    os.close(write_end)
+    try:
+        w.start()
+        assert w.call(1, "tools/call", {"name": "a__die", "arguments": {}})["error"]["code"] \
+            == rpc.UPSTREAM_UNAVAILABLE
+        assert text(w.call(2, "tools/call", {"name": "b__echo", "arguments": {}})) == \
+            "ran echo {}"
+        assert w.proc.stdin is not None
+        w.proc.stdin.close()
+        assert w.proc.wait(30) == 0
+    finally:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+
+
+@pytest.mark.parametrize("result", ['"x"', "{}", "null"])
+def test_a_tools_list_result_without_a_list_of_tools_is_named(
+        upstream: list[str], wire: Callable[..., Wire], result: str) -> None:
+    w = wire(["--", *upstream], {"TOOLS": result})
+    w.start()
+    listed = w.call(1, "tools/list")["result"]["tools"]
+    assert [t["name"] for t in listed] == ["search_tools", "call_tool"]
+    code, err = w.close()
+    assert "upstream 'upstream' tools/list answered a result without a list of tools" in err
 
 
 # -- an upstream's unreadable answer --------------------------------------------------------

@@ -313,6 +313,43 @@ def test_stderr_lines_arrive_whole_and_in_order(tmp_path: Path) -> None:
     assert log.read_text(encoding="utf-8").split("\n") == [*expected, ""]
 
 
+FLOOD = r'''
+import sys
+for i in range(100000):
+    sys.stdout.buffer.write(b"x" * 1000 + b"\n")
+sys.stdout.flush()
+'''
+
+
+def test_lines_read_and_not_handled_are_bounded(tmp_path: Path) -> None:
+    """An upstream that floods while the dispatcher is behind waits (its stdout's pipe
+    fills) instead of the proxy holding all it writes: the proxy's memory went past 1 GB
+    when a client did not read."""
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+    events: Events = Events(8)
+    up = Upstream(ServerSpec("flood", (sys.executable, str(script))), events, sys.stderr,
+                  prefix_stderr=False)
+    try:
+        time.sleep(1.0)
+        assert events.qsize() == 8 and up.proc.poll() is None  # held up: 100 MB not read
+        assert len(drain(events, "flood")) == 100000  # and it all comes, in order, once read
+    finally:
+        assert up.stop() == 0
+
+
+def test_stderr_that_cannot_be_written_is_still_read(tmp_path: Path) -> None:
+    """The proxy's stderr failing drops an upstream's stderr lines, and never stops
+    reading them (an upstream would block on a full pipe)."""
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    closed = (tmp_path / "err.txt").open("w")
+    closed.close()  # writes raise ValueError
+    up = Upstream(ServerSpec("chatty", (sys.executable, str(script))), Events(), closed,
+                  prefix_stderr=True)
+    assert up.proc.wait(WAIT) == 0 and up.stop() == 0
+
+
 def test_calls_beyond_what_a_stuck_upstream_may_hold_fail_at_once(tmp_path: Path) -> None:
     """Once more than MAX_UNWRITTEN bytes wait for an upstream that stopped reading, a call
     to it is answered at once with an error saying so (it would never be answered)."""
