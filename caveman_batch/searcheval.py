@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from .errors import QueryFileError
 from .toolsearch import Hit, ToolDoc, ToolIndex, search_fields
+from .toolspans import replace_surrogates
 
 DEPTH: Final = 10
 CUTOFFS: Final = (1, 5, 10)
@@ -58,6 +59,8 @@ def _query(line: bytes, path: Path, number: int) -> Query:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise bad("not JSON (nested too deep)") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
         raise bad('expected {"query": "...", "tools": [...]}')
     tools = obj.get("tools")
@@ -107,7 +110,8 @@ def compressed_copy(index: ToolIndex) -> ToolIndex:
     servers = index.servers()
     by_server: dict[str, list[ToolDoc]] = {}
     for doc in index.docs():
-        fields = search_fields(json.loads(doc.definition))
+        fields = {key: replace_surrogates(text)  # (as the build has them: toolspans)
+                  for key, text in search_fields(json.loads(doc.definition)).items()}
         by_server.setdefault(doc.server, []).append(
             ToolDoc(doc.server, doc.name, doc.handle, doc.definition, fields))
     copy.apply((server, docs, servers.get(server), None, None) for server, docs in by_server.items())

@@ -199,12 +199,13 @@ _WRAPPED: Final = frozenset({"mcp-tools", "jsonrpc-tools-list", "openai-function
 
 def _label(doc: Any, shape: str) -> str | None:
     """A catalog's own name, if its wrapper says one ("server", "name"; a single tool's
-    "name" is the tool's)."""
+    "name" is the tool's), a lone surrogate escape in it as U+FFFD (it names the catalog
+    in the index, whose text is UTF-8), as in a tool's name."""
     if shape in _WRAPPED:
         for key in ("server", "name"):
             value = doc.get(key)
             if isinstance(value, str) and value.strip():
-                return value.strip()
+                return replace_surrogates(value.strip())
     return None
 
 
@@ -351,8 +352,8 @@ def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int
         digest = hashlib.sha256(piece).hexdigest()
         name, fields = _described(piece, digest, tools[at])
         if at in escaped:
-            name = _replace_surrogates(name)
-            fields = {key: _replace_surrogates(text) for key, text in fields.items()}
+            name = replace_surrogates(name)
+            fields = {key: replace_surrogates(text) for key, text in fields.items()}
         found.append((name, digest, a, b - a, definition.decode("utf-8"), fields))
     return _label(doc, shape), found
 
@@ -360,7 +361,9 @@ def _entries(raw: bytes, out: bytes, doc: Any, shape: str, spans: list[tuple[int
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _replace_surrogates(text: str) -> str:
+def replace_surrogates(text: str) -> str:
+    """`text`, each lone surrogate (a \\ud800 escape read as it is) as U+FFFD: what the
+    index, whose text is UTF-8, holds in its place."""
     return _SURROGATE.sub("\ufffd", text)
 
 

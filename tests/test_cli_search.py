@@ -10,7 +10,7 @@ import pytest
 
 from caveman_batch.cli import main
 from caveman_batch.searcheval import compare_original, read_queries, scores
-from caveman_batch.toolsearch import Hit, ToolIndex, tool_docs
+from caveman_batch.toolsearch import Hit, ToolDoc, ToolIndex, tool_docs
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -73,7 +73,8 @@ def test_an_index_of_an_older_schema_is_a_user_error(schema_2_index: Path,
 
 
 @pytest.mark.parametrize("line", ['{"query": "x"}', "not json", '{"query": 3, "tools": ["a"]}',
-                                  '{"query": "x", "tools": []}', '["x"]'])
+                                  '{"query": "x", "tools": []}', '["x"]', "[" * 100_000],
+                         ids=["no-tools", "not-json", "query-3", "tools-empty", "array", "deep"])
 def test_a_bad_queries_line_names_file_and_line(index_path: Path, tmp_path: Path, line: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     queries = tmp_path / "q.jsonl"
@@ -124,6 +125,17 @@ def test_compare_original(index_path: Path, tmp_path: Path, capsys: pytest.Captu
     report = json.loads(out)
     assert report["queries"] == 1 and report["original"]["recall@1"] == 1.0
     assert report["compressed"] == report["original"] and report["delta"]["mrr"] == 0.0
+
+
+def test_compare_original_over_a_tool_with_a_lone_surrogate(tmp_path: Path) -> None:
+    """Its definition holds the \\ud800 as written: the copy's search text has U+FFFD in
+    its place, as the build's (a UnicodeEncodeError ended the eval)."""
+    odd = {"name": "t", "description": "Finds the weather \ud800 forecast."}
+    with ToolIndex.open(tmp_path / "i.db") as index:
+        index.replace_server("s", [ToolDoc("s", "t", None, json.dumps(odd), {
+            "name": "t", "description": "Finds the weather \ufffd forecast."})])
+        report = compare_original(index, read_queries(_write(tmp_path, "weather", "t")))
+    assert report["original"]["recall@1"] == report["compressed"]["recall@1"] == 1.0
 
 
 def test_compare_original_sees_a_cut_description(tmp_path: Path) -> None:

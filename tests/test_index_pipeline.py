@@ -454,3 +454,20 @@ def test_a_catalog_with_a_lone_surrogate_keeps_its_tools_in_the_index(tmp_path: 
         assert index.search("puts y", k=1)[0].name == "put_y"
     with open_store(f"lmdb://{tmp_path}/ccr") as store:
         assert ccr.recover(store, docs["get_x"].handle) == odd
+
+
+def test_a_registry_label_with_a_lone_surrogate_names_its_catalog_with_u_fffd(
+        tmp_path: Path) -> None:
+    """A wrapper's "server" label holding \\ud800 names its catalog with U+FFFD in its place
+    (as a tool's name has it); before, every run with --index failed with an internal error,
+    and no catalog of the run was indexed."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "reg.jsonl").write_bytes(
+        b'{"server":"we\\ud800ird","tools":[{"name":"t1","description":"Weather now."}]}\n'
+        b'{"server":"ok","tools":[{"name":"t2","description":"Weather later."}]}\n')
+    for _ in range(2):  # (and the rerun, unchanged)
+        _run(tmp_path, src)
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        assert sorted(index.servers()) == ["reg/ok", "reg/we\ufffdird"]
+        assert {h.name for h in index.search("weather", k=5)} == {"t1", "t2"}
