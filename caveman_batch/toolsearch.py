@@ -746,13 +746,32 @@ class ToolIndex:
         if expression is None or k <= 0 or (servers is not None and not servers):
             return []
         k = min(k, _MAX_K)  # (SQLite's LIMIT is a 64-bit integer: k + a margin must fit)
-        if self._vectors is not None:
-            return self._hybrid_search(query, expression, k, servers)
-        if servers is None:
-            best = self._best_texts(expression, k + _TIE_MARGIN)
-            if best is not None:
-                return self._tools_of(best, k)
-        return self._hits(expression, k, servers)
+        with self._snapshot():
+            if self._vectors is not None:
+                return self._hybrid_search(query, expression, k, servers)
+            if servers is None:
+                best = self._best_texts(expression, k + _TIE_MARGIN)
+                if best is not None:
+                    return self._tools_of(best, k)
+            return self._hits(expression, k, servers)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """The reads inside see one committed state of the index: a text's id, read from
+        the full-text table, names the same text when its tools are read, whatever a
+        writer commits meanwhile (it may delete that text, and give its id to another)."""
+        if self._db.in_transaction:  # (a write of this connection's own: already one)
+            yield
+            return
+        try:
+            self._db.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # (a read that failed may have ended it)
+                self._db.execute("COMMIT")  # nothing written: it ends the snapshot
 
     def _best_texts(self, expression: str, limit: int) -> dict[int, float] | None:
         """The best `limit` texts' scores by id, or None if the last of them ties with the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,6 +274,46 @@ def test_another_writer_between_two_changes_is_seen(tmp_path: Path) -> None:
                                                            for d in _docs("b", GITHUB)]
         assert [h.server for h in second.search("forecast", k=5)] == ["w"]
         assert [h.server for h in second.search("pull request", k=5)] == ["b"]
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["bm25", "hybrid"])
+def test_a_search_sees_one_state_of_the_index_whatever_commits_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hybrid: bool) -> None:
+    """Another connection replaces a server between the search's first read (the texts'
+    ids and scores) and its next: the hits are the state the first read saw. Before, the
+    deleted text's id, given to the new text, joined the score of `weather` to a tool that
+    has nothing of it."""
+    def doc(server: str, name: str, description: str) -> ToolDoc:
+        return ToolDoc(server, name, None, f'{{"name":"{name}"}}',
+                       {"name": name, "description": description, "params": ""})
+
+    if hybrid:
+        pytest.importorskip("wordllama")
+    embedder = None
+    if hybrid:
+        from caveman_batch.embedding import choose_embedder
+        embedder = choose_embedder(True)
+    path = tmp_path / "tools.db"
+    with ToolIndex.open(path, embedder=embedder) as writer, \
+            ToolIndex.open(path, create=False, embedder=embedder) as reader:
+        writer.replace_server("a", [doc("a", "alpha", "filler text")])
+        writer.replace_server("b", [doc("b", "weather_tool", "weather forecast for a city")])
+        read = reader._read
+        raced: list[int] = []
+
+        def racing_read(sql: str, params: Any = ()) -> list[Any]:
+            rows = read(sql, params)
+            if not raced:  # right after the first read: a writer's commit lands
+                raced.append(1)
+                writer.replace_server("b", [doc("b", "drop_all", "drops every table")])
+            return rows
+
+        monkeypatch.setattr(reader, "_read", racing_read)
+        names = [h.name for h in reader.search("weather", k=5)]  # (hybrid: alpha after it)
+        assert names[0] == "weather_tool" and "drop_all" not in names
+        monkeypatch.setattr(reader, "_read", read)
+        names = [h.name for h in reader.search("weather", k=5)]  # the new state, after
+        assert "weather_tool" not in names and (hybrid or names == [])
 
 
 def test_a_change_rolled_back_leaves_no_ids_behind(tmp_path: Path) -> None:
