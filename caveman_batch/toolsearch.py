@@ -425,10 +425,15 @@ class ToolIndex:
                 self._refuse_outdated(found, create)
             current = found == str(SCHEMA_VERSION) and (self._vectors is None
                                                         or self._vectors.adopted(self._db))
+            unembedded = (self._vectors.missing(self._db) if self._vectors is not None
+                          and found == str(SCHEMA_VERSION) and not current else [])
         finally:
             self._db.execute("COMMIT")
         if current:
             return  # nothing to write: an open does not wait for a writer's transaction
+        # texts with no vector of this embedder: embedded holding no lock (a build writes
+        # on meanwhile); the write transaction below embeds only what it added since
+        made = self._vectors.embedded(unembedded) if self._vectors is not None else {}
         # WAL (kept in the file: every index is made so): readers (a proxy) go on while a
         # build writes. Set only here, by an open that writes, once the file is known to
         # be an index or empty: a reader never changes the file's journal mode
@@ -445,7 +450,7 @@ class ToolIndex:
             if found is None:
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             if self._vectors is not None:
-                self._vectors.adopt(self._db)
+                self._vectors.adopt(self._db, made)
 
     def _schema(self) -> str | None:
         """The schema version the file was made with (None: a new file, with no table at

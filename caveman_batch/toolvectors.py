@@ -93,14 +93,38 @@ class ToolVectors:
             self._complete_at = _data_version(db)
         return complete
 
-    def adopt(self, db: sqlite3.Connection) -> None:
-        """Drop vectors of another embedder, then embed every text that has none."""
-        row = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
-        if row is None or row[0] != self.embedder.name:
+    def adopt(self, db: sqlite3.Connection, made: Mapping[bytes, bytes] | None = None) -> None:
+        """Drop vectors of another embedder, then embed every text that has none (those
+        `made` has, by digest, are taken from there: see `missing`)."""
+        if not self._ours(db):
             db.execute("DELETE FROM tool_vectors")
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                        (EMBEDDER_KEY, self.embedder.name))
-        self.fill(db, {})
+        self.fill(db, made or {})
+
+    def _ours(self, db: sqlite3.Connection) -> bool:
+        row = db.execute("SELECT value FROM meta WHERE key=?", (EMBEDDER_KEY,)).fetchone()
+        return row is not None and row[0] == self.embedder.name
+
+    def missing(self, db: sqlite3.Connection) -> list[tuple[int, bytes, str, str, str]]:
+        """The texts `adopt` would embed, as of this snapshot (every one if the index's
+        vectors are another embedder's): embedded (`embedded`) before the open's write
+        transaction, not inside it, so that a build need not wait for the model (13 s for
+        37k texts: past the writer's wait for the lock, and the build failed)."""
+        ours = self._ours(db)
+        return db.execute(
+            "SELECT x.id, x.digest, f.name, f.description, f.params FROM texts x "
+            "JOIN tools_fts f ON f.rowid = x.id"
+            + (" WHERE x.id NOT IN (SELECT id FROM tool_vectors)" if ours else "")
+            + " ORDER BY x.id").fetchall()
+
+    def embedded(self, rows: Sequence[tuple[int, bytes, str, str, str]]) -> dict[bytes, bytes]:
+        """The vectors of these texts (as `missing` gives them), by digest."""
+        if not rows:
+            return {}
+        made = self.embedder.encode(
+            [embed_text({"name": r[2], "description": r[3], "params": r[4]}) for r in rows])
+        return {row[1]: made[n].astype("<f4").tobytes() for n, row in enumerate(rows)}
 
     def of_server(self, db: sqlite3.Connection, server: str) -> dict[bytes, bytes]:
         """The vectors of a server's texts by text digest, read before they are deleted."""
@@ -125,14 +149,10 @@ class ToolVectors:
                 "SELECT x.id, x.digest, f.name, f.description, f.params FROM texts x "
                 "JOIN tools_fts f ON f.rowid = x.id "
                 "WHERE x.id NOT IN (SELECT id FROM tool_vectors) ORDER BY x.id").fetchall()
-        fresh = [row for row in missing if row[1] not in reuse]
-        vectors: dict[int, bytes] = {}
-        if fresh:  # else the model is not even loaded
-            made = self.embedder.encode(
-                [embed_text({"name": r[2], "description": r[3], "params": r[4]}) for r in fresh])
-            vectors = {row[0]: made[n].astype("<f4").tobytes() for n, row in enumerate(fresh)}
+        # (no text to embed: the model is not even loaded)
+        made = self.embedded([row for row in missing if row[1] not in reuse])
         db.executemany("INSERT INTO tool_vectors VALUES (?, ?)",
-                       [(row[0], vectors.get(row[0]) or reuse[row[1]]) for row in missing])
+                       [(row[0], made.get(row[1]) or reuse[row[1]]) for row in missing])
         self._matrix = None
         self._complete_at = version
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -253,6 +254,45 @@ def test_a_hybrid_change_does_not_read_its_texts_back(tmp_path: Path,
         assert any("INSERT INTO tool_vectors" in sql for sql in statements)
         assert not [sql for sql in statements if "JOIN tools_fts" in sql]
         assert [h.name for h in index.search("ping a host", 1)] == ["ping"]
+
+
+class Gated(Counting):
+    """The real embedder, each call waiting until the test lets it go (a model that takes
+    long: 13 s for 37k texts)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(inner)
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def encode(self, texts: Sequence[str]):  # -> a numpy array
+        self.entered.set()
+        assert self.go.wait(30)
+        return super().encode(texts)
+
+
+def test_a_hybrid_open_embeds_holding_no_lock(tmp_path: Path, embedder: Embedder) -> None:
+    """Opening a BM25-only index hybrid embeds its texts before its write transaction: a
+    build writing meanwhile does not wait for the model (it waited inside the lock, and
+    failed with `database is locked` after 5 s); the text the build added is embedded in
+    the open's transaction, and every text ends with a vector."""
+    path = tmp_path / "i.db"
+    _build(path, None).close()
+    gated = Gated(embedder)
+    opened: list[ToolIndex] = []
+    opener = threading.Thread(target=lambda: opened.append(ToolIndex.open(path, embedder=gated)))
+    opener.start()
+    try:
+        assert gated.entered.wait(30)  # the open is embedding
+        with ToolIndex.open(path) as build:  # no embedder: as `compress --index --no-embed`
+            build._db.execute("PRAGMA busy_timeout=1000")  # (a lock held would fail it)
+            build.replace_server("net", _docs("net", [{"name": "ping", "description": "Ping."}]))
+    finally:
+        gated.go.set()
+        opener.join(30)
+    assert opened and gated.texts == len(OPS) + len(FILES) + 1  # each text embedded once
+    with opened[0] as index:
+        assert [h.name for h in index.search("ping a host", 1)] == ["ping"]
+    assert _without_vectors(path) == 0
 
 
 def test_fusions_rank_by_both() -> None:
