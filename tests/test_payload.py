@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -245,6 +246,27 @@ def test_json_error_object_deep_in_a_large_array_is_kept() -> None:
     view = reduce(out.data, budget=Budget(2_000)).content
     assert "E_UPSTREAM_TIMEOUT" in view and "(item 15,000:)" in view
     assert re.search(r"\([\d,]+ more items\)", view)
+
+
+def test_json_values_clipped_say_what_they_are() -> None:
+    """A long string is clipped at a character of its own (an escape never cut in two) and
+    counts the characters of it left out; a long number is clipped without a quote (it
+    read as a string), its digits counted; a lone surrogate escape stays an escape."""
+    s = "x" * 398 + '"' + "y" * 50
+    doc = ('{"s": ' + json.dumps(s) + ', "n": ' + "9" * 500 + ', "lone": "a\\ud800b", "rows": ['
+           + ",".join(f'{{"k": {i}}}' for i in range(300)) + "]}")
+    result = reduce(doc, budget=Budget(2_000))
+    assert result.strategy == "json"
+    view = result.content
+    view.encode("utf-8")  # (a lone surrogate in it could not be)
+    line_s = next(line for line in view.split("\n") if line.lstrip().startswith('"s"'))
+    shown = json.loads(line_s.split(": ", 1)[1].split("…")[0] + '"')
+    assert s.startswith(shown) and line_s.endswith(f'…" (+{len(s) - len(shown):,} chars)')
+    line_n = next(line for line in view.split("\n") if line.lstrip().startswith('"n"'))
+    digits = line_n.split(": ", 1)[1].split("…")[0]
+    assert set(digits) == {"9"} and line_n.endswith(f"… (+{500 - len(digits):,} digits)")
+    assert '"lone": "a\\ud800b"' in view
+    check_laws(doc, Budget(2_000), result)
 
 
 @pytest.mark.parametrize("maker,strategy", [

@@ -9,6 +9,7 @@ any error-looking key. Everything left out is counted: "(4,997 more items)",
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from itertools import compress, count, islice, repeat
 from operator import contains, eq, is_, is_not, itemgetter, not_
@@ -188,13 +189,19 @@ class _Skeleton:
         return [indent + self._scalar(value)]
 
     def _scalar(self, value: Any) -> str:
-        text = json.dumps(value, ensure_ascii=False)
+        text = _dumps(value)
         if len(text) <= self.chars:
             return text
-        keep = self.chars
-        if "\ud800" <= text[keep - 1] <= "\udbff":
-            keep -= 1
-        return f"{text[:keep]}…\" (+{len(text) - keep:,} chars)"
+        if not isinstance(value, str):  # a number of many digits: no quote, its digits counted
+            return f"{text[:self.chars]}… (+{len(text) - self.chars:,} digits)"
+        # the longest start of the string whose JSON fits (an escape is never cut in two),
+        # and how many of the string's own characters are left out
+        keep = max(self.chars - 2, 0)
+        while keep and len(_dumps(value[:keep])) > self.chars:
+            keep -= max(1, (len(_dumps(value[:keep])) - self.chars) // 6)
+        if keep and "\ud800" <= value[keep - 1] <= "\udbff":
+            keep -= 1  # (half a pair read as two code points: never split)
+        return f"{_dumps(value[:keep])[:-1]}…\" (+{len(value) - keep:,} chars)"
 
     def _object(self, obj: dict[str, Any], indent: str, level: int) -> list[str]:
         if not obj:
@@ -206,7 +213,7 @@ class _Skeleton:
         out = [indent + "{"]
         for k in shown:
             body = self._value(k, obj[k], indent + "  ", level + 1)
-            out.append(f"{indent}  {json.dumps(k, ensure_ascii=False)}: {body[0].lstrip()}")
+            out.append(f"{indent}  {_dumps(k)}: {body[0].lstrip()}")
             out.extend(body[1:])
         if len(keys) > len(shown):
             out.append(f"{indent}  ({len(keys) - len(shown):,} more keys)")
@@ -267,6 +274,17 @@ class _Skeleton:
 
 _DIGITS: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER: Final = b"0" * 19  # 19 digits in a row: maybe an integer past 64 bits
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _dumps(value: Any) -> str:
+    """JSON text of a scalar or key, as in the view: non-ASCII as it is, a lone surrogate
+    (a \\ud800 escape, which json.loads reads as it is) escaped again: no text of the view
+    may hold one (no UTF-8 can)."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                               json.dumps(value, ensure_ascii=False))
 
 
 def _loads(text: str) -> Any:
