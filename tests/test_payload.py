@@ -269,6 +269,13 @@ def test_json_values_clipped_say_what_they_are() -> None:
     check_laws(doc, Budget(2_000), result)
 
 
+def test_find_of_a_folder_does_not_count_the_folder_as_its_own_entry() -> None:
+    lines = ["."] + [f"./dir{d}/file {f}.txt" for d in range(40) for f in range(d * 3 + 1)]
+    view = reduce("\n".join(lines) + "\n", Hint(tool="find"), Budget(2_000)).content
+    assert view.startswith("[tree cut: 2,380 entries in 40 directories]")
+    assert "./ (" not in view  # `.` is the folder searched, not an entry of it
+
+
 @pytest.mark.parametrize("maker,strategy", [
     (lambda: "\n".join(["id,name,amount"] + [f"{i},row {i},{i * 3}" for i in range(3000)]), "csv"),
     (lambda: "\n".join(["same line again"] * 3000 + ["the end"]), "repeat"),

@@ -104,8 +104,12 @@ def _files(doc: Doc, limits: Limits) -> list[str]:
     for a, b in zip(starts, [*starts[1:], len(text)]):
         end = text.find("\n", a + 1)
         name = text[a + 1 + len("diff --git "):end if end >= 0 else b].partition(" b/")[0].removeprefix("a/")
-        added = text.count("\n+", a, b) - text.count("\n+++ ", a, b)
-        removed = text.count("\n-", a, b) - text.count("\n--- ", a, b)
+        # the ---/+++ header lines stand before the first hunk: a removed line reading
+        # `--- x` (an SQL or Lua comment, `-- x`) further on is a change
+        hunks = text.find("\n@@", a, b)
+        hunks = b if hunks < 0 else hunks
+        added = text.count("\n+", a, b) - text.count("\n+++ ", a, hunks)
+        removed = text.count("\n-", a, b) - text.count("\n--- ", a, hunks)
         line = f"  {name} +{added:,} -{removed:,}"
         room -= min(len(line), width) + 1
         if room < 0 or len(out) >= rows:

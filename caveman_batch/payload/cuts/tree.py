@@ -274,6 +274,10 @@ def _find_groups(lines: list[str], room: int | None = None) -> Groups:
     The parents come from one C-level pass, the runs from comparing neighbours in C;
     the Python loop then goes over runs, and names are cut out only for the few shown."""
     entries = list(filter(None, lines))
+    if len(entries) > 1 and entries[1].startswith(entries[0].rstrip("/") + "/"):
+        # find's starting point (`.`, `src`, `/usr/include`), its entries after it: the
+        # folder listed, no entry of its own parent
+        entries = entries[1:]
     parents = list(map(itemgetter(0), map(str.rpartition, entries, repeat("/"))))
     edges = [0, *compress(count(1), map(ne, parents, islice(parents, 1, None))), len(entries)]
     groups: Groups = {}
