@@ -68,13 +68,19 @@ def _split_location(location: str) -> tuple[str, str, str]:
     return "", body, query
 
 
+_SECRETS: Final = frozenset({"password", "sslpassword"})  # parameters never printed
+
+
 def printable_url(location: str) -> str:
-    """The URL naming this store, without a password (user part or `password=` parameter)."""
-    userinfo, rest, query = _split_location(location)
-    user = userinfo.partition(":")[0]
-    shown = f"{user}@{rest}" if userinfo else rest
+    """The URL naming this store, without a password: a user part's (up to the last `@`
+    before the query, so that a `/` in a password that libpq would not read as one is not
+    printed either), `password=` and `sslpassword=` parameters."""
+    body, _, query = location.partition("?")
+    userinfo, at, rest = body.rpartition("@")
+    shown = f"{userinfo.partition(':')[0]}@{rest}" if at else rest
     if query:
-        params = [p for p in query.split("&") if urllib.parse.unquote(p.partition("=")[0]) != "password"]
+        params = [p for p in query.split("&")
+                  if urllib.parse.unquote(p.partition("=")[0]) not in _SECRETS]
         if params:
             shown += "?" + "&".join(params)
     return f"postgresql://{shown}"
@@ -83,8 +89,10 @@ def printable_url(location: str) -> str:
 def _passwords(location: str) -> list[str]:
     """Every spelling of the URL's password(s), for scrubbing messages that quote it."""
     userinfo, _, query = _split_location(location)
-    found = [userinfo.partition(":")[2]]
-    found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k == "password"]
+    found = [userinfo.partition(":")[2],
+             location.partition("?")[0].rpartition("@")[0].partition(":")[2]]  # (lenient)
+    found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+              if k in _SECRETS]
     spellings = {s for p in found if p for s in (p, urllib.parse.unquote(p))}
     return sorted(spellings, key=len, reverse=True)
 

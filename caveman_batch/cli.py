@@ -26,7 +26,7 @@ from .fsio import write_target
 from .payload.cli import payload_app
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
-from .store import Store, canonical_url, open_store, split_store_url
+from .store import Store, canonical_url, open_store, printable, split_store_url
 
 # default_store_url and ALLOW_MEMORY_ENV are cli's public names too (tests and callers use them)
 from .storeurl import ALLOW_MEMORY_ENV, default_store_url, minting_store_url, store_url  # noqa: F401
@@ -77,7 +77,7 @@ def _refuse_store_file(target: Path | None, url: str | None, option: str = "-o")
         where.parent == base.parent and where.name in
         {base.name + suffix for suffix in ("", "-wal", "-shm", "-journal")})
     if hit:
-        raise UsageError(f"{option} {target} is a file of the store {store_url(url)}: writing "
+        raise UsageError(f"{option} {target} is a file of the store {printable(store_url(url))}: writing "
                          "there would destroy it; give another file")
 
 
@@ -253,7 +253,8 @@ def compress(
     if show:
         sys.stderr.write("\n")
     report = summary.as_dict()
-    report.update(out=str(config.out), manifest=str(config.manifest_path), store=config.store_url)
+    report.update(out=str(config.out), manifest=str(config.manifest_path),
+                  store=printable(config.store_url))
     if as_json:
         _echo_json(report)
     else:

@@ -17,7 +17,7 @@ from .catalog import (
     serialize,
 )
 from .errors import StoreError
-from .store import open_store
+from .store import open_store, printable
 from .tokens import BASIS, ENCODING, count_tokens
 
 
@@ -36,7 +36,7 @@ def shrink(raw: bytes, source: str, store_url: str | None,
     """
     output, result = compress(raw, options)
     report: dict[str, Any] = {"source": source, **result.as_dict(), "handle": None,
-                              "store": store_url}
+                              "store": None if store_url is None else printable(store_url)}
     if store_url is None:
         return ShrinkOutcome(output, report)
     try:

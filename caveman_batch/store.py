@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -229,6 +230,45 @@ def _load_entry_points() -> None:
         _BACKENDS.setdefault(ep.name, ep.value)
 
 
+#: query parameters whose value is a secret (libpq's): never printed
+_SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+#: schemes whose URL is a path (no user part, nothing secret): printed as given
+_PATH_SCHEMES: Final = frozenset({"lmdb", "sqlite", "memory"})
+
+
+def printable(url: str) -> str:
+    """`url` as a report or an error may print it: a backend's canonical URL where one can
+    be made (postgresql:// without its password), else `url` with the password of any
+    user part and every secret parameter taken out. Never fails."""
+    try:
+        return canonical_url(url)
+    except Exception:  # (a URL that does not parse, a driver not installed, ...)
+        return redacted(url)
+
+
+def redacted(url: str) -> str:
+    """`url` without secrets, read leniently (a URL that does not parse included): in a
+    user part (up to the last `@` before any `?`), all after its first `:`; `password=`
+    and `sslpassword=` parameters. A path scheme's URL (lmdb, sqlite, a bare path) is
+    printed as given."""
+    scheme, sep, location = url.partition("://")
+    if not sep:  # (`postgresql:user:pw@host`, a URL missing its //, too)
+        scheme, sep, location = url.partition(":")
+        if not sep or not scheme.isidentifier():
+            return url
+    if scheme.lower() in _PATH_SCHEMES:
+        return url
+    body, q, query = location.partition("?")
+    userinfo, at, rest = body.rpartition("@")
+    if at:
+        body = f"{userinfo.partition(':')[0]}@{rest}"
+    if q:
+        kept = [p for p in query.split("&")
+                if urllib.parse.unquote(p.partition("=")[0]).strip().lower() not in _SECRET_PARAMS]
+        return f"{scheme}{sep}{body}" + (f"?{'&'.join(kept)}" if kept else "")
+    return f"{scheme}{sep}{body}"
+
+
 def split_store_url(url: str) -> tuple[str, str]:
     """`scheme://location` -> (scheme, location). A bare path means LMDB (and may hold
     any character a file name may); a URL takes no fragment, and no query but libpq's."""
@@ -239,16 +279,17 @@ def split_store_url(url: str) -> tuple[str, str]:
         if colon and scheme.lower() in _BACKENDS:
             # `sqlite:/x.db`, `sqlite:x.db`: a URL missing its //, not an LMDB folder of that
             # name (a path starting so is still one spelled ./sqlite:/x.db)
-            shown = rest.lstrip("/")
-            raise StoreURLError(f"store URL {url!r} lacks the // after {scheme}: write "
+            shown = redacted(url).partition(":")[2].lstrip("/")
+            raise StoreURLError(f"store URL {redacted(url)!r} lacks the // after {scheme}: write "
                                 f"{scheme.lower()}:///{shown} (absolute) or "
-                                f"{scheme.lower()}://{shown} (relative); a folder so named: ./{url}")
+                                f"{scheme.lower()}://{shown} (relative); a folder so named: "
+                                f"./{redacted(url)}")
         return "lmdb", url
     scheme, _, location = url.partition("://")
     if not scheme.isidentifier():
-        raise StoreURLError(f"malformed store URL {url!r}")
+        raise StoreURLError(f"malformed store URL {redacted(url)!r}")
     if "#" in location or ("?" in location and scheme.lower() not in _QUERY_SCHEMES):
-        raise StoreURLError(f"store URL {url!r} has a query or fragment (?… or #…), which no "
+        raise StoreURLError(f"store URL {redacted(url)!r} has a query or fragment (?… or #…), which no "
                             f"store takes; give the path alone")
     return scheme.lower(), location
 

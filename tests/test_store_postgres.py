@@ -60,6 +60,10 @@ def admin(url: str) -> object:
     ("postgresql:///ccr?host=%2Frun%2Fpostgresql", "postgresql:///ccr?host=%2Frun%2Fpostgresql"),
     ("postgresql://", "postgresql://"),  # all from libpq's PG* variables, as psql
     ("postgres://u:x@[::1]:5432/d", "postgresql://u@[::1]:5432/d"),
+    # the client key's passphrase; a raw / in a password (libpq would not read it as one)
+    ("postgresql://app@db/ccr?sslpassword=k3y&sslmode=verify-full",
+     "postgresql://app@db/ccr?sslmode=verify-full"),
+    ("postgresql://app:pa/ss@db/ccr", "postgresql://app@db/ccr"),
 ])
 def test_the_url_prints_back_without_its_password(given: str, printed: str) -> None:
     assert canonical_url(given) == printed
@@ -95,6 +99,33 @@ def test_the_password_is_never_printed(postgres_url: str) -> None:
     with pytest.raises(StoreError) as exc:
         open_store(nowhere)
     assert "no_such_db" in str(exc.value) and "s3cret-pw" not in str(exc.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://app:pa#s3cret@db/ccr", "postgresql:app:s3cret@db/ccr",
+                                 "postgresql://app:s3cret@db/ccr#x", "post gres://app:s3cret@db"])
+def test_a_store_url_refused_is_named_without_its_password(url: str) -> None:
+    with pytest.raises(StoreURLError) as exc:
+        split_store_url(url)
+    assert "s3cret" not in str(exc.value) and "app" in str(exc.value)
+
+
+def test_no_command_prints_the_password(postgres_url: str, tmp_path: Path) -> None:
+    """The summary of compress (text, --json; the URL given or from CAVEMAN_CCR_STORE) and
+    shrink's report named the store by the URL as given, password and all."""
+    url = postgres_url.replace("://postgres@", "://postgres:s3cret-pw@", 1)
+    url += "&sslpassword=k3y-pass"
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples" / "registry.jsonl"
+    runs = [(["compress", str(src), "-o", str(tmp_path / "a"), "--store", url], {}),
+            (["compress", str(src), "-o", str(tmp_path / "b"), "--json"], {"CAVEMAN_CCR_STORE": url}),
+            (["shrink", str(src.parent / "registry-array.json"), "-o", str(tmp_path / "c.json"),
+              "--store", url], {})]
+    for argv, env in runs:
+        done = subprocess.run([sys.executable, "-m", "caveman_batch", *argv], capture_output=True,
+                              timeout=120, env={**os.environ, **env})
+        printed = done.stdout.decode() + done.stderr.decode()
+        assert done.returncode == 0, printed
+        assert "s3cret-pw" not in printed and "k3y-pass" not in printed, printed
+        assert "postgresql://postgres@" in printed
 
 
 # -- what is ours, who may write ----------------------------------------------------------
