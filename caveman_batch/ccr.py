@@ -189,6 +189,18 @@ def prepare(
     )
 
 
+def stamped(record: Prepared, now_ms: int) -> Prepared:
+    """`record` first stored and last seen at `now_ms` (one made by another host's clock)."""
+    value = record.value
+    return Prepared(record.digest, value[:_LAST_SEEN_AT - 8] + struct.pack(">QQ", now_ms, now_ms)
+                    + value[_HEADER.size:], record.original_length)
+
+
+def now_ms() -> int:
+    """This host's clock, as records are stamped by it (milliseconds since the epoch)."""
+    return _now_ms()
+
+
 def restamped(record: Prepared, not_before_ms: int, now_ms: int | None = None) -> Prepared:
     """`record`, or, if it was prepared before `not_before_ms` (a cache kept it from an
     earlier run of the same process), the same record stamped now: committing it must

@@ -193,6 +193,52 @@ def test_a_real_dask_scheduler_and_worker(tmp_path: Path) -> None:
                 proc.wait(timeout=30)
 
 
+SKEWED = """# dask worker --preload: this worker's clock runs 2 days behind (NTP off)
+import time
+import caveman_batch.ccr as ccr
+ccr._now_ms = lambda: time.time_ns() // 1_000_000 - 2 * 86_400_000
+"""
+
+
+def test_records_are_stamped_by_the_runs_clock_not_a_workers(tmp_path: Path) -> None:
+    """A `dask worker` on a host whose clock is two days behind: its records are stamped
+    by the run's clock, so a `prune --not-seen-for 1d` right after keeps every one (it
+    dropped them all, and the manifest named handles nobody could recover)."""
+    distributed = _distributed()
+    preload = tmp_path / "skewed.py"
+    preload.write_text(SKEWED)
+    info = tmp_path / "scheduler.json"
+    cmd = [sys.executable, "-m", "dask"]
+    scheduler = subprocess.Popen([*cmd, "scheduler", "--scheduler-file", str(info), "--port", "0",
+                                  "--no-dashboard", "--host", "127.0.0.1"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.time() + 60
+        while not info.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
+                                   "--nthreads", "1", "--no-dashboard", "--preload", str(preload)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = json.loads(info.read_text())["address"]
+        with distributed.Client(address, set_as_default=False) as c:
+            c.wait_for_workers(1, timeout=60)
+        began = time.time()
+        out, _ = _run(tmp_path, SAMPLES, "fleet", workers=1, executor=address)
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    handles = [row["handle"] for row in map(json.loads, (out / "manifest.jsonl").open())
+               if row.get("handle")]
+    assert handles
+    with open_store(f"lmdb://{tmp_path}/ccr-fleet") as store:
+        for handle in handles:
+            info_ = ccr.info(store, handle)
+            assert info_.first_stored >= began - 60 and info_.last_seen >= began - 60, handle
+
+
 def test_a_worker_killed_mid_run_is_retried(tmp_path: Path, client: Any, address: str,
                                             registry: Path) -> None:
     """A worker SIGKILLed while it runs a batch: Dask runs that batch again on another, and

@@ -45,10 +45,13 @@ def _settle(entry: Any, config: Config,
             executor: Executor) -> tuple[list[Item], list[Result | None]]:
     batch, results, pending, todo = entry
     done = executor.result(pending) if isinstance(pending, Future) else pending
+    now = ccr.now_ms() if executor.other_clocks else None
     for i, (data, fields, digest, value, length, *tools) in zip(todo, done):
         result = dict(zip(_RESULT_FIELDS, fields))
         result["out_sha256"] = fields[-1]
         record = ccr.Prepared(digest, value, length)
+        if now is not None:  # stamped by this host's clock, not a worker's
+            record = ccr.stamped(record, now)
         spooled = data if type(data) is str else None  # written by its worker (spooled_work)
         if spooled is not None:
             data = None

@@ -57,6 +57,12 @@ class Executor(Protocol):
 
     def shutdown(self) -> None: ...
 
+    @property
+    def other_clocks(self) -> bool:
+        """Whether its workers may run on other hosts, by other clocks: then the records
+        they made are stamped again by the run's own clock (dispatch._settle)."""
+        ...
+
 
 def scheduler_address(spec: str) -> str | None:
     """The Dask scheduler an --executor value names: None for `local`, "" for `dask` (a
@@ -97,6 +103,7 @@ class Inline:
     """One worker: the parent compresses each batch as it comes."""
 
     limit: Final = 2
+    other_clocks: Final = False
     # the index's writer builds the tools of the documents it can (indexing.BatchWork's
     # `later`), set by the run when its writer can (IndexBuilder.builds_tools)
     index_builds_tools: bool = False
@@ -115,6 +122,8 @@ class Inline:
 
 class ProcessPool:
     """The worker processes, started when a batch first has something to compress."""
+
+    other_clocks: Final = False
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -162,6 +171,10 @@ class Dask:
     concurrent.futures executor; a worker lost mid-task has its tasks run again elsewhere
     by the scheduler. The LocalCluster's worker processes exit when the parent does,
     however it ends (distributed's nanny watches the parent's end of a pipe)."""
+
+    # a scheduler's workers may be other hosts: a clock two days behind stamped its records
+    # two days old, and a `prune --not-seen-for 1d` dropped them, handles published
+    other_clocks: Final = True
 
     def __init__(self, address: str, workers: int) -> None:
         self.address, self.workers = address, workers
