@@ -361,18 +361,28 @@ def _refuse_other_files(path: Path, url: str) -> None:
         raise foreign_store(url, f"a folder holding other files ({shown}) and no data.mdb")
 
 
+# pages past the end of data.mdb that a healthy store may count (see _refuse_truncated)
+_UNWRITTEN_PAGES: Final = 64
+
+
 def _refuse_truncated(path: Path, url: str, env: lmdb.Environment) -> None:
     """StoreError if data.mdb is shorter than the pages its last committed transaction
     uses (cut short by a copy, a full disk, a bad restore): LMDB reads the file through its
     map, and a page past the end of the file is a SIGBUS that kills the process (exit 135),
     no error at all. A file being written only grows, and a commit's pages are in it
-    before its meta page names them."""
-    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    before its meta page names them, but for a few free ones: a page a transaction took
+    past the end and gave back before its commit is counted and never written (one page
+    short of a healthy store was seen after a delete): a file shorter by at most
+    _UNWRITTEN_PAGES (and an eighth of its pages) is taken as whole."""
+    psize = env.stat()["psize"]
+    pages = env.info()["last_pgno"] + 1
     try:
         size = os.stat(data_file(path)).st_size
     except OSError as exc:
         raise StoreError(f"{url}: cannot read data.mdb: {exc.strerror or exc}") from exc
+    need = (pages - max(1, min(_UNWRITTEN_PAGES, pages // 8))) * psize
     if size < need:
+        need = pages * psize
         raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
                          f"need {need:,}): restore it from a backup, or move it aside")
 
