@@ -327,6 +327,7 @@ def test_removed_originals_stay_unseen_and_prune_reclaims_them(tmp_path: Path,
                 h = ccr.decode_header(value)
                 store.put(key, ccr.encode_record(h.original_length, h.content_type, 0, 0,
                                                  value[h.payload_offset:]))
+        store.delete(list(store.keys(ccr.SEEN_PREFIX)))  # (the run's last refresh's)
     gone = _handle((reg / "top.json").read_bytes())
     (reg / "top.json").unlink()
     _, summary = _run(tmp_path, reg, incremental=True)

@@ -21,7 +21,7 @@ from bench_data.generate import generate_registry
 from caveman_batch import ccr, fsio, pipeline, tokens
 from caveman_batch.catalog import Options, compress
 from caveman_batch.cli import main
-from caveman_batch.errors import UsageError
+from caveman_batch.errors import StoreError, UsageError
 from caveman_batch.pipeline import TMP_DIR, Config, incremental, run
 from caveman_batch.store import open_store
 
@@ -318,6 +318,7 @@ def test_incremental_refreshes_last_seen(tmp_path: Path) -> None:
         store.put(handle[4:].encode(), ccr.encode_record(  # … forced back to 0
             len(src.read_bytes()), "application/json", 0, 0,
             ccr.prepare(src.read_bytes()).value[ccr.decode_header(ccr.prepare(src.read_bytes()).value).payload_offset:]))
+        store.delete([ccr.SEEN_PREFIX + handle[4:].encode()])  # (the run's last refresh's)
         assert ccr.info(store, handle).last_seen == 0
     _, summary = _run(tmp_path, src, incremental=True)
     assert summary.reused == 1
@@ -599,13 +600,15 @@ def _flip_one_char(data: bytes) -> bytes:
 
 
 def _age_every_record(store_url: str) -> None:
-    """Set every original's first-stored and last-seen back to 1970."""
+    """Set every original's first-stored and last-seen back to 1970 (their ~seen entries,
+    which a run's last refresh writes, gone)."""
     with open_store(store_url) as store:
         for key, value in list(store.items()):
             if len(key) == 64:
                 h = ccr.decode_header(value)
                 store.put(key, ccr.encode_record(h.original_length, h.content_type, 0, 0,
                                                  value[h.payload_offset:]))
+        store.delete(list(store.keys(ccr.SEEN_PREFIX)))
 
 
 @pytest.fixture(params=["hashed", "stat"])
@@ -1033,6 +1036,42 @@ def test_prune_during_a_rerun_keeps_what_it_carries_over(tmp_path: Path, monkeyp
     assert pruned == [0] and again.reused == first.documents
     with open_store(store_url) as store:
         for row in _stored(_rows(out / "manifest.jsonl")):
+            assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_prune_shorter_than_the_run_never_leaves_a_manifest_naming_what_it_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, incremental: bool) -> None:
+    """A prune whose window is shorter than the run drops the originals the run committed
+    (or reused) at its start: the manifest is not published, the run fails naming why, and
+    the next run publishes one every handle of which recovers. Before, the run exited 0
+    with a manifest naming thousands of handles no store held."""
+    reg = _dir_registry(tmp_path)
+    store_url = f"lmdb://{tmp_path}/ccr"
+    out, first = _run(tmp_path, reg, incremental=incremental)
+    before = (out / "manifest.jsonl").read_bytes()
+    for path in reg.rglob("*.json"):  # (so that a run computes, and commits, anew)
+        path.write_bytes(path.read_bytes().replace(b'"description": "', b'"description": "Now: ', 1))
+    real = pipeline._Publisher.publish
+    pruned: list[int] = []
+
+    def publish_after_a_prune(self: Any, *args: Any) -> Any:
+        if not pruned:  # a prune --not-seen-for 1s, as though the run had taken a minute so far
+            with open_store(store_url) as store:
+                pruned.append(len(ccr.prune(store, 1, now_ms=ccr.now_ms() + 60_000)))
+        return real(self, *args)
+
+    monkeypatch.setattr(pipeline._Publisher, "publish", publish_after_a_prune)
+    with pytest.raises(StoreError, match="left the store while it ran"):
+        _run(tmp_path, reg, incremental=incremental)
+    assert pruned[0] > 0
+    assert (out / "manifest.jsonl").read_bytes() == before  # the one before stays
+    monkeypatch.setattr(pipeline._Publisher, "publish", real)
+    _, again = _run(tmp_path, reg, incremental=incremental)
+    with open_store(store_url) as store:
+        rows = _stored(_rows(out / "manifest.jsonl"))
+        assert len(rows) == len(_stored([json.loads(line) for line in before.splitlines()]))
+        for row in rows:
             assert hashlib.sha256(ccr.recover(store, row["handle"])).hexdigest() == row["sha256"]
 
 

@@ -24,14 +24,15 @@ import gc
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import ccr
 from ..converge import journal_path
-from ..errors import OutputError, UsageError
+from ..errors import OutputError, StoreError, UsageError
 from ..inputs import STDIN, discover
-from ..store import open_store
+from ..store import Store, open_store
 from .commit import _commit, _index, _Touches
 from .dispatch import _dispatch
 from .executors import Inline, open_executor, scheduler_address
@@ -199,6 +200,7 @@ def _run(config: Config, progress: Progress | None,
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
             touched.flush()  # before the manifest: its rows are what name the handles
+            _held(store, pub.handles)
             pub.finish(summary)
             if index is not None:
                 index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()},
@@ -211,6 +213,20 @@ def _run(config: Config, progress: Progress | None,
         shutil.rmtree(tmp, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _held(store: Store, handles: Iterable[bytes]) -> None:
+    """Every original the manifest is about to name, refreshed in the store, in one
+    transaction with the check that each is there (ccr.touch_held): a `prune` with a
+    window shorter than the run, running meanwhile, may have dropped one committed at its
+    start. Then the manifest is not published (as if the run had been killed before it:
+    the one before stays, whose handles name what was there), and the run fails."""
+    absent = ccr.touch_held(store, [h.decode("ascii") for h in handles])
+    if absent:
+        raise StoreError(
+            f"{len(absent):,} original(s) this run committed or reused left the store while "
+            f"it ran (ccr_{absent[0][:12]}…: a prune --not-seen-for shorter than the run?): "
+            f"the manifest was not published; run again")
 
 
 def _kept_files(config: Config, with_changes: bool = True) -> dict[Path, str]:

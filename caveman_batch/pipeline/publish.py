@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,6 +20,8 @@ from .incremental import ReusedRun, ReusedStream, _Previous, _Span
 from .model import TMP_DIR, Config, Result, Summary, _Tally
 
 _MANIFEST_BUFFER = 1 << 20
+# a handle a manifest row names: its digest (rows are compact JSON, written by orjson)
+_HANDLE = re.compile(rb'"handle":"ccr_([0-9a-f]{64})"')
 
 
 class _Publisher:
@@ -43,6 +46,7 @@ class _Publisher:
         # JSONL outputs: sha256 of what was written, first manifest row; then their records
         self.hashes: dict[int, tuple[Any, int]] = {}
         self.records: dict[str, dict[str, Any]] = {}
+        self.handles: set[bytes] = set()  # the digests (hex) of the handles its rows name
         self.tallies: dict[int, _Tally] = {}  # id(sink) -> its rows so far (fingerprinted sinks)
         self.stats: dict[str, Sequence[list[int] | None]] = {}  # rel -> [source, output] identity
         self.converge = converge.Converger(
@@ -158,11 +162,13 @@ class _Publisher:
         self.manifest_sha256.update(line)
         self.manifest_bytes += len(line)
         self.rows += 1
+        self.handles.update(_HANDLE.findall(line))
 
     def _block(self, block: bytes) -> None:
         self.manifest.write(block)
         self.manifest_sha256.update(block)
         self.manifest_bytes += len(block)
+        self.handles.update(_HANDLE.findall(block))
 
     def _write(self, doc: Document, result: Result) -> dict[str, Any] | None:
         sink = doc.sink
