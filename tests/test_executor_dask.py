@@ -27,7 +27,7 @@ import pytest
 from bench_data.generate import generate_registry
 from caveman_batch import __version__, ccr
 from caveman_batch.cli import main
-from caveman_batch.errors import UsageError
+from caveman_batch.errors import ExecutorError, UsageError
 from caveman_batch.pipeline import LOCK_FILE, TMP_DIR, Config, Summary, run
 from caveman_batch.pipeline.executors import _NO_DASHBOARD, scheduler_address
 from caveman_batch.store import open_store
@@ -237,6 +237,55 @@ def test_records_are_stamped_by_the_runs_clock_not_a_workers(tmp_path: Path) -> 
         for handle in handles:
             info_ = ccr.info(store, handle)
             assert info_.first_stored >= began - 60 and info_.last_seen >= began - 60, handle
+
+
+def test_a_scheduler_killed_mid_run_fails_the_run_at_once(tmp_path: Path, registry: Path) -> None:
+    """`dask scheduler` SIGKILLed after the first batch: the run fails (ExecutorError,
+    exit 2) within seconds, the manifest unpublished. It hung, now and then, for ever:
+    a future of the client's executor stayed pending once the client had given up."""
+    distributed = _distributed()
+    info = tmp_path / "scheduler.json"
+    cmd = [sys.executable, "-m", "dask"]
+    scheduler = subprocess.Popen([*cmd, "scheduler", "--scheduler-file", str(info), "--port", "0",
+                                  "--no-dashboard", "--host", "127.0.0.1"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    outcome: list[BaseException | None] = []
+    try:
+        deadline = time.time() + 60
+        while not info.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
+                                   "--nthreads", "1", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = json.loads(info.read_text())["address"]
+        with distributed.Client(address, set_as_default=False) as c:
+            c.wait_for_workers(1, timeout=60)
+        config = Config([str(registry)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
+                        executor=address)
+
+        def kill_the_scheduler(_summary: Summary) -> None:
+            if scheduler.poll() is None:
+                scheduler.kill()
+
+        def go() -> None:
+            try:
+                run(config, progress=kill_the_scheduler)
+                outcome.append(None)
+            except BaseException as exc:  # (what the test looks at)
+                outcome.append(exc)
+
+        runner = threading.Thread(target=go, daemon=True)
+        runner.start()
+        runner.join(90)
+        assert not runner.is_alive(), "the run hung once its scheduler was killed"
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    assert outcome and isinstance(outcome[0], ExecutorError), outcome
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
 def test_a_worker_killed_mid_run_is_retried(tmp_path: Path, client: Any, address: str,

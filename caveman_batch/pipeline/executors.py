@@ -164,6 +164,10 @@ def _spool_folder(temps: list[str | None]) -> bool:
     return True
 
 
+# how often a run waiting for a batch looks whether its Dask client still has a scheduler
+_POLL_S: Final = 1.0
+
+
 class Dask:
     """A Dask cluster's workers: a LocalCluster of `workers` one-thread processes of our
     own (address ""), or those of the scheduler at `address`. Tasks are submitted impure
@@ -216,11 +220,21 @@ class Dask:
         import distributed
         from distributed.comm import CommClosedError
 
-        try:
-            return pending.result()
-        except (distributed.KilledWorker, CommClosedError, CancelledError, OSError,
-                TimeoutError) as exc:
-            raise ExecutorError(f"{self}: a batch failed: {type(exc).__name__}: {exc}") from exc
+        while True:
+            try:
+                return pending.result(timeout=_POLL_S)
+            except TimeoutError as exc:
+                if pending.done():  # (the batch's own TimeoutError)
+                    raise ExecutorError(f"{self}: a batch failed: TimeoutError: {exc}") from exc
+                status = getattr(self.client, "status", "running")
+                if status != "running":  # reconnecting (every future it had is cancelled),
+                    # closing, closed: no answer will come (a future of its executor may
+                    # stay pending for ever: the run hung once its scheduler was killed)
+                    raise ExecutorError(f"{self}: lost the scheduler (the client is "
+                                        f"{status})") from None
+            except (distributed.KilledWorker, CommClosedError, CancelledError, OSError) as exc:
+                raise ExecutorError(f"{self}: a batch failed: {type(exc).__name__}: {exc}"
+                                    ) from exc
 
     def shutdown(self) -> None:
         if self.executor is not None:
