@@ -406,4 +406,7 @@ def _main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
-    _serve(sys.stdin.buffer, answers)
+    try:
+        _serve(sys.stdin.buffer, answers)
+    except BrokenPipeError:  # the parent is gone (killed): no one to answer, nor to tell
+        os._exit(1)  # (each transaction has committed or rolled back whole)

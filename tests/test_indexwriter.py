@@ -167,6 +167,24 @@ def test_a_parent_that_dies_ends_its_writer(tmp_path: Path) -> None:
     assert not _alive(child)
 
 
+def test_a_writer_whose_parent_is_gone_ends_without_a_traceback(tmp_path: Path) -> None:
+    """Its answers' pipe closed (the parent killed, as by the OOM killer): the writer's next
+    answer meets EPIPE, and it ends quietly (a BrokenPipeError traceback landed on the run's
+    stderr)."""
+    from caveman_batch.indexwriter import _BOOT, _framed
+
+    path = _new_index(tmp_path / "idx.db")
+    child = subprocess.Popen([sys.executable, "-c", _BOOT, json.dumps(sys.path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # nobody will read an answer
+    child.stdin.write(_framed((str(path), False)) + _framed(("defer_merges", (), {})))
+    child.stdin.close()
+    assert child.wait(30) != 0
+    assert b"Traceback" not in child.stderr.read()
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
