@@ -19,8 +19,10 @@ one transaction never holds more than that many locks (the server's lock table i
 shared and small).
 
 A connection that the server dropped (a restart, an idle timeout, a failover) is
-opened again and the operation retried once; a second failure is a StoreError (the
-run stops, exit 2; merges are idempotent, so the rerun commits what this one did not).
+opened again and the operation retried at once, then, while the server cannot be
+reached or drops it again, after waits of 0.25 to 4 s (7.75 s in all); a failure past
+them is a StoreError (the run stops, exit 2; merges are idempotent, so the rerun
+commits what this one did not).
 A forked child never uses, nor closes, its parent's connection: it opens its own.
 """
 
@@ -30,6 +32,7 @@ import contextlib
 import hashlib
 import os
 import threading
+import time
 import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -119,6 +122,11 @@ _HINTS: Final[dict[type[Exception], str]] = {
     pg_errors.InvalidSchemaName: "no schema to make the table in: the role's search_path "
     "names none that exists",
 }
+
+
+# after a lost connection and a first retry at once, the waits before each next one (7.75 s
+# in all: a restart's shutdown and start)
+_RECONNECT_WAITS: Final = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def _connection_lost(exc: BaseException | None, conn: psycopg.Connection[Any] | None) -> bool:
@@ -218,19 +226,39 @@ class PostgresStore(Store):
         return self._conn
 
     def _run(self, action: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """fn(connection), translated; once again on a new connection if the server
-        dropped this one (fn is one transaction, or reads only: safe to repeat)."""
+        """fn(connection), translated; again on a new connection if the server dropped
+        this one (fn is one transaction, or reads only: safe to repeat): at once, then,
+        while the server cannot be reached or drops it again, after each of
+        _RECONNECT_WAITS (a restart's time: it refused connections while it shut down,
+        and the one immediate retry failed every run a `pg_ctl restart` met)."""
         with self._lock:
-            for attempt in (1, 2):
-                conn = self._connection()
+            waits: Iterator[float] | None = None  # once this operation's connection was lost
+            while True:
+                try:
+                    conn = self._connection()
+                except StoreError as exc:
+                    if waits is None or not isinstance(exc.__cause__, psycopg.OperationalError):
+                        raise
+                    self._pause(waits, exc)
+                    continue
                 try:
                     with _translated(self.url, self._secrets, action):
                         return fn(conn)
                 except StoreError as exc:
-                    if attempt == 2 or not _connection_lost(exc.__cause__, conn):
+                    if not _connection_lost(exc.__cause__, conn):
                         raise
                     self._drop(conn)
-        raise AssertionError("unreachable")
+                    if waits is None:
+                        waits = iter(_RECONNECT_WAITS)  # (the first retry: at once)
+                    else:
+                        self._pause(waits, exc)
+
+    @staticmethod
+    def _pause(waits: Iterator[float], failure: StoreError) -> None:
+        wait = next(waits, None)
+        if wait is None:
+            raise failure
+        time.sleep(wait)
 
     def _drop(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = None

@@ -279,6 +279,22 @@ def test_a_server_gone_for_good_is_a_store_error(postgres_cluster: Cluster) -> N
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"committed")) == b"committed"
 
 
+def test_a_server_restarted_mid_run_is_waited_for(postgres_cluster: Cluster) -> None:
+    """The server stopped, and started again 1.5 s later (a `pg_ctl restart`): a commit
+    meanwhile waits for it and lands (it retried once, at once, and failed: the server
+    was still shutting down, or not yet up)."""
+    with open_store(postgres_cluster.url()) as store:
+        ccr.store_original(store, b"before the restart")
+        postgres_cluster.stop()
+        starter = threading.Timer(1.5, postgres_cluster.start)
+        starter.start()
+        try:
+            handle = ccr.store_original(store, b"during the restart")
+        finally:
+            starter.join()
+        assert ccr.recover(store, handle) == b"during the restart"
+
+
 def test_a_cluster_starts_as_root_with_runuser_off_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run as root, the server runs through runuser, which Debian keeps in /usr/sbin: a PATH
     without it (an unprivileged user's, `env -i PATH=/usr/bin:/bin`) still starts one."""
