@@ -121,6 +121,11 @@ _HINTS: Final[dict[type[Exception], str]] = {
     "default_transaction_read_only); only commands that read can use it",
     pg_errors.InvalidSchemaName: "no schema to make the table in: the role's search_path "
     "names none that exists",
+    # (OperationalErrors, but no sign of a server gone)
+    pg_errors.QueryCanceled: "a statement_timeout ended it (the server's, the role's or the "
+    "URL's options=-c ...): give the store more time, or none",
+    pg_errors.LockNotAvailable: "a lock_timeout ended it while another writer held a lock "
+    "it needed: give it more time, or none",
 }
 
 

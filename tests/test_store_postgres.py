@@ -279,6 +279,14 @@ def test_a_server_gone_for_good_is_a_store_error(postgres_cluster: Cluster) -> N
         assert ccr.recover(store, "ccr_" + ccr.digest_of(b"committed")) == b"committed"
 
 
+def test_a_statement_timeout_is_named_as_one(postgres_url: str) -> None:
+    """Not "the server is unreachable or went away" (QueryCanceled is an OperationalError)."""
+    url = postgres_url + "&options=-c%20statement_timeout%3D1"
+    with pytest.raises(StoreError) as exc, open_store(url) as store:
+        ccr.commit(store, [ccr.prepare(os.urandom(1 << 20)) for _ in range(64)])
+    assert "statement_timeout" in str(exc.value) and "went away" not in str(exc.value)
+
+
 def test_a_server_restarted_mid_run_is_waited_for(postgres_cluster: Cluster) -> None:
     """The server stopped, and started again 1.5 s later (a `pg_ctl restart`): a commit
     meanwhile waits for it and lands (it retried once, at once, and failed: the server
