@@ -1497,6 +1497,9 @@ add_sentence(Work *w, Py_ssize_t start, Py_ssize_t end, int glue, int *in_item)
         Span *last = &units->v[units->n - 1];
         if ((!same_line && !ends_sentence(t, *last)) || (same_line && *in_item)) {
             last->end = end;
+            if (!same_line && list_marker_at(PyUnicode_4BYTE_KIND, t, w->n, start)) {
+                *in_item = 1;   /* an item the unit runs into: its sentences stay with it */
+            }
             return 0;
         }
     }
@@ -1504,6 +1507,18 @@ add_sentence(Work *w, Py_ssize_t start, Py_ssize_t end, int glue, int *in_item)
         return -1;
     }
     *in_item = list_marker_at(PyUnicode_4BYTE_KIND, t, w->n, start);
+    return 0;
+}
+
+/* describe._runs_into_list: a line of the unit (not its first) opens with a list marker */
+static int
+runs_into_list(const Py_UCS4 *t, Py_ssize_t n, Span unit)
+{
+    for (Py_ssize_t i = unit.start; i < unit.end; i++) {
+        if (t[i] == '\n' && list_marker_at(PyUnicode_4BYTE_KIND, t, n, i + 1)) {
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -1916,13 +1931,22 @@ reduce_once(Work *w, Py_ssize_t lead_bytes)
     const Py_UCS4 *t = w->t;
     Py_ssize_t n = w->n;
     int have_lead = 0;
+    int list_kept = 0;  /* describe._choose's: the last unit kept runs into a list */
     if (find_units(w, 1) < 0) {
         return -1;
     }
     w->nout = 0;
     for (Py_ssize_t u = 0; u < w->units.n; u++) {
         Span unit = w->units.v[u];
-        int rule = states_rule(w->cfg, t, n, unit.start, unit.end);
+        int rule;
+        if (list_kept && unit.start > 0 && t[unit.start - 1] == '\n'
+            && list_marker_at(PyUnicode_4BYTE_KIND, t, n, unit.start)) {
+            rule = 1;   /* a later item of the list a kept unit runs into */
+        }
+        else {
+            rule = states_rule(w->cfg, t, n, unit.start, unit.end);
+            list_kept = rule && runs_into_list(t, n, unit);
+        }
         if (!rule && have_lead) {
             continue;   /* dropped */
         }

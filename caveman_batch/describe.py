@@ -292,6 +292,10 @@ def _units(text: str, marks: markup.Markup | None) -> list[Sentence]:
         if glued and ((not same_line and not _ends_sentence(text, glued[-1]))
                       or (same_line and in_item)):
             glued[-1] = Sentence(glued[-1].start, s.end)
+            if not same_line and _LIST_MARKER.match(text, s.start):
+                # an item the unit runs into ("Signals:\n- A: confirm! Ask first"): its
+                # sentences stay with it, none hangs on to the next item's head
+                in_item = True
             continue
         glued.append(s)
         in_item = _LIST_MARKER.match(text, s.start) is not None
@@ -313,12 +317,15 @@ def _marked_units(text: str, sentences: list[Sentence], marks: markup.Markup) ->
     for s in sentences:
         block = marks.block_at(s.start)
         tag = lone.get(s.start) == s.end
-        if s.start == 0 or text[s.start - 1] == "\n":
+        new_line = s.start == 0 or text[s.start - 1] == "\n"
+        if new_line:
             on_heading = s.start in marks.alone_lines  # the heading's line, not its paragraph
         together = in_item or on_heading
         if glued and not (closed or tag) and _runs_on(text, glued[-1], s.start, together, block):
             glued[-1] = Sentence(glued[-1].start, s.end)
             closed = block
+            if new_line and _LIST_MARKER.match(text, s.start):
+                in_item = True  # an item the unit runs into: its sentences stay with it
             continue
         glued.append(s)
         in_item = _LIST_MARKER.match(text, s.start) is not None
@@ -392,12 +399,18 @@ def _choose(folded: str, spans: list[Sentence], lead_bytes: int,
     lone = marks.lone_tags if marks is not None else {}
     chosen: list[str | None] = []
     lead: str | None = None
+    list_kept = False  # the last unit kept runs into a list: the list's later items are kept
     for s in spans:
         body = folded[s.start:s.end]
+        if list_kept and folded[s.start - 1] == "\n" and _LIST_MARKER.match(folded, s.start):
+            chosen.append(body)  # ("Valid values:\n- hourly.\n- daily."): its values too
+            continue
+        list_kept = False
         if lone and lone.get(s.start) == s.end:
             chosen.append(None)  # decided by what it encloses, below
         elif scan.states_rule(s.start, s.end) or opens_with_instruction(body):
             chosen.append(body)
+            list_kept = _runs_into_list(folded, s)
         elif lead is None and (piece := _lead(folded, s, body, lead_bytes, marks)) is not None:
             chosen.append(piece)
             lead = piece
@@ -406,6 +419,16 @@ def _choose(folded: str, spans: list[Sentence], lead_bytes: int,
     if marks is not None and lone:
         _balance(folded, spans, chosen, marks)
     return chosen, lead
+
+
+def _runs_into_list(text: str, unit: Sentence) -> bool:
+    """Whether a line of the unit (not its first) opens with a list marker."""
+    at = text.find("\n", unit.start, unit.end)
+    while at >= 0:
+        if _LIST_MARKER.match(text, at + 1):
+            return True
+        at = text.find("\n", at + 1, unit.end)
+    return False
 
 
 def _lead(folded: str, unit: Sentence, body: str, lead_bytes: int,

@@ -17,16 +17,18 @@ from typing import Final
 
 import re2
 
-# Each entry is a regex fragment valid on its own; grouped only for the reader.
+# Each entry is a regex fragment valid on its own; grouped only for the reader. A
+# contraction takes the typographic apostrophe (U+2019, "can’t") as well as the ASCII one.
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     "obligation": (
-        "must", "mustn'?t", "shall", "shan'?t", "cannot", "can'?t", "can not", "required",
-        "requires?", "requiring", "requirements?", "mandatory", "necessary", "needs? to",
-        "have to", "has to", "ensure", "make sure", "always", "never", "do not", "don'?t",
-        "does not", "doesn'?t", "did not", "isn'?t", "aren'?t", "will not", "won'?t",
+        "must", "mustn(?:'|’)?t", "shall", "shan(?:'|’)?t", "cannot", "can(?:'|’)?t",
+        "can not", "required", "requires?", "requiring", "requirements?", r"prerequisites?",
+        "mandatory", "necessary", "needs? to", "have to", "has to", "ensure", "make sure",
+        "always", "never", "do not", "don(?:'|’)?t", "does not", "doesn(?:'|’)?t", "did not",
+        "isn(?:'|’)?t", "aren(?:'|’)?t", "will not", "won(?:'|’)?t",
         "may not", "not allowed", "not permitted", "not supported", "unsupported",
         "forbidden", "prohibited", "disallowed", "rejects?", "rejected", "invalid", "only",
-        "should", "shouldn'?t", "ought to", "accepts?", "accepted", "allowed", "permitted",
+        "should", "shouldn(?:'|’)?t", "ought to", "accepts?", "accepted", "allowed", "permitted",
         "(?:valid|allowed|accepted|possible|supported|permitted) (?:values?|options?|inputs?|formats?)",
     ),
     "negation": ("not", "no", "never", "nothing", "without", "neither", "nor"),
@@ -70,14 +72,15 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     ),
     # The commonest rule words of the languages real registries are written in.
     "other languages": (
-        "solo", "sólo", "debe", "deben", "obligatorio", "requerido", "por defecto",
-        "máximo", "mínimo", "nunca", "deve", "padrão", "obrigatório", "seulement",
-        "uniquement", "doit", "obligatoire", "par défaut", "jamais", "nur", "muss",
-        "müssen", "pflicht", "standardmäßig", "nicht", "niemals",
+        "solo", "sólo", "debe", "deben", "obligatorio", "requerido", "necesario",
+        "por defecto", "máximo", "mínimo", "nunca", "deve", "padrão", "obrigatório",
+        "necessário", "não", "seulement", "uniquement", "doit", "obligatoire", "requis",
+        "requise", "nécessaire", "par défaut", "jamais", "nur", "muss", "müssen", "pflicht",
+        "erforderlich", "standardmäßig", "nicht", "niemals",
     ),
     "selection": (
         "use this", "use it", "use these", "use them", "use when", "use for", "use only",
-        "when to use", "do not use", "don'?t use", "not for", "not intended",
+        "when to use", "do not use", "don(?:'|’)?t use", "not for", "not intended",
         "intended for", r"prefer\w{0,4}", r"avoid\w{0,3}", r"recommend\w{0,4}", "best for",
         "ideal for", "useful (?:for|when)", "before (?:calling|using)",
         "after (?:calling|using)", "first call", r"call \w+ first", "if you", "when you",

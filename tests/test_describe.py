@@ -126,6 +126,13 @@ def test_sentence_offsets_index_the_folded_text() -> None:
     ("Heading\n\nParagraph one. Two.", ["Heading\n\nParagraph one.", "Two."]),
     ("Ends.\n- a\n- b", ["Ends.", "- a\n- b"]),
     ("Steps:\n1. Open it.\n2. Close it.", ["Steps:\n1. Open it.", "2. Close it."]),
+    # an item's own sentences stay with it, also the item a unit runs into: none hangs on
+    # to the next item's head (a rule ended up under the item before it)
+    ("Signals:\n- A: you must confirm first! Ask user, then deploy\n- B: gone! Use a plan.\n\nDone.",
+     ["Signals:\n- A: you must confirm first! Ask user, then deploy\n- B: gone! Use a plan.",
+      "Done."]),
+    ("Signals:\n- A: ready! Ask user.\n- B: gone! Use a plan.",
+     ["Signals:\n- A: ready! Ask user.", "- B: gone! Use a plan."]),
 ])
 def test_units_glue_an_unterminated_line_to_what_follows(text: str, expected: list[str]) -> None:
     assert unit_texts(text) == expected
@@ -205,14 +212,29 @@ def test_rule_sentences_kept_verbatim(rule: str) -> None:
     assert reduce(f"{rule} {F1} {F2}") in (f"{rule} {F1}", f"{rule} {F1} {F2}")  # merged when unterminated
 
 
+@pytest.mark.parametrize("items", ["\n- hourly.\n- daily.\n- weekly.",
+                                   "\n1. `hourly`: one row per hour.\n2. `daily`: one a day.",
+                                   "\n- hourly\n- daily."])
+def test_a_rule_running_into_a_list_keeps_every_item(items: str) -> None:
+    """Items that end with "." are units of their own: a kept unit that runs into the list
+    keeps them all (every item past the first was dropped); a list no kept unit runs
+    into is judged item by item."""
+    assert reduce(f"Lists files. {F1} {F2}\nValid values:{items}") == \
+        fold(f"Lists files.\nValid values:{items}")
+    assert reduce(f"Lists files. {F1} {F2}\nReturns:{items}\n- never empty.") == \
+        fold("Lists files.\n- never empty.")
+
+
 def test_valid_values_glued_rule_keeps_its_items() -> None:
     text = f"Lists files. {F1} {F2}\nMust be one of:\n- a/b\n- c (d)"
     assert reduce(text) == "Lists files. Must be one of:\n- a/b\n- c (d)"
 
 
 @pytest.mark.parametrize("values", ["\nValid values:\n- RECRUITING\n- COMPLETED (final)",
-                                    " Valid values: RECRUITING, COMPLETED, WITHDRAWN."])
+                                    " Valid values: RECRUITING, COMPLETED, WITHDRAWN.",
+                                    "\nValid values:\n- hourly.\n- daily.\n- weekly."])
 def test_valid_values_list_is_kept(values: str) -> None:
+    """(items ending with "." too: every item but the first was dropped)"""
     text = f"Filters trials by status. {F1} {F2}{values}"
     assert reduce(text) == fold(f"Filters trials by status.{values}")
 
@@ -327,6 +349,11 @@ def test_custom_thresholds() -> None:
     "You should page.", "You should not page.", "Greater than 1.", "Less than 10.",
     "More than 3.", "Fewer than 3.", "Over 100.", "Above 100.", "Below 100.", "Under 100.",
     "A range of ids.", "Invalid ids fail.",
+    # the typographic apostrophe; a prerequisite; more words of other languages
+    "You can’t undo it.", "It isn’t reversible.", "Don’t retry.", "It won’t retry.",
+    "You mustn’t retry.", "Deactivating is a prerequisite for deleting.",
+    "Prerequisites: set the key.", "O campo não pode ser vazio.", "Le champ est requis.",
+    "Dieses Feld ist erforderlich.", "El campo es necesario.",
 ])
 def test_is_rule_positive(sentence: str) -> None:
     assert is_rule(sentence)
