@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from .errors import CatalogError, InputTooLargeError
+from .errors import CatalogError, InputTooLargeError, UsageError
 
 DEFAULT_MAX_BYTES: Final = 32 << 20
 _CHUNK: Final = 1 << 20
@@ -30,6 +30,8 @@ def read_capped(stream: BinaryIO, source: str, max_bytes: int = DEFAULT_MAX_BYTE
 def read_source(name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, bytes]:
     """(source label, bytes) of a file path or "-" (stdin), under the cap."""
     if name == "-":
+        if sys.stdin is None:  # (started with its stdin closed)
+            raise UsageError("-: there is no standard input to read (it is closed)")
         return "<stdin>", read_capped(sys.stdin.buffer, "<stdin>", max_bytes)
     path = Path(name)
     try:

@@ -657,9 +657,14 @@ def test_manifest_and_changes_that_would_do_harm_are_refused(tmp_path: Path, cas
     assert not out.exists() or [p.name for p in out.iterdir()] == []
 
 
-def test_compress_of_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "caveman_batch", "compress", "-", "-o",
-                           str(tmp_path / "out"), "--store", f"lmdb://{tmp_path}/ccr"],
+@pytest.mark.parametrize("command", [["compress", "-", "-o", "OUT"], ["shrink", "-"], ["lint", "-"],
+                                     ["profile", "-"], ["payload", "compress", "-"]],
+                         ids=["compress", "shrink", "lint", "profile", "payload"])
+def test_a_closed_stdin_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
+    """(the one-file commands crashed, exit 2 and a traceback)"""
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in command]
+    store = [] if command[0] in ("lint", "profile") else ["--store", f"lmdb://{tmp_path}/ccr"]
+    done = subprocess.run([sys.executable, "-m", "caveman_batch", *argv, *store],
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
                           preexec_fn=lambda: os.close(0))
     assert done.returncode == 1, done.stderr
