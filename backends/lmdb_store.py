@@ -86,10 +86,10 @@ class LmdbStore(Store):
         if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the open for ever
             raise foreign_store(url, "its data.mdb is not a regular file")
         exists = mode is not None
+        if not exists:  # (another program's folder is named as one, by readers too)
+            _refuse_other_files(path, url)
         if (readonly or not create) and not exists:
             raise missing_store(url)
-        if not exists:
-            _refuse_other_files(path, url)
         with _OPEN_LOCK:
             if path in _OPEN:
                 env, count, env_readonly = _OPEN[path]

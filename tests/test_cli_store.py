@@ -657,6 +657,20 @@ def test_a_truncated_lmdb_file_is_a_store_error_not_a_sigbus(tmp_path: Path) -> 
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
+@pytest.mark.parametrize("command", [["stats"], ["verify"], ["recover", "ccr_0123456789abcdef"],
+                                     ["prune", "--not-seen-for", "1d"]])
+def test_a_folder_of_other_files_is_named_foreign_by_readers_too(tmp_path: Path,
+                                                                  command: list[str]) -> None:
+    """Not "no store there (nothing was ever committed)": it holds another program's files."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "f.txt").write_text("theirs")
+    done = run(*command, "--store", str(other))
+    assert done.returncode == 1, done.stderr
+    assert b"is not a caveman-batch store" in done.stderr and b"f.txt" in done.stderr
+    assert sorted(p.name for p in other.iterdir()) == ["f.txt"]
+
+
 def test_a_healthy_lmdb_file_a_free_page_short_is_not_called_truncated(tmp_path: Path) -> None:
     """LMDB counts a page a transaction took past the file's end and freed again before its
     commit, and never writes it: a healthy file a page shorter than its last page number
