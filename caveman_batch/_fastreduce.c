@@ -1997,8 +1997,8 @@ has_closing_tag(PyObject *text, Py_ssize_t n)
 
 /* describe.fold(text) into w->t as UCS4.  Returns 1 when the text holds
  * something this module leaves to Python (a surrogate, a capital sigma when
- * that matters, or markup: markup.may_hold(text), whose blocks, headings and
- * tags only the Python path keeps), 0 when loaded, -1 on error. */
+ * that matters, markup: markup.may_hold(text), whose blocks, headings and
+ * tags only the Python path keeps, or a fence anywhere), 0 when loaded, -1 on error. */
 static int
 load_folded(Work *w, PyObject *text)
 {
@@ -2036,6 +2036,14 @@ load_folded(Work *w, PyObject *text)
         memmove(w->t, w->t + start, (size_t)len * sizeof(Py_UCS4));
     }
     w->n = len;
+    /* a fence anywhere (``` or ~~~ mid-line, which is no markup): describe._lead gives no
+     * lead of a cut that opens with one and would open a block; that check is Python's */
+    for (Py_ssize_t i = 0; i + 2 < len; i++) {
+        Py_UCS4 c = w->t[i];
+        if ((c == '`' || c == '~') && w->t[i + 1] == c && w->t[i + 2] == c) {
+            return 1;
+        }
+    }
     return 0;
 }
 

@@ -225,7 +225,6 @@ def test_each_fragment_decides_as_re2_does(fragment: str) -> None:
     "Returns — a, list; of: things – " * 10,
     "word (" * 40,
     '"' + "a. B " * 70 + '"',
-    "a" + "`" * 500,  # a run of backticks inside a line: no fence
     "a.\n" * 100,
 ])
 def test_targeted(text: str) -> None:
@@ -553,7 +552,6 @@ MARKUP_TEXTS = [
     f"Lists files. {F1}\n\t<x\n{F2} {F1}",
 ]
 NEAR_MISSES = [  # what markup.MARKUP does not match: the C reducer answers
-    f"Lists files. {F1} ``` not at a line start. {F2}",
     f"Lists files. {F1}\n`` two backticks\n{F2} {F1}",
     f"Lists files. {F1} issue #12 and a < b and </ b> and <1>. {F2}",
     f"Lists files. {F1}\n- ~~ not a fence\n{F2}",
@@ -566,6 +564,28 @@ def test_markup_is_left_to_python(text: str) -> None:
     assert c_reduce(text) is None
     folded = describe.fold(text)
     assert (fast.split_sentences(folded) is None) == markup.may_hold(folded)  # "\t<x" folds away
+    describe._reduce_cached.cache_clear()
+    assert describe.reduce(text) == describe.explain(text).text
+
+
+# a fence inside a line (no markup): left to Python all the same, whose lead is never a cut
+# that opens with one and would open a block (the C reducer kept such a lead: other bytes)
+FENCES_INSIDE_A_LINE = [
+    f"Lists files. {F1} ``` not at a line start. {F2}",
+    "a" + "`" * 500,
+    "Use this for searching. ~~~ separates fields in a query string\n\nThe query string is "
+    "parsed by the server according to the rules of the index and returns results quickly.",
+]
+
+
+def _left_to_python(text: str) -> bool:
+    return markup.may_hold(text) or "```" in text or "~~~" in text
+
+
+@pytest.mark.parametrize("text", FENCES_INSIDE_A_LINE)
+def test_a_fence_inside_a_line_is_left_to_python(text: str) -> None:
+    assert not markup.may_hold(text) and _left_to_python(text)
+    assert c_reduce(text) is None
     describe._reduce_cached.cache_clear()
     assert describe.reduce(text) == describe.explain(text).text
 
@@ -584,14 +604,14 @@ markup_pieces = st.sampled_from(["```", "~~~", "``", "~~", "#", "##", "<a>", "</
 @given(st.lists(markup_pieces, max_size=40).map("".join))
 def test_c_hands_back_exactly_what_markup_may_hold(text: str) -> None:
     got = assert_same(text)
-    assert (got is None) == markup.may_hold(text), text
+    assert (got is None) == _left_to_python(text), text
 
 
 def test_catalogs_with_markup_compress_alike_with_and_without_accelerators(tmp_path: Path) -> None:
     """catalog.compress gives the same bytes with the C paths (walker and reducer) and
     without them, in this process and in one started with CAVEMAN_PURE_PYTHON=1."""
     tools = [{"name": f"t{i}", "description": text, "inputSchema": {"type": "object", "properties": {
-        "q": {"type": "string", "description": text}}}} for i, text in enumerate(MARKUP_TEXTS + NEAR_MISSES)]
+        "q": {"type": "string", "description": text}}}} for i, text in enumerate(MARKUP_TEXTS + NEAR_MISSES + FENCES_INSIDE_A_LINE)]
     raw = json.dumps({"tools": tools}, ensure_ascii=False).encode()
     path = tmp_path / "catalog.json"
     path.write_bytes(raw)
