@@ -1870,6 +1870,27 @@ states_rule(const Config *cfg, const Py_UCS4 *t, Py_ssize_t n, Py_ssize_t s, Py_
 /* describe._reduce_once                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* describe._BULLETS: "-*+•▪‣◦ " */
+static inline int
+is_bullet(Py_UCS4 c)
+{
+    return c == '-' || c == '*' || c == '+' || c == 0x2022 || c == 0x25AA || c == 0x2023
+           || c == 0x25E6 || c == ' ';
+}
+
+/* t[s:e].rstrip(_LEAD_TRAILERS).lstrip(_BULLETS) is not empty */
+static int
+has_word(const Py_UCS4 *t, Py_ssize_t s, Py_ssize_t e)
+{
+    while (e > s && is_lead_trailer(t[e - 1])) {
+        e--;
+    }
+    while (s < e && is_bullet(t[s])) {
+        s++;
+    }
+    return s < e;
+}
+
 /* describe.cut_lead(t[s:e], limit), appended to the output. */
 static int
 append_lead(Work *w, Py_ssize_t s, Py_ssize_t e, Py_ssize_t limit)
@@ -1896,8 +1917,8 @@ append_lead(Work *w, Py_ssize_t s, Py_ssize_t e, Py_ssize_t limit)
         while (space >= s && t[space] != ' ') {
             space--;
         }
-        if (space > s) {
-            h = space;
+        if (space > s && has_word(t, s, space)) {
+            h = space;   /* (unless all before it is a list marker: describe.cut_lead) */
         }
     }
     while (h > s && is_lead_trailer(t[h - 1])) {

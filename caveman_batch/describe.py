@@ -244,8 +244,15 @@ def cut_lead(sentence: str, limit: int = LEAD_BYTES) -> str:
     head = sentence.encode("utf-8")[:limit - len(ELLIPSIS.encode("utf-8"))].decode("utf-8", "ignore")
     if len(head) < len(sentence) and not sentence[len(head)].isspace():
         space = head.rfind(" ")
-        head = head[:space] if space > 0 else head  # never end on half a word
-    return head.rstrip(" ,;:–—-(") + ELLIPSIS
+        # never end on half a word, unless all before it is a list marker ("- https://…"
+        # cut to "…" alone: no lead, and a second pass folded it into the text before)
+        if space > 0 and head[:space].rstrip(_LEAD_TRAILERS).lstrip(_BULLETS):
+            head = head[:space]
+    return head.rstrip(_LEAD_TRAILERS) + ELLIPSIS
+
+
+_LEAD_TRAILERS: Final = " ,;:–—-("  # what a cut lead never ends with
+_BULLETS: Final = "-*+•▪‣◦ "  # a list item's marker, for cut_lead
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,6 +212,18 @@ def test_rule_sentences_kept_verbatim(rule: str) -> None:
     assert reduce(f"{rule} {F1} {F2}") in (f"{rule} {F1}", f"{rule} {F1} {F2}")  # merged when unterminated
 
 
+def test_a_lead_that_is_one_long_word_after_a_list_marker_is_cut_inside_it() -> None:
+    """Not to "…" alone (the marker before the word's space is no lead), which a second pass
+    folded into the text before: compress(compress(x)) differed."""
+    url = "https://api.example.com/v1/organisations/{organisation_id}/projects/{project_id}/x"
+    lead = cut_lead(f"- {url}", 80)
+    assert lead.startswith("- https://api.example.com/") and lead.endswith("…")
+    assert len(lead.encode()) <= 80 and cut_lead(lead, 80) == lead
+    text = f"You must pass a token.\n- {url}\nReturns the newest artifact of the project."
+    once = reduce(text)
+    assert reduce(once) == once and "https://api.example.com/" in once
+
+
 @pytest.mark.parametrize("items", ["\n- hourly.\n- daily.\n- weekly.",
                                    "\n1. `hourly`: one row per hour.\n2. `daily`: one a day.",
                                    "\n- hourly\n- daily."])

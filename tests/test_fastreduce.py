@@ -226,6 +226,9 @@ def test_each_fragment_decides_as_re2_does(fragment: str) -> None:
     "word (" * 40,
     '"' + "a. B " * 70 + '"',
     "a.\n" * 100,
+    "You must pass a token.\n- https://api.example.com/v1/organisations/{organisation_id}/projects/"
+    "{project_id}/artifacts/latest\nReturns the newest build artifact of the project.",
+    "* " + "x" * 200 + " and more",
 ])
 def test_targeted(text: str) -> None:
     for short_bytes, lead_bytes in ((S, L), (20, 15), (0, 3), (1000, 4), (60, 200)):
