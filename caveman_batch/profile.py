@@ -27,17 +27,31 @@ _FIELDS = ("type", "enum", "const", "default", "format", "$ref")
 
 
 def _canon(value: Any) -> Any:
-    """Values compared as their canonical JSON (raw number literals included).
+    """Values compared as their canonical JSON, number literals exactly as written: an
+    integer of any size is itself, a float that reads back as its own text is itself, any
+    other literal (1.10, 1e2, 1.0, -0, 1e400) is {"$number": its text}. (Read back through
+    orjson, 1.10 was 1.1, 1 was 1.0 and 2**64 + 1 a float: a literal the compressor
+    changed went unseen, and `profile` printed 18446744073709551617 as 1.8e19.)
 
-    What orjson cannot round-trip (nesting past 255 levels, 1e400) is kept as its
-    canonical JSON text instead, so a profile never fails on odd data.
+    What orjson cannot write (nesting past 255 levels) is kept as its canonical JSON
+    text instead, so a profile never fails on odd data.
     """
     if isinstance(value, str | bool | int) or value is None:
         return value
     try:
-        return orjson.loads(orjson.dumps(value))
-    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        return json.loads(orjson.dumps(value), parse_float=_number, parse_int=_integer,
+                          parse_constant=_number)
+    except (orjson.JSONEncodeError, ValueError, RecursionError):
         return {"$json": _text(value)}
+
+
+def _number(text: str) -> Any:
+    value = float(text)
+    return value if repr(value) == text and not value.is_integer() else {"$number": text}
+
+
+def _integer(text: str) -> Any:
+    return {"$number": text} if text == "-0" else int(text)
 
 
 def _leaf(item: Any) -> str:

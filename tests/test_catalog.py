@@ -9,7 +9,10 @@ LONG (a tool description) and OWNER (a parameter description); both are longer t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -494,6 +497,32 @@ def test_profile_of_a_huge_number_literal() -> None:
     assert result.status == "ok" and b'"maximum":1e400,"default":-1e999' in out
     assert profile(raw) == profile(out)
     assert profile(raw) != profile(raw.replace(b"1e400", b"1e401"))  # not collapsed to infinity
+
+
+@pytest.mark.parametrize(("a", "b"), [("18446744073709551616", "18446744073709551617"),
+                                      ("1", "1.0"), ("0", "-0"), ("0.0", "-0.0"), ("100", "1e2"),
+                                      ("1.10", "1.1"), ("123456789012345678901234567890",
+                                                        "123456789012345678901234567891")])
+def test_the_profile_tells_number_literals_apart(a: str, b: str) -> None:
+    """A literal the compressor changed would show (read back through orjson, each pair
+    compared equal: 2**64 + 1 a float, 1.0 as 1, 1.10 as 1.1)."""
+    def made(literal: str) -> bytes:
+        return (b'{"tools": [{"name": "t", "inputSchema": {"type": "object", "properties": '
+                b'{"n": {"type": "number", "default": %s, "enum": [%s]}}}}]}'
+                % (literal.encode(), literal.encode()))
+
+    assert profile(made(a)) != profile(made(b))
+    out, _ = compress(made(b))
+    assert profile(out) == profile(made(b))
+
+
+def test_the_profile_prints_a_big_integer_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b'{"tools": [{"name": "t", "inputSchema": {"type": "object", "properties": '
+                     b'{"n": {"type": "integer", "default": 18446744073709551617}}}}]}')
+    done = subprocess.run([sys.executable, "-m", "caveman_batch", "profile", str(path)],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0 and b'"default": 18446744073709551617' in done.stdout
 
 
 def test_30mb_single_description_completes() -> None:
