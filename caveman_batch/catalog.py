@@ -329,9 +329,27 @@ def rewrite(doc: Any, options: Options = DEFAULT_OPTIONS,
     """Rewrite `doc` in place; (shape, tool count, walk stats)."""
     shape, tools = locate_tools(doc)
     walk = _Walk(options, _reducer(options), trace=trace)
-    for i, tool in enumerate(tools):
-        walk.tool(tool, f"/tools/{i}")
+    for tool, pointer in zip(tools, tool_pointers(doc, shape, tools)):
+        walk.tool(tool, pointer)
     return shape, len(tools), walk
+
+
+def tool_pointers(doc: Any, shape: str, tools: list[dict[str, Any]]) -> list[str]:
+    """The JSON pointer of each tool `locate_tools` found in `doc` (as `lint` names it):
+    /result/tools/3, /functions/0, /1/function (an OpenAI tool), "" (a single tool)."""
+    if shape == "single-tool":
+        return ["/function" if tools[0] is not doc else ""]
+    container: Any = doc
+    for key in TOOLS_PATH[shape]:
+        container = container[key]
+    base = "".join(f"/{key}" for key in TOOLS_PATH[shape])
+    wanted = {id(tool) for tool in tools}
+    pointers = []
+    for at, item in enumerate(container):
+        tool = _tool_of(item)
+        if tool is not None and id(tool) in wanted:
+            pointers.append(f"{base}/{at}" + ("" if tool is item else "/function"))
+    return pointers
 
 
 def compress(raw: bytes, options: Options = DEFAULT_OPTIONS) -> tuple[bytes, CompressResult]:

@@ -15,6 +15,7 @@ from .catalog import (
     parse,
     rewrite,
     serialize,
+    tool_pointers,
 )
 from .errors import StoreError
 from .store import open_store, printable
@@ -77,13 +78,14 @@ def lint(raw: bytes, source: str, options: Options = DEFAULT_OPTIONS) -> dict[st
 
 def _lint(raw: bytes, source: str, options: Options) -> dict[str, Any]:
     doc = parse(raw)
-    _, tools = locate_tools(doc)
-    before = [(str(t.get("name")), count_tokens(serialize(t))) for t in tools]  # rewrite is in place
+    shape, tools = locate_tools(doc)
+    pointers = tool_pointers(doc, shape, tools)  # (before the rewrite, which is in place)
+    before = [(str(t.get("name")), count_tokens(serialize(t))) for t in tools]
     trace: list[dict[str, Any]] = []
     shape, _, _ = rewrite(doc, options, trace)
     report = []
-    for i, ((name, tokens_before), tool) in enumerate(zip(before, tools)):
-        prefix = f"/tools/{i}/"
+    for pointer, (name, tokens_before), tool in zip(pointers, before, tools):
+        prefix = pointer + "/"
         entry = ToolLint(name, tokens_before, count_tokens(serialize(tool)),
                          [c for c in trace if c["path"].startswith(prefix)])
         report.append(entry.as_dict())

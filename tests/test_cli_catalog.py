@@ -265,6 +265,28 @@ def test_lint_text(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> 
     assert "ping: " in text and "/tools/2/" not in text
 
 
+@pytest.mark.parametrize(("doc", "pointer"), [
+    ({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+        {"name": "s", "description": SEARCH, "inputSchema": {"type": "object"}}]}},
+     "/result/tools/0/description"),
+    ([{"type": "function", "function": {"name": "s", "description": SEARCH,
+                                        "parameters": {"type": "object"}}}],
+     "/0/function/description"),
+    ({"tools": [{"note": "not a tool"}, {"name": "s", "description": SEARCH,
+                                         "inputSchema": {"type": "object"}}]},
+     "/tools/1/description"),
+    ({"name": "s", "description": SEARCH, "inputSchema": {"type": "object"}}, "/description"),
+], ids=["jsonrpc", "openai-tools", "after-a-non-tool", "single-tool"])
+def test_lint_names_each_change_by_its_json_pointer(
+        tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes], doc: object, pointer: str) -> None:
+    """(it said /tools/<i>/… whatever the shape, counting the tools only)"""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    assert run_in_process(["lint", str(path), "--json"]) == 0
+    report = json.loads(capfdbinary.readouterr().out)
+    assert report["tools"][0]["changes"][0]["path"] == pointer
+
+
 def test_lint_json_commits_nothing(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     assert run_in_process(["lint", str(catalog), "--json"]) == 0
     report = json.loads(capfdbinary.readouterr().out)
