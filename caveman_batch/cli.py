@@ -200,9 +200,11 @@ def _describe_change(change: dict[str, Any]) -> str:
     if change["kind"] == "annotation":
         return f"{change['path']}: annotation dropped"
     dropped: list[str] = change.get("dropped") or []
-    parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else ["white space folded"]
+    parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else []
     if change.get("lead_cut"):
         parts.append("lead cut")
+    if not parts:  # (nothing dropped nor cut: only its white space changed)
+        parts.append("white space folded")
     lines = [f"{change['path']}: " + ", ".join(parts)]
     lines += [f"      - {s}" for s in dropped]
     return "\n".join(lines)

@@ -265,6 +265,19 @@ def test_lint_text(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> 
     assert "ping: " in text and "/tools/2/" not in text
 
 
+def test_lint_says_lead_cut_alone_when_only_the_lead_was_cut(
+        tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """(it said "white space folded, lead cut" when nothing was folded)"""
+    long = ("Returns the current weather report for the given city together with wind speed, "
+            "rain, humidity, air pressure and the hours of sun expected over the coming week")
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"tools": [{"name": "w", "description": long,
+                                           "inputSchema": {"type": "object"}}]}))
+    assert run_in_process(["lint", str(path)]) == 0
+    text = capfdbinary.readouterr().out.decode()
+    assert "/tools/0/description: lead cut" in text and "folded" not in text
+
+
 @pytest.mark.parametrize(("doc", "pointer"), [
     ({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
         {"name": "s", "description": SEARCH, "inputSchema": {"type": "object"}}]}},
