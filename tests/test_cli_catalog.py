@@ -269,7 +269,8 @@ def test_lint_says_lead_cut_alone_when_only_the_lead_was_cut(
         tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """(it said "white space folded, lead cut" when nothing was folded)"""
     long = ("Returns the current weather report for the given city together with wind speed, "
-            "rain, humidity, air pressure and the hours of sun expected over the coming week")
+            "rain, humidity, air pressure and the hours of sun expected in the coming week "
+            "for each of its districts")
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"tools": [{"name": "w", "description": long,
                                            "inputSchema": {"type": "object"}}]}))
