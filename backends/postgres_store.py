@@ -43,7 +43,16 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from caveman_batch.errors import StoreError
-from caveman_batch.store import DELETE, Merge, Store, apply_commit, foreign_store, missing_store
+from caveman_batch.store import (
+    DELETE,
+    SECRET_PARAMS,
+    Merge,
+    Store,
+    apply_commit,
+    foreign_store,
+    missing_store,
+    redacted,
+)
 
 TABLE: Final = "caveman_ccr"
 #: the table's comment: what makes it ours (and the layout version)
@@ -71,22 +80,11 @@ def _split_location(location: str) -> tuple[str, str, str]:
     return "", body, query
 
 
-_SECRETS: Final = frozenset({"password", "sslpassword"})  # parameters never printed
-
-
 def printable_url(location: str) -> str:
-    """The URL naming this store, without a password: a user part's (up to the last `@`
-    before the query, so that a `/` in a password that libpq would not read as one is not
-    printed either), `password=` and `sslpassword=` parameters."""
-    body, _, query = location.partition("?")
-    userinfo, at, rest = body.rpartition("@")
-    shown = f"{userinfo.partition(':')[0]}@{rest}" if at else rest
-    if query:
-        params = [p for p in query.split("&")
-                  if urllib.parse.unquote(p.partition("=")[0]) not in _SECRETS]
-        if params:
-            shown += "?" + "&".join(params)
-    return f"postgresql://{shown}"
+    """The URL naming this store, without a password (store.redacted: a user part's, up to
+    the last `@` before the query, so that a `/` in a password that libpq would not read
+    as one is not printed either; `password=` and `sslpassword=` parameters)."""
+    return redacted(f"postgresql://{location}")
 
 
 def _passwords(location: str) -> list[str]:
@@ -95,7 +93,7 @@ def _passwords(location: str) -> list[str]:
     found = [userinfo.partition(":")[2],
              location.partition("?")[0].rpartition("@")[0].partition(":")[2]]  # (lenient)
     found += [v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
-              if k in _SECRETS]
+              if k in SECRET_PARAMS]
     spellings = {s for p in found if p for s in (p, urllib.parse.unquote(p))}
     return sorted(spellings, key=len, reverse=True)
 

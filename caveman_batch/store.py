@@ -231,7 +231,7 @@ def _load_entry_points() -> None:
 
 
 #: query parameters whose value is a secret (libpq's): never printed
-_SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
 #: schemes whose URL is a path (no user part, nothing secret): printed as given
 _PATH_SCHEMES: Final = frozenset({"lmdb", "sqlite", "memory"})
 
@@ -264,7 +264,7 @@ def redacted(url: str) -> str:
         body = f"{userinfo.partition(':')[0]}@{rest}"
     if q:
         kept = [p for p in query.split("&")
-                if urllib.parse.unquote(p.partition("=")[0]).strip().lower() not in _SECRET_PARAMS]
+                if urllib.parse.unquote(p.partition("=")[0]).strip().lower() not in SECRET_PARAMS]
         return f"{scheme}{sep}{body}" + (f"?{'&'.join(kept)}" if kept else "")
     return f"{scheme}{sep}{body}"
 

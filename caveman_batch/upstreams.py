@@ -314,15 +314,7 @@ class Upstream:
 
     def stop(self, grace: float = 5.0) -> int:
         """Its exit status, once it has exited: closed stdin, then SIGTERM, then SIGKILL."""
-        self.close_stdin()
-        for ask in (None, self.proc.terminate, self.proc.kill):
-            if ask is not None:
-                ask()
-            try:
-                return self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                continue
-        return self.proc.wait()
+        return stop_all([self], grace)[0]
 
     def signal(self, signum: int) -> None:
         if self.proc.poll() is None:

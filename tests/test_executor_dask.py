@@ -8,6 +8,7 @@ tests that need it (the CLI run, the parent killed), and a real `dask scheduler`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -164,10 +165,12 @@ def test_an_unreachable_scheduler_is_exit_2_and_publishes_nothing(
     assert [p.name for p in out.iterdir()] == [LOCK_FILE]
 
 
-def test_a_real_dask_scheduler_and_worker(tmp_path: Path) -> None:
-    """`dask scheduler` and `dask worker` processes, as a fleet would run them."""
+@contextlib.contextmanager
+def _fleet(tmp_path: Path, *worker_args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A `dask scheduler` and one one-thread `dask worker` (with `worker_args`) as a fleet
+    would run them, the worker joined: (the scheduler's address, its process). Both are
+    stopped on the way out, whatever the test did to them."""
     distributed = _distributed()
-    expected = _reference(tmp_path, SAMPLES)
     info = tmp_path / "scheduler.json"
     cmd = [sys.executable, "-m", "dask"]
     scheduler = subprocess.Popen([*cmd, "scheduler", "--scheduler-file", str(info), "--port", "0",
@@ -179,18 +182,25 @@ def test_a_real_dask_scheduler_and_worker(tmp_path: Path) -> None:
         while not info.exists() and time.time() < deadline:
             time.sleep(0.1)
         worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
-                                   "--nthreads", "1", "--no-dashboard"],
+                                   "--nthreads", "1", "--no-dashboard", *worker_args],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         address = json.loads(info.read_text())["address"]
         with distributed.Client(address, set_as_default=False) as c:
             c.wait_for_workers(1, timeout=60)
-        out, _ = _run(tmp_path, SAMPLES, "fleet", workers=1, executor=address)
-        assert _tree(out) == expected
+        yield address, scheduler
     finally:
         for proc in (worker, scheduler):
-            if proc is not None:
+            if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=30)
+
+
+def test_a_real_dask_scheduler_and_worker(tmp_path: Path) -> None:
+    """`dask scheduler` and `dask worker` processes, as a fleet would run them."""
+    expected = _reference(tmp_path, SAMPLES)
+    with _fleet(tmp_path) as (address, _):
+        out, _ = _run(tmp_path, SAMPLES, "fleet", workers=1, executor=address)
+    assert _tree(out) == expected
 
 
 SKEWED = """# dask worker --preload: this worker's clock runs 2 days behind (NTP off)
@@ -204,63 +214,26 @@ def test_records_are_stamped_by_the_runs_clock_not_a_workers(tmp_path: Path) -> 
     """A `dask worker` on a host whose clock is two days behind: its records are stamped
     by the run's clock, so a `prune --not-seen-for 1d` right after keeps every one (it
     dropped them all, and the manifest named handles nobody could recover)."""
-    distributed = _distributed()
     preload = tmp_path / "skewed.py"
     preload.write_text(SKEWED)
-    info = tmp_path / "scheduler.json"
-    cmd = [sys.executable, "-m", "dask"]
-    scheduler = subprocess.Popen([*cmd, "scheduler", "--scheduler-file", str(info), "--port", "0",
-                                  "--no-dashboard", "--host", "127.0.0.1"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = None
-    try:
-        deadline = time.time() + 60
-        while not info.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
-                                   "--nthreads", "1", "--no-dashboard", "--preload", str(preload)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        address = json.loads(info.read_text())["address"]
-        with distributed.Client(address, set_as_default=False) as c:
-            c.wait_for_workers(1, timeout=60)
+    with _fleet(tmp_path, "--preload", str(preload)) as (address, _):
         began = time.time()
         out, _ = _run(tmp_path, SAMPLES, "fleet", workers=1, executor=address)
-    finally:
-        for proc in (worker, scheduler):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(timeout=30)
     handles = [row["handle"] for row in map(json.loads, (out / "manifest.jsonl").open())
                if row.get("handle")]
     assert handles
     with open_store(f"lmdb://{tmp_path}/ccr-fleet") as store:
         for handle in handles:
-            info_ = ccr.info(store, handle)
-            assert info_.first_stored >= began - 60 and info_.last_seen >= began - 60, handle
+            record = ccr.info(store, handle)
+            assert record.first_stored >= began - 60 and record.last_seen >= began - 60, handle
 
 
 def test_a_scheduler_killed_mid_run_fails_the_run_at_once(tmp_path: Path, registry: Path) -> None:
     """`dask scheduler` SIGKILLed after the first batch: the run fails (ExecutorError,
     exit 2) within seconds, the manifest unpublished. It hung, now and then, for ever:
     a future of the client's executor stayed pending once the client had given up."""
-    distributed = _distributed()
-    info = tmp_path / "scheduler.json"
-    cmd = [sys.executable, "-m", "dask"]
-    scheduler = subprocess.Popen([*cmd, "scheduler", "--scheduler-file", str(info), "--port", "0",
-                                  "--no-dashboard", "--host", "127.0.0.1"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = None
     outcome: list[BaseException | None] = []
-    try:
-        deadline = time.time() + 60
-        while not info.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
-                                   "--nthreads", "1", "--no-dashboard"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        address = json.loads(info.read_text())["address"]
-        with distributed.Client(address, set_as_default=False) as c:
-            c.wait_for_workers(1, timeout=60)
+    with _fleet(tmp_path) as (address, scheduler):
         config = Config([str(registry)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
                         executor=address)
 
@@ -279,11 +252,6 @@ def test_a_scheduler_killed_mid_run_fails_the_run_at_once(tmp_path: Path, regist
         runner.start()
         runner.join(90)
         assert not runner.is_alive(), "the run hung once its scheduler was killed"
-    finally:
-        for proc in (worker, scheduler):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=30)
     assert outcome and isinstance(outcome[0], ExecutorError), outcome
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 

@@ -197,8 +197,8 @@ class _Skeleton:
         # the longest start of the string whose JSON fits (an escape is never cut in two),
         # and how many of the string's own characters are left out
         keep = max(self.chars - 2, 0)
-        while keep and len(_dumps(value[:keep])) > self.chars:
-            keep -= max(1, (len(_dumps(value[:keep])) - self.chars) // 6)
+        while keep and (over := len(_dumps(value[:keep])) - self.chars) > 0:
+            keep -= max(1, over // 6)
         if keep and "\ud800" <= value[keep - 1] <= "\udbff":
             keep -= 1  # (half a pair read as two code points: never split)
         return f"{_dumps(value[:keep])[:-1]}…\" (+{len(value) - keep:,} chars)"
