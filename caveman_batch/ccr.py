@@ -207,10 +207,7 @@ def restamped(record: Prepared, not_before_ms: int, now_ms: int | None = None) -
     refresh the stored record's last-seen, not leave it at the old time."""
     if _LAST_SEEN.unpack_from(record.value, _LAST_SEEN_AT)[0] >= not_before_ms:
         return record
-    stamp = _now_ms() if now_ms is None else now_ms
-    value = record.value
-    return Prepared(record.digest, value[:_LAST_SEEN_AT - 8] + struct.pack(">QQ", stamp, stamp)
-                    + value[_HEADER.size:], record.original_length)
+    return stamped(record, _now_ms() if now_ms is None else now_ms)
 
 
 _PARALLEL_MIN_BYTES: Final = 1 << 20
