@@ -387,10 +387,13 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
             separator = _separator(folded, s.start)
             if marks is not None and separator != "\n\n":
                 separator = _line_break(piece, s, marks, ending, separator)
+                if (separator == " " and ending == "line" and len(parts) >= 2 and parts[-2] == "\n"
+                        and markup.lone_tag_line(parts[-1])):
+                    parts[-2] = " "  # a tag this piece runs on from no longer stands alone
             parts.append(separator)
         parts.append(piece)
         kept.append(piece)
-        ending = _ending(piece, s, marks) if marks is not None else ""
+        ending = _ending(folded, piece, s, marks) if marks is not None else ""
     text = "".join(parts)
     return Reduction(text, kept, dropped if text != folded else [], lead)
 
@@ -485,12 +488,16 @@ def _line_break(piece: str, unit: Sentence, marks: markup.Markup, ending: str, s
     return " "
 
 
-def _ending(piece: str, unit: Sentence, marks: markup.Markup) -> str:
+def _ending(folded: str, piece: str, unit: Sentence, marks: markup.Markup) -> str:
     """What `piece` (all of `unit`, or its lead cut) ends with: "block", "line" (a
-    heading or a lone tag), or ""."""
+    heading or a lone tag), or "". Its last line is one only where it starts a line
+    of the text: a unit that opens mid-line with "# " is no heading."""
     if len(piece) == unit.end - unit.start and marks.block_ends_at(unit.end):
         return "block"
-    return "line" if markup.stands_alone_at(piece, piece.rfind("\n") + 1) else ""
+    last = piece.rfind("\n") + 1
+    if last == 0 and unit.start > 0 and folded[unit.start - 1] != "\n":
+        return ""
+    return "line" if markup.stands_alone_at(piece, last) else ""
 
 
 def _separator(folded: str, start: int) -> str:

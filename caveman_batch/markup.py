@@ -69,6 +69,11 @@ def opens_block(text: str) -> bool:
     return _OPENING.match(text) is not None
 
 
+def lone_tag_line(text: str) -> bool:
+    """Is `text` one tag and nothing else (white space aside)?"""
+    return _TAG.fullmatch(text.strip(" \t")) is not None
+
+
 def stands_alone_at(text: str, line_start: int) -> bool:
     """Is the line of `text` that starts at `line_start` (0 or just after a "\\n") a
     heading or a lone tag?"""

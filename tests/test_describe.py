@@ -331,6 +331,29 @@ def test_reduce_idempotent(text: str) -> None:
     assert len(once.encode()) <= len(fold(text).encode())
 
 
+@pytest.mark.parametrize("text", [
+    # a unit that opens mid-line with "# " (or a tag) is no heading: nothing after it
+    # may be put on a line of its own (a break the next pass folds away again)
+    "Lists things. # of things must be positive. Results must be sorted. It is a very nice"
+    " tool and people really enjoy using it every single day.\n\n<br>\n\nMore filler words.",
+    "Lists things! <br> Results must be sorted. It is a very nice tool and people really enjoy"
+    " using it every single day.\n\n<br>\n\nMore filler words.",
+])
+def test_reduce_idempotent_after_a_mid_line_heading_mark(text: str) -> None:
+    once = reduce(text)
+    assert "\n" not in once.split("\n\n")[0]
+    assert reduce(once) == once
+
+
+def test_reduce_idempotent_when_a_fence_runs_on_from_a_lone_tag() -> None:
+    # the piece after </hints> opens with "~~~" and so cannot start a line: the tag
+    # no longer stands alone, and the break before it goes too (else the next pass folds it)
+    text = ("Lists the items of the account for the user.\n<hints>\nYou must give a limit.\n"
+            "</hints>\n\n## Details\n\nThis is a fun tool to use every day\u2026 ~~~text here must not be empty.")
+    once = reduce(text)
+    assert reduce(once) == once
+
+
 def test_explain_matches_reduce_and_reports_short_text() -> None:
     for text in GOLDEN_TEXTS:
         assert explain(text).text == reduce(text)
