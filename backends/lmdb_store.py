@@ -19,7 +19,10 @@ import contextlib
 import ctypes
 import functools
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -99,7 +102,7 @@ class LmdbStore(Store):
                 return cls(path, env, readonly)
             env = _open_readonly(path) if readonly else _open_writable(path)
             try:
-                _refuse_truncated(path, url, env)
+                _refuse_truncated(path, url, env, grow=not readonly)
                 _recognise(path, url, env, stamp=not readonly)
             except BaseException:
                 env.close()
@@ -150,7 +153,15 @@ class LmdbStore(Store):
             except StoreError as exc:
                 if not self._recover_map(exc.__cause__):
                     raise
+        self._cover_committed_pages()
         self._release()
+
+    def _cover_committed_pages(self) -> None:
+        """data.mdb grown (never shrunk) to every page its last commit counts: see
+        _cover_pages. Best effort: a file left short is probed by the next open."""
+        env = self._live()
+        with contextlib.suppress(OSError, lmdb.Error):
+            _cover_pages(data_file(self._path), (env.info()["last_pgno"] + 1) * env.stat()["psize"])
 
     def _release(self) -> None:
         """Drop this process's page-table entries for the map (Linux), keep the pages.
@@ -361,30 +372,70 @@ def _refuse_other_files(path: Path, url: str) -> None:
         raise foreign_store(url, f"a folder holding other files ({shown}) and no data.mdb")
 
 
-# pages past the end of data.mdb that a healthy store may count (see _refuse_truncated)
-_UNWRITTEN_PAGES: Final = 64
+def _cover_pages(data: Path, need: int) -> None:
+    """data.mdb made at least `need` bytes long. A transaction that deletes much (a prune)
+    takes pages past the end of the file and gives them back before its commit: LMDB counts
+    them in its last page number and never writes them (a healthy store was seen 11 pages
+    short of 58 after a prune), so the file ends short of what its meta page says, which is
+    also how a truncated copy looks. Those pages are free (never read before they are
+    written again): zeros there are harmless. posix_fallocate only ever grows the file, so
+    another process's commit meanwhile is never cut short."""
+    fd = os.open(data, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size < need:
+            os.posix_fallocate(fd, 0, need)
+    finally:
+        os.close(fd)
 
 
-def _refuse_truncated(path: Path, url: str, env: lmdb.Environment) -> None:
+# run in a child process: every record's pages read through the map (the cursor reads the
+# tree's pages, the last byte of each value its last overflow page: a file cut short loses
+# its last pages, so any page past the end is the last of one of these)
+_PROBE: Final = """
+import sys, lmdb
+options = dict(subdir=True, readonly=True, max_dbs=0, readahead=False, max_readers=256)
+try:
+    env = lmdb.open(sys.argv[1], lock=True, **options)
+except lmdb.ReadonlyError:
+    env = lmdb.open(sys.argv[1], lock=False, **options)
+with env.begin(buffers=True) as txn:
+    for _, value in txn.cursor():
+        if len(value):
+            value[len(value) - 1]
+"""
+
+
+def _refuse_truncated(path: Path, url: str, env: lmdb.Environment, *, grow: bool) -> None:
     """StoreError if data.mdb is shorter than the pages its last committed transaction
     uses (cut short by a copy, a full disk, a bad restore): LMDB reads the file through its
     map, and a page past the end of the file is a SIGBUS that kills the process (exit 135),
-    no error at all. A file being written only grows, and a commit's pages are in it
-    before its meta page names them, but for a few free ones: a page a transaction took
-    past the end and gave back before its commit is counted and never written (one page
-    short of a healthy store was seen after a delete): a file shorter by at most
-    _UNWRITTEN_PAGES (and an eighth of its pages) is taken as whole."""
+    no error at all. A healthy file may end short too, by free pages never written (see
+    _cover_pages; a commit of ours covers them since, but not an older version's). So a
+    file short of its pages is read whole by a child process first: one killed by SIGBUS
+    means truncated; one that read every record means whole, and (`grow`: opened for
+    writing) the file is grown to its pages, so that the next open reads nothing."""
     psize = env.stat()["psize"]
-    pages = env.info()["last_pgno"] + 1
+    need = (env.info()["last_pgno"] + 1) * psize
+    data = data_file(path)
     try:
-        size = os.stat(data_file(path)).st_size
+        size = os.stat(data).st_size
     except OSError as exc:
         raise StoreError(f"{url}: cannot read data.mdb: {exc.strerror or exc}") from exc
-    need = (pages - max(1, min(_UNWRITTEN_PAGES, pages // 8))) * psize
-    if size < need:
-        need = pages * psize
+    if size >= need:
+        return
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(path)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    if probe.returncode == -signal.SIGBUS:
         raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
                          f"need {need:,}): restore it from a backup, or move it aside")
+    if probe.returncode != 0:
+        said = probe.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise StoreError(f"{url}: data.mdb is {need - size:,} bytes short of its committed "
+                         f"pages, and reading it through failed: "
+                         f"{said[-1] if said else f'exit status {probe.returncode}'}")
+    if grow:
+        with contextlib.suppress(OSError):
+            _cover_pages(data, need)
 
 
 def _recognise(path: Path, url: str, env: lmdb.Environment, *, stamp: bool) -> None:
