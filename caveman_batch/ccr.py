@@ -744,38 +744,49 @@ def prune(
     ~seen entries of records no longer there); returns the records dropped (with
     `dry_run`, those that would be).
 
+    A span record and the record it lies in live and go together: a record is kept
+    while it or any span lying in it was seen within the window (no span is left naming
+    bytes that are gone), and a span while it or its record was (a span's bytes are its
+    record's: a tool's original is seen whenever its catalog's is, and a run that commits
+    a catalog again, or touches it, need not touch each of its tools' records).
+
     The age is re-checked inside the delete transaction, so a batch that touches a
-    record while prune runs keeps it: each record's ~seen entry is looked at just
-    before the record itself, in the same transaction. A record that a span record
-    kept lies in is kept too, whatever its age (spans are decided first, in the same
-    transaction): no span is left naming bytes that are gone.
+    record while prune runs keeps it: each record's ~seen entry is looked at just before
+    the record itself, in the same transaction; the records stale spans lie in are looked
+    at first, then the spans, then the records.
     """
     cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
     seen = _seen_entries(store)
-    stale: list[RecordInfo] = []
-    spans: list[RecordInfo] = []
-    live_wholes: set[str] = set()  # records a span that stays lies in
-    stale_spans: dict[bytes, list[bytes]] = {}  # record key -> the stale spans lying in it
+    wholes: list[RecordInfo] = []  # stale records that are not spans
+    spans: list[tuple[RecordInfo, str]] = []  # stale spans, with the record each lies in
+    live: set[str] = set()  # records seen within the window, or a span lying in which was
     for d, h, v in iter_verified(store):
         seen_ms = seen.pop(d, 0)
         old = max(h.last_seen_ms, seen_ms) < cutoff
         whole = span_of(h, v)  # (verified: well formed)
-        if whole is not None and not old:
-            live_wholes.add(whole[0])
+        if not old:
+            live.add(d if whole is None else whole[0])
         elif whole is not None:
-            stale_spans.setdefault(whole[0].encode("ascii"), []).append(d.encode("ascii"))
-        if old:
-            (spans if whole is not None else stale).append(_record_info(d, h, len(v), seen_ms))
-    stale = spans + [r for r in stale if r.handle[len(HANDLE_PREFIX):] not in live_wholes]
+            spans.append((_record_info(d, h, len(v), seen_ms), whole[0]))
+        else:
+            wholes.append(_record_info(d, h, len(v), seen_ms))
+    spans = [(r, within) for r, within in spans if within not in live]
+    stale = [r for r, _ in spans] + [r for r in wholes if r.handle[len(HANDLE_PREFIX):] not in live]
     # left: entries whose record is gone (or that name none), whatever their time
     orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen}
     if dry_run or not (stale or orphans):
         return stale
+    lies_in = {r.handle[len(HANDLE_PREFIX):].encode("ascii"): within.encode("ascii")
+               for r, within in spans}
+    stale_spans: dict[bytes, list[bytes]] = {}  # record key -> the stale spans lying in it
+    for span, record in lies_in.items():
+        stale_spans.setdefault(record, []).append(span)
     fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
     dropped: set[bytes] = set()
-    kept: set[bytes] = set()  # records stale at the scan kept in the transaction (spans first)
+    kept: set[bytes] = set()  # records stale at the scan kept in the transaction
+    looked = b"?"  # the value of an item only looked at (a record stale spans lie in)
 
-    def drop_if_stale(key: bytes, old: bytes | None, _new: bytes) -> object:
+    def drop_if_stale(key: bytes, old: bytes | None, new: bytes) -> object:
         if old is None:
             return None
         if key in orphans:
@@ -784,8 +795,9 @@ def prune(
             if _seen_ms(old) >= cutoff:
                 fresh.add(key[len(SEEN_PREFIX):])
                 return None
-            return DELETE
-        if key in fresh or not kept.isdisjoint(stale_spans.get(key, ())):
+            return None if new == looked else DELETE
+        if key in fresh or not kept.isdisjoint(stale_spans.get(key, ())) or (
+                key in lies_in and lies_in[key] in kept):
             kept.add(key)
             return None
         try:
@@ -795,10 +807,14 @@ def prune(
         except ValueError:
             kept.add(key)
             return None
+        if new == looked:  # (stale: a span lying in it may still go, and it then too)
+            return None
         dropped.add(key)
         return DELETE
 
-    items = []
+    items: list[tuple[bytes, bytes]] = []
+    for record in sorted(stale_spans):  # seen meanwhile: its spans stay (kept, as above)
+        items += [(SEEN_PREFIX + record, looked), (record, looked)]
     for r in stale:
         digest = r.handle[len(HANDLE_PREFIX):]
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]

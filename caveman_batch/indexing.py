@@ -130,6 +130,11 @@ class BatchWork:
         return self._docs
 
 
+def _digests(handles: dict[str, list[str]]) -> list[str]:
+    """The digests of these servers' tool handles, each once, sorted."""
+    return sorted({h[len(ccr.HANDLE_PREFIX):] for hs in handles.values() for h in hs})
+
+
 def _order(wanting: _Wanting) -> int:
     return wanting.order
 
@@ -438,6 +443,12 @@ class IndexBuilder:
             absent |= missing
         if absent and self.builds_tools:  # (LocatedTools may have been handed over)
             absent = self._landed(store, absent, verify)
+        return self._given_back(store, handles, absent)
+
+    def _given_back(self, store: Store, handles: dict[str, list[str]], absent: set[str]
+                    ) -> set[str]:
+        """The tool records `absent` (of these servers' `handles`) committed again from
+        their catalogs' originals; returns the servers whose tools could not be."""
         if not absent:
             return set()
         catalogs = {server: sha for server, sha, _ in self.known.values()}
@@ -447,6 +458,26 @@ class IndexBuilder:
             if wanted and not self._commit_again(store, catalogs.get(server), wanted):
                 lost.add(server)
         return lost
+
+    def hold_written(self, store: Store) -> set[str]:
+        """The tool records of the catalogs this run wrote to the index, each checked to
+        be in the store once the writer is done, any gone committed again from its
+        catalog's original. A `prune` with a window shorter than the run may have dropped
+        a catalog's original and its tools' records committed at the start; the same
+        catalog later in the input commits its original again, but each tool record is
+        committed once a run. Presence is enough (no refresh): the catalogs' originals
+        were refreshed just before (the manifest's check), and a tool record is pruned
+        only with the record it lies in (ccr.prune). Those the snapshot of the index
+        written so far names are checked while the writer writes the rest. Returns the
+        servers whose tools could not be given back (they leave the index)."""
+        if not self.rewritten:
+            return set()
+        handles = self.index.handles(self.rewritten)
+        absent = set(ccr.missing(store, _digests(handles)))
+        self._drain()
+        rest = self.index.handles(self.rewritten - handles.keys())
+        absent |= set(ccr.missing(store, _digests(rest)))
+        return self._given_back(store, {**handles, **rest}, absent)
 
     def _landed(self, store: Store, absent: set[str], verify: bool) -> set[str]:
         """Those of `absent` still absent once the writer is done: some may be records of
@@ -503,7 +534,7 @@ class IndexBuilder:
         self._flush(store)
         if isinstance(self._sink, LocalWriter):  # one connection: no reads beside its writes
             self._drain()
-        lost = self.keep_records(store, verify)
+        lost = self.keep_records(store, verify) | self.hold_written(store)
         if lost:
             paths = {origin for server, _, origin in self.known.values() if server in lost}
             files = {path: sha for path, sha in files.items() if path not in paths}
