@@ -24,7 +24,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -124,13 +124,7 @@ def discover(sources: list[str], out_dir: Path, *, follow_symlinks: bool = False
             add(None, "stdin.jsonl", "jsonl")
             continue
         path = Path(src)
-        missing = _not_there(path)
-        if missing is not None:
-            # Not an error row: OUT follows its sources, and a source that vanished (a
-            # registry not mounted, a typo in a nightly job), or that cannot be looked at
-            # (a folder above it not ours to enter: is it a file or a folder?), would have
-            # every output of the last run deleted as stale. Nothing is read or written.
-            raise UsageError(f"{src}: {missing}: nothing was read or written")
+        refuse_not_there([src])
         if _is_dir(path):
             base = "" if single else path.resolve().name + "/"
             for file, rel, kind in _walk(path, base, out_dir.resolve(), follow_symlinks):
@@ -181,6 +175,20 @@ def _refuse_nested(owners: dict[str, str | None], reserved: dict[str, str], sing
             raise UsageError(f"{owners[under] or '-'} would be written to {under} in the output "
                              f"folder, under {path}, where this run keeps {what}: rename it, "
                              "or give another output folder or --manifest")
+
+
+def refuse_not_there(sources: Sequence[str]) -> None:
+    """UsageError naming the first SRC that is not there (or cannot be looked at).
+
+    Not an error row: OUT follows its sources, and a source that vanished (a registry not
+    mounted, a typo in a nightly job), or that cannot be looked at (a folder above it not
+    ours to enter: is it a file or a folder?), would have every output of the last run
+    deleted as stale. Nothing is read or written (`compress` asks before it makes OUT,
+    and again as it walks them)."""
+    for src in sources:
+        missing = None if src == "-" else _not_there(Path(src))
+        if missing is not None:
+            raise UsageError(f"{src}: {missing}: nothing was read or written")
 
 
 def _not_there(path: Path) -> str | None:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from caveman_batch.converge import journal_path
-from caveman_batch.pipeline import LOCK_FILE
 from test_cli_store import MODES_BIND, _without_dac_override, run_as_modes_say, snapshot
 
 CATALOG = b'{"tools":[{"name":"get_weather","description":"Get the weather. Returns JSON.",' \
@@ -69,8 +68,8 @@ def test_a_src_that_is_not_there_refuses_the_run_and_out_is_untouched(
     assert _compress(tmp_path, str(src), "-o", str(out)).returncode == 0
     folders = [out, out / "a", out / "b", out / "b" / "deep"]
 
-    def outputs() -> dict[Path, Any]:  # the lock file aside: taken before the sources are looked at
-        return {p: {k: v for k, v in snapshot(p).items() if k != LOCK_FILE} for p in folders}
+    def outputs() -> dict[Path, Any]:  # (the lock file too: its pid is not rewritten)
+        return {p: snapshot(p) for p in folders}
 
     before = outputs()
     named = str(tmp_path / missing) if missing != "a/one.json/x" else str(src / missing)
@@ -79,6 +78,9 @@ def test_a_src_that_is_not_there_refuses_the_run_and_out_is_untouched(
         assert done.returncode == 1, done.stderr
         assert named.rstrip("/").encode() in done.stderr and b"no such file or folder" in done.stderr
         assert outputs() == before  # not one output deleted
+    fresh = tmp_path / "new-out"
+    done = _compress(tmp_path, str(src), named, "-o", str(fresh))
+    assert done.returncode == 1 and not fresh.exists()  # no OUT made, nor its lock file
 
 
 @MODES_BIND

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from .. import ccr
 from ..converge import journal_path
 from ..errors import OutputError, StoreError, UsageError
-from ..inputs import STDIN, discover
+from ..inputs import STDIN, discover, refuse_not_there
 from ..store import Store, open_store
 from .commit import _commit, _index, _Touches
 from .dispatch import _dispatch
@@ -56,6 +56,7 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     """Run one batch job; raises StoreError/OutputError (nothing half-done published), or
     UsageError before anything is written if OUT would overwrite a source or another run
     holds OUT."""
+    refuse_not_there(config.sources)  # (before OUT is made: OUT untouched)
     _refuse_out_over_sources(config)
     scheduler_address(config.executor)  # a bad --executor, or Dask missing: before any write
     with _caller_objects_frozen() as kept, _out_locked(config.out):
