@@ -426,9 +426,23 @@ def _choose(folded: str, spans: list[Sentence], lead_bytes: int,
             lead = piece
         else:
             chosen.append(None)
+    if marks is not None:
+        _keep_fences_mid_line(folded, spans, chosen)
     if marks is not None and lone:
         _balance(folded, spans, chosen, marks)
     return chosen, lead
+
+
+def _keep_fences_mid_line(folded: str, spans: list[Sentence], chosen: list[str | None]) -> None:
+    """A kept unit that opens mid-line with a fence (```, ~~~) keeps the unit before it
+    where that one is dropped: without it, the fence would start a line (after a block,
+    whose closing fence must end its line) and open a block the text never had, and the
+    next pass would read the rest as that block's or not (not a fixed point)."""
+    for i in range(len(spans) - 1, 0, -1):  # (from the end: a unit kept so may need its own)
+        piece = chosen[i]
+        if (piece is not None and chosen[i - 1] is None and folded[spans[i].start - 1] != "\n"
+                and markup.opens_block(piece)):
+            chosen[i - 1] = folded[spans[i - 1].start:spans[i - 1].end]
 
 
 def _runs_into_list(text: str, unit: Sentence) -> bool:

@@ -345,6 +345,18 @@ def test_reduce_idempotent_after_a_mid_line_heading_mark(text: str) -> None:
     assert reduce(once) == once
 
 
+def test_reduce_idempotent_when_a_kept_unit_opens_mid_line_with_a_fence() -> None:
+    # (found by fuzzing) "sit! ``` </b>1. ..." with "sit!" dropped put the ``` at a line's
+    # start after a block: a block the text never had, read otherwise by the next pass
+    text = ("`x` ametsit\u00e9 \n1. x`x`\n~~~\n \n1. x ? ipsum \n~~~\n \r mustavoid e.g.\"q\" "
+            "<br> sit\u00a0! ``` </b>1. ipsumdolor <b> amet \n# e.g. when\n~~~\n\t \n \u2028 "
+            "\u2028Provide the run ID for * \n```py\n\r ~~~e.g. \u2028 </b> \u2028\u2028</hints> "
+            "\n```\n 1.Provide the run ID for<x-y> this   ipsumdefault")
+    once = reduce(text)
+    assert reduce(once) == once
+    assert "! ``` </b>" in once  # the fence still mid-line
+
+
 def test_reduce_idempotent_when_a_fence_runs_on_from_a_lone_tag() -> None:
     # the piece after </hints> opens with "~~~" and so cannot start a line: the tag
     # no longer stands alone, and the break before it goes too (else the next pass folds it)
