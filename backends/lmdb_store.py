@@ -199,8 +199,12 @@ class LmdbStore(Store):
             if guards is not None and absent is not None:
                 cursor = txn.cursor()
                 kept = []
+                held: dict[bytes, bool] = {}  # (a guard many items share is looked up once)
                 for at, (guard, item) in enumerate(zip(guards, items), 1):
-                    if cursor.set_key(guard):
+                    there = held.get(guard)
+                    if there is None:
+                        there = held[guard] = cursor.set_key(guard)
+                    if there:
                         kept.append(item)
                     else:
                         absent.append(guard)

@@ -255,6 +255,7 @@ def span_value_of(whole: str, content_type: str = "application/json", *,
     return lambda length, offset: pack(lead, length, middle, offset)
 
 
+_CODEC_AT: Final = 4  # a record's codec byte (after the magic and the format version)
 # A span record: the header up to the original's length, the length, the header's rest
 # with the content type and the whole's digest, the offset (see _HEADER and _SPAN).
 _LENGTH_AT: Final = struct.calcsize(">3sBBBH")
@@ -532,6 +533,44 @@ def commit(store: Store, records: Sequence[Prepared]) -> list[str]:
     """
     store.commit(_by_key([(r.key, r.value) for r in records]), merge=merge_record)
     return [r.handle for r in records]
+
+
+def commit_held(store: Store, records: Sequence[Prepared], now_ms: int | None = None) -> list[str]:
+    """ccr.commit, for records some of which are spans committed apart from the record
+    they lie in (the index writer's tool records): each span is written only if that
+    record is in the store, whose last-seen is refreshed, both in the same transaction
+    (as touch_held). Returns the digests of the records found gone (their spans not
+    written). A `prune` then either removed that record first, and it is reported, or
+    comes after and keeps it (it re-checks the last-seen inside its own transaction): no
+    span is ever left naming a record that is gone."""
+    plain: list[Prepared] = []
+    held: list[tuple[bytes, bytes, bytes]] = []
+    wholes: set[bytes] = set()
+    for record in records:
+        value = record.value
+        if value[_CODEC_AT] != CODEC_SPAN:
+            plain.append(record)
+            continue
+        # (prepared here: a span's payload, the whole's digest and its offset, ends it)
+        guard = value[len(value) - _SPAN.size:len(value) - _SPAN.size + 64]
+        wholes.add(guard)
+        held.append((guard, record.key, value))
+    if plain:
+        commit(store, plain)
+    if not held:
+        return []
+    stamp = _now_ms() if now_ms is None else now_ms
+    seen = _LAST_SEEN.pack(stamp)
+    held += [(guard, SEEN_PREFIX + guard, seen) for guard in wholes]
+    held.sort(key=lambda item: item[1])  # in key order (see _by_key)
+
+    def merged(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+        if key.startswith(SEEN_PREFIX):
+            return None if _seen_ms(old) >= stamp else new
+        return merge_record(key, old, new)
+
+    absent = store.commit_present(held, merge=merged)
+    return [guard.decode("ascii") for guard in absent]
 
 
 def _by_key(items: list[Any]) -> list[Any]:

@@ -57,7 +57,7 @@ from . import ccr, toolspans
 from .catalog import Located
 from .embedding import load_embedder
 from .errors import IntegrityError, UnknownHandleError
-from .indexwriter import IndexWriter, LocalWriter, new_records
+from .indexwriter import IndexWriter, LocalWriter, commit_tool_records, new_records
 from .store import Store, shared_store
 from .toolsearch import ToolIndex
 from .toolspans import (
@@ -378,7 +378,7 @@ class IndexBuilder:
         if self.store_url is None:  # (no LocatedTools then: see builds_tools; built if any)
             records = new_records([built_tools(tools) for tools in lists], self.committed)
             if records:
-                ccr.commit(store, records)
+                commit_tool_records(store, records)
                 self.committed.update(record.digest for record in records)
             if self._held:
                 self._write(self._held)
@@ -465,9 +465,9 @@ class IndexBuilder:
         catalog's original. A `prune` with a window shorter than the run may have dropped
         a catalog's original and its tools' records committed at the start; the same
         catalog later in the input commits its original again, but each tool record is
-        committed once a run. Presence is enough (no refresh): the catalogs' originals
-        were refreshed just before (the manifest's check), and a tool record is pruned
-        only with the record it lies in (ccr.prune). Those the snapshot of the index
+        committed once a run. Presence is enough (no refresh): the manifest's check, just
+        after, refreshes the catalogs' originals (or fails the run, one gone), and a tool
+        record is pruned only with the record it lies in (ccr.prune). Those the snapshot of the index
         written so far names are checked while the writer writes the rest. Returns the
         servers whose tools could not be given back (they leave the index)."""
         if not self.rewritten:
@@ -505,8 +505,8 @@ class IndexBuilder:
             digest = ccr.digest_of(raw[a:b])
             if digest in wanted and digest not in records:
                 records[digest] = ccr.prepare(raw[a:b])
-        if records:
-            ccr.commit(store, list(records.values()))
+        if records and ccr.commit_held(store, list(records.values())):
+            return False  # (its catalog's record went meanwhile)
         return records.keys() == wanted
 
     @staticmethod

@@ -49,7 +49,7 @@ from concurrent.futures import Future
 from typing import IO, Any, Final
 
 from . import ccr
-from .errors import SearchIndexError
+from .errors import SearchIndexError, StoreError
 from .store import Store, open_store
 from .toolsearch import ToolIndex, ToolRow
 from .toolspans import LocatedTools, WorkerTool, built_tools
@@ -388,7 +388,20 @@ def _commit_records(stores: dict[str, Store], url: str, records: list[ccr.Prepar
     store = stores.get(url)
     if store is None:
         store = stores[url] = open_store(url)
-    ccr.commit(store, records)
+    commit_tool_records(store, records)
+
+
+def commit_tool_records(store: Store, records: Sequence[ccr.Prepared]) -> None:
+    """Tool records committed (ccr.commit_held: each span only beside the catalog record it
+    lies in, refreshed with it; the catalogs were committed in transactions of their own,
+    before). A prune that dropped a catalog's record meanwhile fails the run (StoreError),
+    and never leaves a span naming bytes that are gone."""
+    gone = ccr.commit_held(store, records)
+    if gone:
+        raise StoreError(
+            f"{store.url}: {len(gone):,} catalog original(s) left the store before their "
+            f"tools' records were committed (ccr_{gone[0][:12]}…: a prune --not-seen-for "
+            f"shorter than the run?); run again")
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:

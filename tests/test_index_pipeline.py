@@ -507,3 +507,60 @@ def test_a_prune_mid_run_never_leaves_the_index_naming_a_tool_record_it_dropped(
         assert ccr.missing(store, sorted({h[4:] for h in handles})) == []
         for handle in handles:
             ccr.recover(store, handle)
+
+
+def _prune_a_minute_on(store_url: str) -> int:
+    """A prune --not-seen-for 1s, as though the run had taken a minute so far."""
+    with open_store(store_url) as store:
+        return len(ccr.prune(store, 1, now_ms=ccr.now_ms() + 60_000))
+
+
+def test_a_prune_while_the_index_is_finished_fails_the_run_before_its_manifest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest's check (every original it names refreshed and there) ran before the
+    index was finished, which waits for its writer (seconds, on a large run): a prune in
+    that tail dropped every original the published manifest named, and the run exited 0.
+    The index is finished first now, so the check sees such a prune."""
+    from caveman_batch import indexing
+    from caveman_batch.errors import StoreError
+
+    src = _tree(tmp_path / "src")
+    real = indexing.IndexBuilder.finish
+    pruned: list[int] = []
+
+    def finish_then_prune(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        pruned.append(_prune_a_minute_on(f"lmdb://{tmp_path}/ccr"))
+
+    monkeypatch.setattr(indexing.IndexBuilder, "finish", finish_then_prune)
+    with pytest.raises(StoreError, match="left the store while it ran"):
+        _run(tmp_path, src)
+    assert pruned[0] > 0 and not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_prune_before_the_tools_records_leaves_no_span_naming_a_catalog_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index writer commits a catalog's tool records (spans of the catalog's record)
+    after the run committed the catalog: a prune in between dropped the catalog, and the
+    writer then committed spans naming bytes that were gone (`verify`: span target
+    missing, for good). Now each is committed only beside its catalog's record,
+    refreshed with it: the run fails (exit 2), and the store holds no such span."""
+    from caveman_batch import indexing
+    from caveman_batch.errors import StoreError
+
+    src = _tree(tmp_path / "src")
+    url = f"lmdb://{tmp_path}/ccr"
+    real = indexing.IndexBuilder._flush
+    pruned: list[int] = []
+
+    def pruned_then_flushed(self: Any, store: Any) -> None:
+        if not pruned and self._held:
+            pruned.append(_prune_a_minute_on(url))
+        real(self, store)
+
+    monkeypatch.setattr(indexing.IndexBuilder, "_flush", pruned_then_flushed)
+    with pytest.raises(StoreError, match="left the store before their tools' records"):
+        _run(tmp_path, src)
+    assert pruned[0] > 0
+    with open_store(url) as store:
+        assert not ccr.audit(store).excluded

@@ -201,11 +201,11 @@ def _run(config: Config, progress: Progress | None,
                     summary.seconds = time.perf_counter() - started
                     progress(summary)
             touched.flush()  # before the manifest: its rows are what name the handles
-            _held(store, pub.handles)
-            pub.finish(summary)
-            if index is not None:
+            if index is not None:  # (before the check below: a prune meanwhile is seen there)
                 index.finish({r["source"]: r["source_sha256"] for r in pub.records.values()},
                              store, verify=config.checksum)
+            _held(store, pub.handles)
+            pub.finish(summary)
     finally:
         executor.shutdown()
         if index is not None:

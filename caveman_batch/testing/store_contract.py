@@ -515,6 +515,35 @@ class StoreContract:
             assert ccr.recover(store, "ccr_" + digest[name][0]) == catalogs[name][0]
         assert all(store.get(h[4:].encode()) is None for h in gone)
 
+    def test_commit_held_never_leaves_a_span_naming_a_record_gone(
+            self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Tool records (spans) committed apart from their catalog's record, as the index
+        writer does: a span committed between a prune's scan and its delete transaction
+        keeps the catalog (refreshed with it), and one committed after a prune removed the
+        catalog is not written (its catalog reported gone). Before, both left a span whose
+        bytes were gone (`verify`: "span target missing")."""
+        day = 24 * 3_600_000
+        late, gone = (_catalog_with(b'{"name":"%s"}' % n, n) for n in (b"late", b"gone"))
+        for catalog, _ in (late, gone):
+            ccr.commit(store, [ccr.prepare(catalog, now_ms=1_000)])
+        real = store.commit
+
+        def scanned_then_span(items: Any, merge: Any = None) -> Any:
+            monkeypatch.setattr(store, "commit", real)
+            assert ccr.commit_held(store, [_span(late[1], late[0], 10 * day)], now_ms=10 * day) == []
+            return real(items, merge)
+
+        monkeypatch.setattr(store, "commit", scanned_then_span)
+        dropped = ccr.prune(store, 7 * 86_400, now_ms=10 * day)
+        assert {r.handle for r in dropped} == {"ccr_" + ccr.digest_of(gone[0])}
+        assert ccr.recover(store, "ccr_" + ccr.digest_of(late[1])) == late[1]
+        assert ccr.commit_held(store, [_span(gone[1], gone[0])]) == [ccr.digest_of(gone[0])]
+        assert store.get(ccr.digest_of(gone[1]).encode()) is None
+        assert not ccr.audit(store).excluded  # (no span naming bytes that are gone)
+        whole = ccr.prepare(b'{"whole": true}')
+        assert ccr.commit_held(store, [whole]) == []  # (a record no span: committed as ever)
+        assert ccr.recover(store, whole.handle) == b'{"whole": true}'
+
     def test_migrate_writes_spans_after_the_records_they_lie_in(self, store: Store) -> None:
         pairs = [_catalog_with(b'{"name":"t%d"}' % i, b"%d" % i) for i in range(5)]
         for catalog, tool in pairs:
