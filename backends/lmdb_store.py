@@ -427,6 +427,12 @@ def _refuse_truncated(path: Path, url: str, env: lmdb.Environment, *, grow: bool
         raise StoreError(f"{url}: cannot read data.mdb: {exc.strerror or exc}") from exc
     if size >= need:
         return
+    if size % psize or _free_tree_past(data, psize, size):
+        # (LMDB writes whole pages: a file ending mid-page was cut, and the rest of that
+        # page reads as zeros through the map, no SIGBUS; the tree of free pages is read
+        # by every write, never by the probe's cursor)
+        raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
+                         f"need {need:,}): restore it from a backup, or move it aside")
     probe = subprocess.run([sys.executable, "-c", _PROBE, str(path)], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     if probe.returncode == -signal.SIGBUS:
@@ -440,6 +446,61 @@ def _refuse_truncated(path: Path, url: str, env: lmdb.Environment, *, grow: bool
     if grow:
         with contextlib.suppress(OSError):
             _cover_pages(data, need)
+
+
+# LMDB 0.9's file layout (64-bit builds), as far as _free_tree_past reads it: a page
+# header (page number, pad, flags, lower, upper: 16 bytes; an overflow page's count of
+# pages where lower and upper are), then, in meta pages 0 and 1, the meta's fields: the
+# tree of free pages' root at 80, the transaction id at 144; in a branch or leaf page,
+# 2-byte node offsets from 16 up to `lower`, each node (lo, hi, flags, key size: 2 bytes
+# each) then its key, a branch node's child page being lo | hi << 16 | flags << 32, and a
+# leaf node flagged F_BIGDATA holding the first page of its value's overflow run.
+_P_BRANCH: Final = 0x01
+_F_BIGDATA: Final = 0x01
+_P_INVALID: Final = (1 << 64) - 1  # (a tree with no root: no free pages)
+_PAGE_HEADER: Final = 16
+
+
+def _free_tree_past(data: Path, psize: int, size: int) -> bool:
+    """Does the tree of free pages (LMDB's FREE_DBI) of the newest meta page name a page
+    at or past `size`? Read with plain reads (never the map), page by page from its root:
+    every write reads that tree, no read does (the probe's cursor walks only the records)."""
+    limit = size // psize
+
+    def u(b: bytes, at: int, width: int) -> int:
+        return int.from_bytes(b[at:at + width], "little")
+
+    with open(data, "rb") as f:
+        def page(pgno: int) -> bytes:
+            f.seek(pgno * psize)
+            return f.read(psize)
+
+        metas = []
+        for number in (0, 1):
+            meta = page(number)
+            if len(meta) < 152:
+                return True
+            metas.append((u(meta, 144, 8), u(meta, 80, 8)))  # (txnid, free tree's root)
+        root = max(metas)[1]
+        todo = [] if root == _P_INVALID else [root]
+        visited = 0
+        while todo:
+            pgno = todo.pop()
+            visited += 1
+            if pgno >= limit or visited > limit:  # (past the end, or a loop: not LMDB's)
+                return True
+            b = page(pgno)
+            flags, lower = u(b, 10, 2), u(b, 12, 2)
+            for i in range(max(0, (lower - _PAGE_HEADER) // 2)):
+                at = u(b, _PAGE_HEADER + 2 * i, 2)
+                lo, hi, nflags, ksize = (u(b, at + k, 2) for k in (0, 2, 4, 6))
+                if flags & _P_BRANCH:
+                    todo.append(lo | hi << 16 | nflags << 32)
+                elif nflags & _F_BIGDATA:
+                    first = u(b, at + 8 + ksize, 8)
+                    if first >= limit or first + max(u(page(first), 12, 4), 1) > limit:
+                        return True
+    return False
 
 
 def _recognise(path: Path, url: str, env: lmdb.Environment, *, stamp: bool) -> None:

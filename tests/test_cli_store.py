@@ -916,3 +916,52 @@ def test_a_read_only_command_that_makes_lmdbs_lock_file_makes_it_0600(tmp_path: 
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "l" / "lock.mdb").stat().st_mode) == 0o600
+
+
+def _newest_meta(data: Path) -> tuple[int, int]:
+    """(root page of LMDB's tree of free pages, last page number) of data.mdb's newest
+    meta page (LMDB 0.9, 64-bit: the page header, then the meta's fields)."""
+    head = data.read_bytes()[:8192]
+    metas = []
+    for at in (0, 4096):
+        free_root = int.from_bytes(head[at + 80:at + 88], "little")
+        last, txnid = (int.from_bytes(head[at + k:at + k + 8], "little") for k in (136, 144))
+        metas.append((txnid, free_root, last))
+    _, free_root, last = max(metas)
+    return free_root, last
+
+
+@pytest.mark.parametrize("cut", ["mid-page", "free-tree root"])
+def test_an_lmdb_file_cut_where_no_read_through_faults_is_still_truncated(
+        tmp_path: Path, cut: str) -> None:
+    """Two cuts a child reading every record through the map does not see: one mid-way
+    into the last page (the rest of that page reads as zeros, no SIGBUS: a record silently
+    damaged), and one of the last page only where it is the root of LMDB's tree of free
+    pages (read by every write, by no read: every commit then failed MDB_CORRUPTED). Both
+    were opened, and a writable open grew the file back, hiding the cut for good."""
+    import random
+
+    rnd = random.Random(1)
+    for trial in range(60):
+        path = tmp_path / f"s{trial}"
+        url = f"lmdb://{path}"
+        with open_store(url) as store:
+            handles = [ccr.store_original(store, rnd.randbytes(rnd.choice([50, 3000, 9000]))
+                                          + b"%d" % i) for i in range(30 + trial)]
+            store.delete([h[4:].encode() for h in handles[::3]])
+        data = lmdb_store.data_file(path)
+        free_root, last = _newest_meta(data)
+        if cut == "mid-page":
+            os.truncate(data, data.stat().st_size - 4095)
+            break
+        if free_root == last:  # (the case wanted: the free tree's root is the last page)
+            os.truncate(data, last * 4096)
+            break
+    else:
+        pytest.fail("no store with its free tree's root on its last page: the case is not made")
+    size = data.stat().st_size
+    for command in (["stats"], ["verify"], ["prune", "--not-seen-for", "3650d"]):
+        done = run(*command, "--store", url)
+        assert done.returncode == 2, (command, done.returncode, done.stderr)
+        assert b"data.mdb is truncated" in done.stderr, command
+    assert data.stat().st_size == size  # not grown over the cut
