@@ -792,7 +792,8 @@ def prune(
     The age is re-checked inside the delete transaction, so a batch that touches a
     record while prune runs keeps it: each record's ~seen entry is looked at just before
     the record itself, in the same transaction; the records stale spans lie in are looked
-    at first, then the spans, then the records.
+    at first, then every stale span (one seen meanwhile keeps its record, and so every
+    span lying in it), then they are dropped, spans before records.
     """
     cutoff = (_now_ms() if now_ms is None else now_ms) - int(not_seen_for_s * 1000)
     seen = _seen_entries(store)
@@ -825,6 +826,11 @@ def prune(
     kept: set[bytes] = set()  # records stale at the scan kept in the transaction
     looked = b"?"  # the value of an item only looked at (a record stale spans lie in)
 
+    def keep(key: bytes) -> None:
+        kept.add(key)
+        if key in lies_in:  # a span seen keeps its record, and so every span lying in it
+            kept.add(lies_in[key])
+
     def drop_if_stale(key: bytes, old: bytes | None, new: bytes) -> object:
         if old is None:
             return None
@@ -837,14 +843,14 @@ def prune(
             return None if new == looked else DELETE
         if key in fresh or not kept.isdisjoint(stale_spans.get(key, ())) or (
                 key in lies_in and lies_in[key] in kept):
-            kept.add(key)
+            keep(key)
             return None
         try:
             if decode_header(old).last_seen_ms >= cutoff:
-                kept.add(key)
+                keep(key)
                 return None
         except ValueError:
-            kept.add(key)
+            keep(key)
             return None
         if new == looked:  # (stale: a span lying in it may still go, and it then too)
             return None
@@ -854,6 +860,8 @@ def prune(
     items: list[tuple[bytes, bytes]] = []
     for record in sorted(stale_spans):  # seen meanwhile: its spans stay (kept, as above)
         items += [(SEEN_PREFIX + record, looked), (record, looked)]
+    for span in sorted(lies_in):  # looked at before any goes: one seen keeps them all
+        items += [(SEEN_PREFIX + span, looked), (span, looked)]
     for r in stale:
         digest = r.handle[len(HANDLE_PREFIX):]
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]

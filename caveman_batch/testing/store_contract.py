@@ -500,16 +500,23 @@ class StoreContract:
         ccr.touch(store, [digest[b"live"][1]], now_ms=9 * day)  # the span seen, its catalog not
         ccr.touch(store, [digest[b"tool"][0]], now_ms=9 * day)  # the catalog seen, its span not
         scan = ccr.iter_verified
+        siblings = b'{"server":"sib","tools":[{"name":"a"},{"name":"b"},{"name":"c"}]}'
+        tools = [b'{"name":"%s"}' % n for n in (b"a", b"b", b"c")]
+        ccr.commit(store, [ccr.prepare(siblings, now_ms=1_000),
+                           *(_span(tool, siblings, 1_000) for tool in tools)])
 
         def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
             yield from scan(s, audit)
             ccr.touch(s, [digest[b"busy"][1]], now_ms=10 * day)  # a span touched mid-prune
             ccr.touch(s, [digest[b"late"][0]], now_ms=10 * day)  # a catalog touched mid-prune
+            ccr.touch(s, [ccr.digest_of(tools[1])], now_ms=10 * day)  # one of three spans
 
         monkeypatch.setattr(ccr, "iter_verified", scan_then_touch)
         dropped = ccr.prune(store, 7 * 86_400, now_ms=10 * day)
         gone = {"ccr_" + digest[b"both"][0], "ccr_" + digest[b"both"][1]}
         assert {r.handle for r in dropped} == gone
+        for tool in tools:  # (the one seen keeps its catalog, and so the others)
+            assert ccr.recover(store, "ccr_" + ccr.digest_of(tool)) == tool
         for name in (b"live", b"busy", b"tool", b"late"):
             assert ccr.recover(store, "ccr_" + digest[name][1]) == catalogs[name][1]
             assert ccr.recover(store, "ccr_" + digest[name][0]) == catalogs[name][0]
