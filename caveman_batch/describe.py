@@ -393,7 +393,8 @@ def _reduce_once(folded: str, lead_bytes: int) -> Reduction:
             parts.append(separator)
         parts.append(piece)
         kept.append(piece)
-        ending = _ending(folded, piece, s, marks) if marks is not None else ""
+        starts_line = len(parts) == 1 or parts[-2].endswith("\n")
+        ending = _ending(piece, s, marks, starts_line) if marks is not None else ""
     text = "".join(parts)
     return Reduction(text, kept, dropped if text != folded else [], lead)
 
@@ -492,24 +493,25 @@ def _line_break(piece: str, unit: Sentence, marks: markup.Markup, ending: str, s
     A break before a list item, a block or a line that stands alone stays. One that
     was kept for a line now dropped goes. A piece that now follows a block (whose
     closing fence must end its line), a heading or a lone tag starts a line of its
-    own, after a heading or a tag only where that makes no markup of it."""
+    own, after a heading or a tag unless it opens a block (a piece that would stand
+    alone too does: run on, it would lengthen the heading's line, which the next pass
+    reads as one heading)."""
     if separator == "\n" and (_LIST_MARKER.match(piece) is not None or markup.stands_alone_at(piece, 0)
                               or (marks.block_at(unit.start) and len(piece) == unit.end - unit.start)):
         return "\n"
-    if ending == "block" or (ending == "line" and not markup.stands_alone_at(piece, 0)
-                             and not markup.opens_block(piece)):
+    if ending == "block" or (ending == "line" and not markup.opens_block(piece)):
         return "\n"
     return " "
 
 
-def _ending(folded: str, piece: str, unit: Sentence, marks: markup.Markup) -> str:
+def _ending(piece: str, unit: Sentence, marks: markup.Markup, starts_line: bool) -> str:
     """What `piece` (all of `unit`, or its lead cut) ends with: "block", "line" (a
-    heading or a lone tag), or "". Its last line is one only where it starts a line
-    of the text: a unit that opens mid-line with "# " is no heading."""
+    heading or a lone tag), or "". Its last line is one only where it starts a line of
+    the text made (`starts_line`, for its first): a piece run on after another is none."""
     if len(piece) == unit.end - unit.start and marks.block_ends_at(unit.end):
         return "block"
     last = piece.rfind("\n") + 1
-    if last == 0 and unit.start > 0 and folded[unit.start - 1] != "\n":
+    if last == 0 and not starts_line:
         return ""
     return "line" if markup.stands_alone_at(piece, last) else ""
 

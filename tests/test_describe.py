@@ -345,6 +345,19 @@ def test_reduce_idempotent_after_a_mid_line_heading_mark(text: str) -> None:
     assert reduce(once) == once
 
 
+def test_reduce_idempotent_when_a_mid_line_heading_mark_follows_a_heading() -> None:
+    # (a helper's review) "# of ..." mid-line after a dropped sentence, now after a heading:
+    # run on, it lengthened the heading's line; and a piece run on after another was taken
+    # for one starting a line of the text, or not, by where it stood in the text, not here
+    text = ("  Lists things.\n# of things must be positive.\nIt is a very nice tool and people "
+            "really enjoy using it every single day. # of things must be positive.  * item\n\n"
+            "  You must give a limit. It is a very nice tool and people really enjoy using it "
+            "every single day.")
+    once = reduce(text)
+    assert reduce(once) == once
+    assert "\n# of things must be positive.\n# of things must be positive." in once
+
+
 def test_reduce_idempotent_when_a_kept_unit_opens_mid_line_with_a_fence() -> None:
     # (found by fuzzing) "sit! ``` </b>1. ..." with "sit!" dropped put the ``` at a line's
     # start after a block: a block the text never had, read otherwise by the next pass
