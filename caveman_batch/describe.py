@@ -428,13 +428,14 @@ def _choose(folded: str, spans: list[Sentence], lead_bytes: int,
         else:
             chosen.append(None)
     if marks is not None:
-        _keep_fences_mid_line(folded, spans, chosen)
+        _keep_fences_mid_line(folded, spans, chosen, marks)
     if marks is not None and lone:
         _balance(folded, spans, chosen, marks)
     return chosen, lead
 
 
-def _keep_fences_mid_line(folded: str, spans: list[Sentence], chosen: list[str | None]) -> None:
+def _keep_fences_mid_line(folded: str, spans: list[Sentence], chosen: list[str | None],
+                          marks: markup.Markup) -> None:
     """A kept unit that opens mid-line with a fence (```, ~~~) keeps the unit before it
     where that one is dropped: without it, the fence would start a line (after a block,
     whose closing fence must end its line) and open a block the text never had, and the
@@ -442,8 +443,22 @@ def _keep_fences_mid_line(folded: str, spans: list[Sentence], chosen: list[str |
     for i in range(len(spans) - 1, 0, -1):  # (from the end: a unit kept so may need its own)
         piece = chosen[i]
         if (piece is not None and chosen[i - 1] is None and folded[spans[i].start - 1] != "\n"
-                and markup.opens_block(piece)):
+                and markup.opens_block(piece) and _starts_line_if_run_on(spans, chosen, i, marks)):
             chosen[i - 1] = folded[spans[i - 1].start:spans[i - 1].end]
+
+
+def _starts_line_if_run_on(spans: list[Sentence], chosen: list[str | None], i: int,
+                           marks: markup.Markup) -> bool:
+    """Whether kept unit i, the unit before it dropped, would start a line of the text made:
+    only as its first piece, or after a piece that ends a block (see _line_break; its
+    separator is a space, the unit opening mid-line). Otherwise it stays mid-line, and
+    keeping the unit before only changes what the next pass, which may see no markup at
+    all, keeps (not a fixed point)."""
+    for j in range(i - 2, -1, -1):
+        kept = chosen[j]
+        if kept is not None:
+            return len(kept) == spans[j].end - spans[j].start and marks.block_ends_at(spans[j].end)
+    return True
 
 
 def _runs_into_list(text: str, unit: Sentence) -> bool:

@@ -370,6 +370,16 @@ def test_reduce_idempotent_when_a_kept_unit_opens_mid_line_with_a_fence() -> Non
     assert "! ``` </b>" in once  # the fence still mid-line
 
 
+def test_reduce_keeps_no_unit_for_a_mid_line_fence_that_stays_mid_line() -> None:
+    # (a helper's review) the unit before a mid-line fence was kept even where the fence
+    # stays mid-line anyway (after a piece that ends no block): for nothing, and the next
+    # pass, seeing no markup left, dropped it
+    text = ("sfiles. Lorem ipsum dolor sit amet, consectetur adipiscing elit.It is a very nice "
+            "tool and people really enjoy using it every single day.\xa0~~~ Never pass secrets.\n#")
+    once = reduce(text)
+    assert reduce(once) == once == "sfiles. ~~~ Never pass secrets."
+
+
 def test_reduce_idempotent_when_a_fence_runs_on_from_a_lone_tag() -> None:
     # the piece after </hints> opens with "~~~" and so cannot start a line: the tag
     # no longer stands alone, and the break before it goes too (else the next pass folds it)
