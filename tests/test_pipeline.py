@@ -1062,8 +1062,9 @@ def test_a_prune_shorter_than_the_run_never_leaves_a_manifest_naming_what_it_dro
         return real(self, *args)
 
     monkeypatch.setattr(pipeline._Publisher, "publish", publish_after_a_prune)
-    with pytest.raises(StoreError, match="left the store while it ran"):
+    with pytest.raises(StoreError, match="left the store while it ran") as failed:
         _run(tmp_path, reg, incremental=incremental)
+    assert str(failed.value).startswith(f"{store_url}: ")  # (the store named)
     assert pruned[0] > 0
     assert (out / "manifest.jsonl").read_bytes() == before  # the one before stays
     monkeypatch.setattr(pipeline._Publisher, "publish", real)

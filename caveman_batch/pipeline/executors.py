@@ -233,13 +233,30 @@ class Dask:
                     raise ExecutorError(f"{self}: lost the scheduler (the client is "
                                         f"{status})") from None
             except (distributed.KilledWorker, CommClosedError, CancelledError, OSError) as exc:
+                status = getattr(self.client, "status", "running")
+                if isinstance(exc, CancelledError) and status != "running":
+                    # the client cancels every future when it loses its scheduler
+                    raise ExecutorError(f"{self}: lost the scheduler (the client is "
+                                        f"{status})") from None
                 raise ExecutorError(f"{self}: a batch failed: {type(exc).__name__}: {exc}"
                                     ) from exc
 
     def shutdown(self) -> None:
+        import logging
+
         if self.executor is not None:
             self.executor.shutdown(wait=False)  # cancels what is still pending
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        # closing a client that is reconnecting to a lost scheduler cancels its reconnect,
+        # which distributed logs as an ERROR with a traceback: the run has said why it stops
+        quiet = [logging.getLogger(name) for name in ("distributed.client", "distributed.utils")]
+        levels = [log.level for log in quiet]
+        for log in quiet:
+            log.setLevel(logging.CRITICAL)
+        try:
+            if self.client is not None:
+                self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
+        finally:
+            for log, level in zip(quiet, levels, strict=True):
+                log.setLevel(level)
