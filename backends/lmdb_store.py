@@ -427,17 +427,17 @@ def _refuse_truncated(path: Path, url: str, env: lmdb.Environment, *, grow: bool
         raise StoreError(f"{url}: cannot read data.mdb: {exc.strerror or exc}") from exc
     if size >= need:
         return
+    truncated = StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed "
+                           f"pages need {need:,}): restore it from a backup, or move it aside")
     if size % psize or _free_tree_past(data, psize, size):
         # (LMDB writes whole pages: a file ending mid-page was cut, and the rest of that
         # page reads as zeros through the map, no SIGBUS; the tree of free pages is read
         # by every write, never by the probe's cursor)
-        raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
-                         f"need {need:,}): restore it from a backup, or move it aside")
+        raise truncated
     probe = subprocess.run([sys.executable, "-c", _PROBE, str(path)], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     if probe.returncode == -signal.SIGBUS:
-        raise StoreError(f"{url}: data.mdb is truncated ({size:,} bytes, its committed pages "
-                         f"need {need:,}): restore it from a backup, or move it aside")
+        raise truncated
     if probe.returncode != 0:
         said = probe.stderr.decode("utf-8", "replace").strip().splitlines()
         raise StoreError(f"{url}: data.mdb is {need - size:,} bytes short of its committed "

@@ -564,10 +564,10 @@ def commit_held(store: Store, records: Sequence[Prepared], now_ms: int | None = 
     held += [(guard, SEEN_PREFIX + guard, seen) for guard in wholes]
     held.sort(key=lambda item: item[1])  # in key order (see _by_key)
 
+    later = _seen_forward(stamp)
+
     def merged(key: bytes, old: bytes | None, new: bytes) -> bytes | None:
-        if key.startswith(SEEN_PREFIX):
-            return None if _seen_ms(old) >= stamp else new
-        return merge_record(key, old, new)
+        return (later if key.startswith(SEEN_PREFIX) else merge_record)(key, old, new)
 
     absent = store.commit_present(held, merge=merged)
     return [guard.decode("ascii") for guard in absent]
@@ -597,6 +597,14 @@ def missing(store: Store, digests: Sequence[str]) -> list[str]:
     return [d for d in digests if d.encode("ascii") in absent]
 
 
+def _seen_forward(stamp: int) -> Callable[[bytes, bytes | None, bytes], bytes | None]:
+    """The merge of a ~seen entry refreshed to `stamp`: it only ever moves forward."""
+    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
+        return None if _seen_ms(old) >= stamp else new
+
+    return later
+
+
 def touch(store: Store, digests: Iterable[str], now_ms: int | None = None, *,
           present: bool = False) -> None:
     """Refresh last-seen of the records the store holds (incremental runs that skip work):
@@ -608,8 +616,7 @@ def touch(store: Store, digests: Iterable[str], now_ms: int | None = None, *,
     wanted = list(dict.fromkeys(digests))
     absent = set() if present else set(missing(store, wanted))
 
-    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
-        return None if _seen_ms(old) >= stamp else new
+    later = _seen_forward(stamp)
 
     store.commit(_by_key([(_seen_key(d), new) for d in wanted if d not in absent]), merge=later)
 
@@ -626,8 +633,7 @@ def touch_held(store: Store, digests: Iterable[str], now_ms: int | None = None) 
     if not wanted:
         return []
 
-    def later(_key: bytes, old: bytes | None, new: bytes) -> bytes | None:
-        return None if _seen_ms(old) >= stamp else new
+    later = _seen_forward(stamp)
 
     # in key order (see _by_key): the digests sorted as text, which is their keys' order (ASCII
     # hex; a rerun's 16k tuples sorted as tuples cost ~20 ms more)
@@ -818,9 +824,6 @@ def prune(
         return stale
     lies_in = {r.handle[len(HANDLE_PREFIX):].encode("ascii"): within.encode("ascii")
                for r, within in spans}
-    stale_spans: dict[bytes, list[bytes]] = {}  # record key -> the stale spans lying in it
-    for span, record in lies_in.items():
-        stale_spans.setdefault(record, []).append(span)
     fresh: set[bytes] = set()  # records whose ~seen entry moved past the cutoff meanwhile
     dropped: set[bytes] = set()
     kept: set[bytes] = set()  # records stale at the scan kept in the transaction
@@ -841,8 +844,7 @@ def prune(
                 fresh.add(key[len(SEEN_PREFIX):])
                 return None
             return None if new == looked else DELETE
-        if key in fresh or not kept.isdisjoint(stale_spans.get(key, ())) or (
-                key in lies_in and lies_in[key] in kept):
+        if key in fresh or key in kept or (key in lies_in and lies_in[key] in kept):
             keep(key)
             return None
         try:
@@ -858,7 +860,7 @@ def prune(
         return DELETE
 
     items: list[tuple[bytes, bytes]] = []
-    for record in sorted(stale_spans):  # seen meanwhile: its spans stay (kept, as above)
+    for record in sorted(set(lies_in.values())):  # seen meanwhile: its spans stay (kept)
         items += [(SEEN_PREFIX + record, looked), (record, looked)]
     for span in sorted(lies_in):  # looked at before any goes: one seen keeps them all
         items += [(SEEN_PREFIX + span, looked), (span, looked)]

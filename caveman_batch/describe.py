@@ -457,7 +457,7 @@ def _starts_line_if_run_on(spans: list[Sentence], chosen: list[str | None], i: i
     for j in range(i - 2, -1, -1):
         kept = chosen[j]
         if kept is not None:
-            return len(kept) == spans[j].end - spans[j].start and marks.block_ends_at(spans[j].end)
+            return _ends_block(kept, spans[j], marks)
     return True
 
 
@@ -523,12 +523,17 @@ def _ending(piece: str, unit: Sentence, marks: markup.Markup, starts_line: bool)
     """What `piece` (all of `unit`, or its lead cut) ends with: "block", "line" (a
     heading or a lone tag), or "". Its last line is one only where it starts a line of
     the text made (`starts_line`, for its first): a piece run on after another is none."""
-    if len(piece) == unit.end - unit.start and marks.block_ends_at(unit.end):
+    if _ends_block(piece, unit, marks):
         return "block"
     last = piece.rfind("\n") + 1
     if last == 0 and not starts_line:
         return ""
     return "line" if markup.stands_alone_at(piece, last) else ""
+
+
+def _ends_block(piece: str, unit: Sentence, marks: markup.Markup) -> bool:
+    """Whether `piece` (all of `unit`, or its lead cut) ends with a block's closing fence."""
+    return len(piece) == unit.end - unit.start and marks.block_ends_at(unit.end)
 
 
 def _separator(folded: str, start: int) -> str:

@@ -467,9 +467,9 @@ class IndexBuilder:
         catalog later in the input commits its original again, but each tool record is
         committed once a run. Presence is enough (no refresh): the manifest's check, just
         after, refreshes the catalogs' originals (or fails the run, one gone), and a tool
-        record is pruned only with the record it lies in (ccr.prune). Those the snapshot of the index
-        written so far names are checked while the writer writes the rest. Returns the
-        servers whose tools could not be given back (they leave the index)."""
+        record is pruned only with the record it lies in (ccr.prune). Those the snapshot
+        of the index written so far names are checked while the writer writes the rest.
+        Returns the servers whose tools could not be given back (they leave the index)."""
         if not self.rewritten:
             return set()
         handles = self.index.handles(self.rewritten)

@@ -225,9 +225,9 @@ def _held(store: Store, handles: Iterable[bytes]) -> None:
     absent = ccr.touch_held(store, [h.decode("ascii") for h in handles])
     if absent:
         raise StoreError(
-            f"{store.url}: {len(absent):,} original(s) this run committed or reused left the store while "
-            f"it ran (ccr_{absent[0][:12]}…: a prune --not-seen-for shorter than the run?): "
-            f"the manifest was not published; run again")
+            f"{store.url}: {len(absent):,} original(s) this run committed or reused left the "
+            f"store while it ran (ccr_{absent[0][:12]}…: a prune --not-seen-for shorter than "
+            f"the run?): the manifest was not published; run again")
 
 
 def _kept_files(config: Config, with_changes: bool = True) -> dict[Path, str]:

@@ -226,20 +226,21 @@ class Dask:
             except TimeoutError as exc:
                 if pending.done():  # (the batch's own TimeoutError)
                     raise ExecutorError(f"{self}: a batch failed: TimeoutError: {exc}") from exc
-                status = getattr(self.client, "status", "running")
-                if status != "running":  # reconnecting (every future it had is cancelled),
-                    # closing, closed: no answer will come (a future of its executor may
-                    # stay pending for ever: the run hung once its scheduler was killed)
-                    raise ExecutorError(f"{self}: lost the scheduler (the client is "
-                                        f"{status})") from None
+                # reconnecting (every future it had is cancelled), closing, closed: no
+                # answer will come (a future of its executor may stay pending for ever:
+                # the run hung once its scheduler was killed)
+                self._refuse_lost()
             except (distributed.KilledWorker, CommClosedError, CancelledError, OSError) as exc:
-                status = getattr(self.client, "status", "running")
-                if isinstance(exc, CancelledError) and status != "running":
-                    # the client cancels every future when it loses its scheduler
-                    raise ExecutorError(f"{self}: lost the scheduler (the client is "
-                                        f"{status})") from None
+                if isinstance(exc, CancelledError):  # (as the client cancels every future
+                    self._refuse_lost()              # when it loses its scheduler)
                 raise ExecutorError(f"{self}: a batch failed: {type(exc).__name__}: {exc}"
                                     ) from exc
+
+    def _refuse_lost(self) -> None:
+        """ExecutorError if the client has lost its scheduler (its status not "running")."""
+        status = getattr(self.client, "status", "running")
+        if status != "running":
+            raise ExecutorError(f"{self}: lost the scheduler (the client is {status})") from None
 
     def shutdown(self) -> None:
         import logging
