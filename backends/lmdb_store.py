@@ -89,6 +89,7 @@ class LmdbStore(Store):
         if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the open for ever
             raise foreign_store(url, "its data.mdb is not a regular file")
         exists = mode is not None
+        _refuse_lost(path, url, exists)
         if not exists:  # (another program's folder is named as one, by readers too)
             _refuse_other_files(path, url)
         if (readonly or not create) and not exists:
@@ -361,6 +362,28 @@ def _open_readonly(path: Path) -> lmdb.Environment:
             return lmdb.open(str(path), lock=True, **options)
         except lmdb.ReadonlyError:
             return lmdb.open(str(path), lock=False, **options)
+
+
+def _refuse_lost(path: Path, url: str, exists: bool) -> None:
+    """StoreError if the folder held a store of ours (its marker is there) whose data.mdb is
+    gone or empty (deleted, or cut to nothing by a bad copy or restore). LMDB would start a
+    new, empty store over it without a word, and every handle published before would be
+    gone for good, unnoticed; a reader was told "nothing was ever committed there". (The
+    marker is written only once data.mdb holds its meta pages: see _recognise, after
+    LMDB's open; so a store another process is making now is never taken for one lost.)"""
+    if not (path / MARKER).is_file():
+        return
+    try:
+        empty = not exists or os.stat(data_file(path)).st_size == 0
+    except FileNotFoundError:
+        empty = True
+    except OSError as exc:
+        raise StoreError(f"{url}: cannot look at data.mdb: {exc.strerror or exc}") from exc
+    if empty:
+        raise StoreError(f"{url}: its data.mdb is {'empty' if exists else 'missing'}, but the "
+                         f"folder held a store ({MARKER} is there): its records are gone; "
+                         f"restore data.mdb from a backup, or remove the folder to start a "
+                         f"new store")
 
 
 def _refuse_other_files(path: Path, url: str) -> None:

@@ -657,6 +657,33 @@ def test_a_truncated_lmdb_file_is_a_store_error_not_a_sigbus(tmp_path: Path) -> 
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
+@pytest.mark.parametrize("loss", ["emptied", "deleted"])
+def test_an_lmdb_store_whose_data_file_is_gone_is_refused_not_started_anew(tmp_path: Path,
+                                                                           loss: str) -> None:
+    """data.mdb deleted or cut to nothing, beside the marker of a store that was: every
+    command names the loss (exit 2). A writer started a new empty store over it without a
+    word (every handle published before gone for good), a reader said "nothing was ever
+    committed there" or "Bad file descriptor"."""
+    url = f"lmdb://{tmp_path}/ccr"
+    handle = commit(url, b"an original published before")[0]
+    data = lmdb_store.data_file(tmp_path / "ccr")
+    if loss == "emptied":
+        os.truncate(data, 0)
+    else:
+        data.unlink()
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+    for command in (["stats"], ["verify"], ["recover", handle], ["prune", "--not-seen-for", "1d"],
+                    ["migrate", "--to", f"sqlite://{tmp_path}/copy.db"],
+                    ["compress", str(src), "-o", str(tmp_path / "out")]):
+        done = run(*command, "--store", url)
+        assert done.returncode == 2, (command, done.returncode, done.stderr)
+        said = "empty" if loss == "emptied" else "missing"
+        assert f"data.mdb is {said}".encode() in done.stderr and url.encode() in done.stderr
+        assert b"Traceback" not in done.stderr, command
+    assert not (tmp_path / "out" / "manifest.jsonl").exists() and not (tmp_path / "copy.db").exists()
+    assert (data.stat().st_size == 0) if loss == "emptied" else not data.exists()
+
+
 @pytest.mark.parametrize("command", [["stats"], ["verify"], ["recover", "ccr_0123456789abcdef"],
                                      ["prune", "--not-seen-for", "1d"]])
 def test_a_folder_of_other_files_is_named_foreign_by_readers_too(tmp_path: Path,
