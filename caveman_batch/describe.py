@@ -554,10 +554,16 @@ def explain(text: str, *, short_bytes: int = SHORT_BYTES, lead_bytes: int = LEAD
     result = _reduce_once(current, lead_bytes)
     dropped = list(result.dropped)
     for _ in range(_MAX_PASSES):
-        if result.text == current or _SPAN_CHARS.search(result.text) is None:
+        if result.text == current:
+            break
+        # the next pass is what reduce() does to the text made: fold it first (a lone tag's
+        # line may now have a fence run on after it, which fold joins to the line before)
+        folded = fold(result.text)
+        if folded == result.text and _SPAN_CHARS.search(folded) is None:
             break  # a fixed point by construction (see the module docstring)
-        current = result.text
-        if _is_short(current, short_bytes):
+        current = folded
+        if _is_short(current, short_bytes):  # (reduce keeps a short text as folded)
+            result = Reduction(current, result.kept, dropped, result.lead)
             break
         result = _reduce_once(current, lead_bytes)
         dropped += result.dropped
