@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from . import __version__, _accel, ccr, pipeline, single
+from . import __version__, _accel, ccr, fsio, pipeline, single
 from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .fsio import write_target
@@ -90,7 +90,7 @@ def _same_local_store(a: str, b: str) -> bool:
 def _echo_json(data: object) -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False)
     # a lone surrogate from the input goes out as its JSON escape (\udXXX), not an error
-    sys.stdout.buffer.write(text.encode("utf-8", "backslashreplace") + b"\n")
+    fsio.write_stdout(text.encode("utf-8", "backslashreplace") + b"\n")
     sys.stdout.buffer.flush()
 
 
@@ -160,7 +160,7 @@ def shrink(
     label, raw = read_source(source, max_bytes)
     outcome = single.shrink(raw, label, url)
     if target is None:
-        sys.stdout.buffer.write(outcome.output)
+        fsio.write_stdout(outcome.output)
         sys.stdout.buffer.flush()
     else:
         write_target(target, outcome.output)
@@ -384,7 +384,7 @@ def recover(
     with _open(store) as s:
         original = ccr.recover(s, chosen)
     if target is None:
-        sys.stdout.buffer.write(original)
+        fsio.write_stdout(original)
         sys.stdout.buffer.flush()
     else:
         write_target(target, original)

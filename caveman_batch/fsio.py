@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,6 +36,22 @@ def write_new(path: str, data: bytes) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def write_stdout(data: bytes) -> None:
+    """All of `data` on standard output, or the write's error. Unbuffered (PYTHONUNBUFFERED=1,
+    python -u: common in containers), sys.stdout.buffer is the raw file, whose write() may
+    take only part of it (a disk that fills, a file size limit) and says so only by its
+    count: a recovered original was cut short, exit 0. The rest is written until it is all
+    in (the next write raises: ENOSPC, EFBIG)."""
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        written = out.write(view)
+        if written is None:  # a non-blocking stream that cannot take more now
+            select.select([], [out], [])
+            continue
+        view = view[written:]
 
 
 @contextlib.contextmanager

@@ -933,6 +933,38 @@ def test_a_full_standard_output_is_said_not_a_traceback(command: list[str], tmp_
     assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("command", ["recover", "shrink", "payload retrieve"])
+def test_standard_output_that_takes_part_of_an_original_is_an_error_not_a_cut_copy(
+        command: str, unbuffered: str, tmp_path: Path) -> None:
+    """A file size limit (or a disk that fills) mid-write: unbuffered (PYTHONUNBUFFERED=1, as
+    containers set it), standard output's write took part of the bytes and said so only by
+    its count, and the command exited 0 with the original cut short."""
+    import resource
+
+    url = f"lmdb://{tmp_path}/l"
+    original = AWKWARD * 2000
+    [handle] = commit(url, original)
+    source = tmp_path / "given.bin"
+    source.write_bytes(original)
+    args = {"recover": ["recover", handle], "shrink": ["shrink", str(source)],
+            "payload retrieve": ["payload", "retrieve", handle]}[command]
+    limit = len(original) // 3
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    with open(tmp_path / "out.bin", "wb") as out:
+        done = subprocess.run([*entry_point(), *args, "--store", url], stdout=out,
+                              stderr=subprocess.PIPE, env=env, preexec_fn=limited, timeout=60)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.strip().endswith(b"cannot write to standard output: File too large")
+    assert (tmp_path / "out.bin").stat().st_size <= limit
+
+
 def test_a_read_only_command_that_makes_lmdbs_lock_file_makes_it_0600(tmp_path: Path) -> None:
     url = f"lmdb://{tmp_path}/l"
     commit(url, b"x")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .. import fsio
 from ..sources import DEFAULT_MAX_BYTES, read_source
 from ..store import open_store
 from ..storeurl import minting_store_url, store_url
@@ -67,7 +68,7 @@ def _report(label: str, r: PayloadResult) -> str:
 
 def _write(text: str) -> None:
     # lone surrogates from the input go out escaped rather than failing the command
-    sys.stdout.buffer.write(text.encode("utf-8", "backslashreplace"))
+    fsio.write_stdout(text.encode("utf-8", "backslashreplace"))
     sys.stdout.buffer.flush()
 
 
@@ -88,5 +89,5 @@ def retrieve(
         parse_lines(lines)
     with open_store(store_url(store), readonly=True) as s:
         data = retrieve_original(s, handle, lines)
-    sys.stdout.buffer.write(data)
+    fsio.write_stdout(data)
     sys.stdout.buffer.flush()
