@@ -335,10 +335,14 @@ def _libc() -> Any:
 
 
 def _open_env(path: Path, map_size: int) -> lmdb.Environment:
-    env = lmdb.open(
-        str(path), map_size=map_size, subdir=True, mode=0o600, max_dbs=0, max_readers=256,
-        readahead=False, lock=True, sync=True, metasync=True,
-    )
+    try:
+        env = lmdb.open(
+            str(path), map_size=map_size, subdir=True, mode=0o600, max_dbs=0, max_readers=256,
+            readahead=False, lock=True, sync=True, metasync=True,
+        )
+    except lmdb.InvalidError as exc:
+        _refuse_unborn(path, exc)
+        raise
     env.reader_check()  # clear slots left by killed processes
     return env
 
@@ -349,7 +353,61 @@ def _open_writable(path: Path) -> lmdb.Environment:
             ensure_private_dir(path)
         except OSError as exc:
             raise StoreError(f"lmdb://{path}: cannot create directory: {exc}") from exc
+        _reserve_lock_file(path)
         return _open_env(path, INITIAL_MAP_SIZE)
+
+
+# LMDB's lock file for 256 readers (64-bit Linux: its 128-byte header, 64 bytes a slot; a
+# build whose header is larger reads as many slots from it, give or take one)
+_LOCK_BYTES: Final = 128 + 64 * 256
+
+
+def _reserve_lock_file(path: Path) -> None:
+    """lock.mdb's disk blocks allocated before LMDB maps it: LMDB makes it by ftruncate (a
+    file of holes) and writes it through its map, and on a full disk the first touch of a
+    page without a block is a SIGBUS (exit 135, no message at all). posix_fallocate says
+    ENOSPC instead, and never shrinks nor changes an existing file's bytes."""
+    lock = path / "lock.mdb"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # (a folder or lock file not ours to write: LMDB's open says why)
+    try:
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, _LOCK_BYTES))
+    except OSError as exc:
+        raise StoreError(f"lmdb://{path}: cannot write lock.mdb: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+# LMDB 0.9's first meta page (64-bit): its magic, the page size (the free tree's md_pad)
+# and the transaction id that wrote it, after the 16-byte page header
+_MAGIC: Final = (0xBEEFC0DE).to_bytes(4, "little")
+_MAGIC_AT: Final = 16
+_PSIZE_AT: Final = 40
+_TXNID_AT: Final = 144
+_META_END: Final = 152
+
+
+def _refuse_unborn(path: Path, exc: lmdb.Error) -> None:
+    """StoreError, said plainly, if data.mdb is one whose making was cut short (a full
+    disk while LMDB wrote its first two pages, one whole page written): it never held a
+    commit (its first page is a new store's, transaction 0), and LMDB refuses it for ever
+    as "not an LMDB file". It is left as it is: removing it is the user's to do."""
+    data = data_file(path)
+    try:
+        with open(data, "rb") as fh:
+            head = fh.read(_META_END)
+        size = os.stat(data).st_size
+    except OSError:
+        return
+    unborn = (len(head) == _META_END and head[_MAGIC_AT:_MAGIC_AT + 4] == _MAGIC
+              and size < 2 * int.from_bytes(head[_PSIZE_AT:_PSIZE_AT + 4], "little")
+              and not any(head[_TXNID_AT:_META_END]))
+    if unborn:
+        raise StoreError(f"lmdb://{path}: data.mdb was never completed ({size:,} bytes: its "
+                         f"making was cut short, a full disk?) and holds no record: remove "
+                         f"the folder to start the store anew") from exc
 
 
 def _open_readonly(path: Path) -> lmdb.Environment:
@@ -358,10 +416,15 @@ def _open_readonly(path: Path) -> lmdb.Environment:
     options: dict[str, Any] = dict(map_size=INITIAL_MAP_SIZE, subdir=True, readonly=True, mode=0o600,
                                    max_dbs=0, max_readers=256, readahead=False)
     with _translated(path, "open"):
+        _reserve_lock_file(path)
         try:
-            return lmdb.open(str(path), lock=True, **options)
-        except lmdb.ReadonlyError:
-            return lmdb.open(str(path), lock=False, **options)
+            try:
+                return lmdb.open(str(path), lock=True, **options)
+            except lmdb.ReadonlyError:
+                return lmdb.open(str(path), lock=False, **options)
+        except lmdb.InvalidError as exc:
+            _refuse_unborn(path, exc)
+            raise
 
 
 def _refuse_lost(path: Path, url: str, exists: bool) -> None:

@@ -8,6 +8,7 @@ exit statuses, environment handling) and the finer cases run through `cli.main`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -684,6 +685,46 @@ def test_an_lmdb_store_whose_data_file_is_gone_is_refused_not_started_anew(tmp_p
     assert (data.stat().st_size == 0) if loss == "emptied" else not data.exists()
 
 
+def test_an_lmdb_file_whose_making_was_cut_short_is_said_plainly(tmp_path: Path) -> None:
+    """A full disk while LMDB wrote a new store's first two pages leaves one: LMDB then
+    refuses it for ever as "not an LMDB file". It held no record: the message says so and
+    what to do, and leaves it as it is."""
+    lmdb.open(str(tmp_path / "whole")).close()
+    store = tmp_path / "cut"
+    store.mkdir()
+    lmdb_store.data_file(store).write_bytes(lmdb_store.data_file(tmp_path / "whole").read_bytes()[:4096])
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+    for command in (["stats"], ["verify"], ["compress", str(src), "-o", str(tmp_path / "out")]):
+        done = run(*command, "--store", f"lmdb://{store}")
+        assert done.returncode == 2, (command, done.stderr)
+        assert b"data.mdb was never completed (4,096 bytes" in done.stderr, done.stderr
+        assert b"remove the folder to start the store anew" in done.stderr
+    assert lmdb_store.data_file(store).stat().st_size == 4096
+
+
+def test_a_new_lmdb_store_on_a_full_disk_is_an_error_not_a_sigbus(tmp_path: Path) -> None:
+    """LMDB makes lock.mdb a file of holes and writes it through its map: on a full disk
+    the first touch killed the process with SIGBUS (exit 135, no message)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace')}")
+    try:
+        with open(disk / "fill", "wb", buffering=0) as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * 4096)
+        src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+        done = run("compress", str(src), "-o", str(tmp_path / "out"), "--store", str(disk / "st"))
+        assert done.returncode == 2, (done.returncode, done.stderr)
+        assert done.stderr.strip().endswith(b"cannot write lock.mdb: No space left on device")
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
 @pytest.mark.parametrize("command", [["stats"], ["verify"], ["recover", "ccr_0123456789abcdef"],
                                      ["prune", "--not-seen-for", "1d"]])
 def test_a_folder_of_other_files_is_named_foreign_by_readers_too(tmp_path: Path,
@@ -940,8 +981,6 @@ def test_standard_output_that_takes_part_of_an_original_is_an_error_not_a_cut_co
     """A file size limit (or a disk that fills) mid-write: unbuffered (PYTHONUNBUFFERED=1, as
     containers set it), standard output's write took part of the bytes and said so only by
     its count, and the command exited 0 with the original cut short."""
-    import resource
-
     url = f"lmdb://{tmp_path}/l"
     original = AWKWARD * 2000
     [handle] = commit(url, original)
