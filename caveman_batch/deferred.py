@@ -53,7 +53,7 @@ from .embedding import Embedder, choose_embedder
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
 from .proxy import exit_status, open_or_warn
 from .store import Store
-from .toolsearch import ToolDoc, ToolIndex
+from .toolsearch import ToolDoc, ToolIndex, split_name
 from .toolspans import ToolEntry, index_entries
 from .upstreams import (
     MAX_EVENTS,
@@ -106,6 +106,7 @@ class Catalog:
     docs: list[ToolDoc] = field(default_factory=list)
     originals: list[ccr.Prepared] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # names of tools it could not read
+    why: dict[str, str] = field(default_factory=dict)  # why, for those a client would refuse
 
 
 def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compressed: bool,
@@ -136,15 +137,21 @@ def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compresse
                 continue
             exposed = prefix + entry.name
             definition = _renamed(entry.definition, exposed)
-            if definition is None:
+            refused = None if definition is None else _refused(definition)
+            if definition is None or refused is not None:
                 catalog.left_out.append(entry.name)
+                if refused is not None:
+                    catalog.why[entry.name] = refused
                 continue
             prepared = ccr.prepare(entry.original) if compressed else None
             handle = prepared.handle if prepared is not None else None
             catalog.tools[entry.name] = ListedTool(server, entry.name, exposed, definition,
                                                    handle)
-            catalog.docs.append(ToolDoc(server, entry.name, handle, entry.definition,
-                                        entry.fields))
+            # with several servers the client sees NAME__tool: the server's name is searched
+            # with the tool's, so a query naming it (or the name as exposed) finds the tool
+            fields = entry.fields if not prefix else {
+                **entry.fields, "name": f"{split_name(server)} {entry.fields.get('name', '')}"}
+            catalog.docs.append(ToolDoc(server, entry.name, handle, entry.definition, fields))
             if prepared is not None:
                 catalog.originals.append(prepared)
     return catalog
@@ -174,6 +181,28 @@ def _tool_name(tool: bytes) -> str:
     except (ValueError, AttributeError, RecursionError):
         name = None
     return name if isinstance(name, str) else "(without a name)"
+
+
+def _refused(definition: str) -> str | None:
+    """Why a client would refuse this tool in a tools/list, or None: MCP's Tool needs an
+    object inputSchema, a string (or no) description and title, an object (or no)
+    outputSchema and annotations. The SDKs validate the whole list, so one such tool made a
+    client refuse every server's tools and the proxy's own."""
+    try:
+        tool = json.loads(definition)
+    except (ValueError, RecursionError):
+        return "is not JSON a client can read"
+    if not isinstance(tool, dict):
+        return "is not a JSON object"
+    if not isinstance(tool.get("inputSchema"), dict):
+        return "has no inputSchema object (MCP requires one)"
+    for key in ("description", "title"):
+        if not isinstance(tool.get(key), str | None):
+            return f"has a {key} that is not a string"
+    for key in ("outputSchema", "annotations"):
+        if not isinstance(tool.get(key), dict | None):
+            return f"has an {key} that is not an object"
+    return None
 
 
 def _renamed(definition: str, exposed: str) -> str | None:
@@ -714,8 +743,9 @@ class DeferredProxy:
                        f"error: {exc!r}): none is in the search (a call still goes)")
             catalog = Catalog()
         for name in catalog.left_out:
-            self._warn(f"upstream {server.name!r}: tool {name!r} cannot be read as a catalog "
-                       "tool: left out of the search and the list (a call of it still goes)")
+            why = catalog.why.get(name, "cannot be read as a catalog tool")
+            self._warn(f"upstream {server.name!r}: tool {name!r} {why}: left out of the search "
+                       "and the list (a call of it still goes)")
         try:
             self.index.replace_server(server.name, catalog.docs)
         except SearchIndexError as exc:

@@ -654,3 +654,71 @@ def test_the_startup_deadline_runs_from_the_clients_initialize(
     os.close(client_out)
     assert answer is not None and answer["result"]["serverInfo"]["name"] == "up"
     assert status == [0] and "did not list its tools" not in err.read_text()
+
+
+UNSERVABLE = {  # tools an SDK client refuses in a tools/list (MCP's Tool), with why
+    "no_schema": ({"name": "no_schema", "description": "Has none."}, "has no inputSchema object"),
+    "null_schema": ({"name": "null_schema", "inputSchema": None}, "has no inputSchema object"),
+    "text_schema": ({"name": "text_schema", "inputSchema": "object"}, "has no inputSchema object"),
+    "number_description": ({"name": "number_description", "description": 42,
+                            "inputSchema": {"type": "object"}}, "has a description that is not"),
+    "list_title": ({"name": "list_title", "title": ["x"], "inputSchema": {"type": "object"}},
+                   "has a title that is not a string"),
+    "text_output": ({"name": "text_output", "inputSchema": {"type": "object"},
+                     "outputSchema": "x"}, "has an outputSchema that is not an object"),
+    "list_annotations": ({"name": "list_annotations", "inputSchema": {"type": "object"},
+                          "annotations": []}, "has an annotations that is not an object"),
+}
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_tool_a_client_would_refuse_is_left_out_with_why(compressed: bool) -> None:
+    """The SDKs validate a tools/list whole: one such tool found by a search and listed made
+    the client refuse every server's tools and the proxy's own (a helper's hunt)."""
+    tools = [GOOD[0], *(tool for tool, _ in UNSERVABLE.values()), GOOD[1],
+             {"name": "null_description", "description": None, "inputSchema": {"type": "object"}}]
+    catalog = deferred.build_catalog("s", "", [json.dumps({"tools": tools}).encode()],
+                                     compressed=compressed, options=Options(count_tokens=False))
+    assert list(catalog.tools) == ["tool0", "tool1", "null_description"]
+    assert catalog.left_out == list(UNSERVABLE)
+    for name, (_, why) in UNSERVABLE.items():
+        assert catalog.why[name].startswith(why), name
+
+
+def test_a_tool_a_client_would_refuse_takes_no_other_tool_down(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    bad = json.dumps([
+        {"name": "create_issue", "description": "Create an issue in the tracker."},
+        {"name": "list_issues", "description": "List the open issues of the tracker.",
+         "inputSchema": {"type": "object"}}])
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {"a": {}, "b": {"TOOLS": bad}})])
+    w.start()
+    found = text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "an issue in the tracker echo", "limit": 5}}))
+    assert sorted(t["name"] for t in json.loads(found)) == ["a__echo", "b__list_issues"]
+    listed = [t["name"] for t in w.call(2, "tools/list")["result"]["tools"]]
+    assert sorted(listed) == ["a__echo", "b__list_issues", "call_tool", "search_tools"]
+    assert text(w.call(3, "tools/call", {"name": "b__create_issue"})) == "ran create_issue null"
+    code, err = w.close()
+    assert code == 0 and ("upstream 'b': tool 'create_issue' has no inputSchema object (MCP "
+                          "requires one): left out of the search and the list") in err
+
+
+def test_a_search_naming_the_server_or_the_name_as_exposed_finds_its_tools(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """With several servers the client sees NAME__tool; neither NAME nor NAME__tool found a
+    thing, although search_tools' own description names the servers."""
+    issues = json.dumps([{"name": "create_issue", "description": "Open a new ticket.",
+                          "inputSchema": {"type": "object"}}])
+    clock = json.dumps([{"name": "get_current_time", "description": "The time now.",
+                         "inputSchema": {"type": "object"}}])
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {
+        "github": {"TOOLS": issues}, "time": {"TOOLS": clock}})])
+    w.start()
+    for rid, (query, wanted) in enumerate([("github", "github__create_issue"),
+                                           ("github__create_issue", "github__create_issue"),
+                                           ("time__get_current_time", "time__get_current_time")]):
+        found = text(w.call(rid, "tools/call", {"name": "search_tools", "arguments": {
+            "query": query, "limit": 1}}))
+        assert found.startswith("[") and [t["name"] for t in json.loads(found)] == [wanted], query
+    assert w.close()[0] == 0
