@@ -87,11 +87,18 @@ def _same_local_store(a: str, b: str) -> bool:
     return one is not None and one == other
 
 
+def _echo(message: str = "") -> None:
+    """typer.echo; a reader of standard output that went away is fsio.ReaderGone (exit 0)."""
+    try:
+        typer.echo(message)
+    except BrokenPipeError:
+        raise fsio.ReaderGone from None
+
+
 def _echo_json(data: object) -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False)
     # a lone surrogate from the input goes out as its JSON escape (\udXXX), not an error
     fsio.write_stdout(text.encode("utf-8", "backslashreplace") + b"\n")
-    sys.stdout.buffer.flush()
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
@@ -161,7 +168,6 @@ def shrink(
     outcome = single.shrink(raw, label, url)
     if target is None:
         fsio.write_stdout(outcome.output)
-        sys.stdout.buffer.flush()
     else:
         write_target(target, outcome.output)
     sys.stderr.write(json.dumps(outcome.report, ensure_ascii=False) + "\n")
@@ -180,14 +186,14 @@ def lint(
         _echo_json(report)
         return
     if report["status"] != "ok":
-        typer.echo(f"{label}: passes through unchanged: {report['reason']}")
+        _echo(f"{label}: passes through unchanged: {report['reason']}")
         return
-    typer.echo(f"{label}: {len(report['tools'])} tools, {_delta(report)} "
+    _echo(f"{label}: {len(report['tools'])} tools, {_delta(report)} "
                f"({report['encoding']}, {report['basis']})")
     for tool in report["tools"]:
-        typer.echo(f"  {tool['name']}: {_delta(tool)}")
+        _echo(f"  {_one_line(tool['name'])}: {_delta(tool)}")
         for change in tool["changes"]:
-            typer.echo(f"    {_describe_change(change)}")
+            _echo(f"    {_describe_change(change)}")
 
 
 def _delta(d: dict[str, int]) -> str:
@@ -260,7 +266,7 @@ def compress(
     if as_json:
         _echo_json(report)
     else:
-        typer.echo(_summary_text(report))
+        _echo(_summary_text(report))
     if strict and summary.error:
         raise UsageError(f"{summary.error} document(s) in error (--strict); see {config.manifest_path}")
 
@@ -333,7 +339,17 @@ def search(
         _echo_json([hit.as_dict() for hit in hits])
         return
     for hit in hits:
-        typer.echo(f"{hit.score:8.3f}  {hit.server}/{hit.name}  {hit.handle or '-'}")
+        _echo(f"{hit.score:8.3f}  {_one_line(f'{hit.server}/{hit.name}')}  {hit.handle or '-'}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """A name as one line of a listing: a control character (a line break, an escape) as
+    its escape, so a catalog's tool name can neither forge nor hide lines of the output
+    (nor drive a terminal)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @eval_app.command("search")
@@ -357,11 +373,11 @@ def eval_search(
         return
     rows = ([("original", report["original"]), ("compressed", report["compressed"]),
              ("delta", report["delta"])] if compare_original else [("", report)])
-    typer.echo(f"queries {report['queries']:,}")
+    _echo(f"queries {report['queries']:,}")
     for label, figures in rows:
         cells = "  ".join(f"{key} {figures[key]:.4f}" for key in
                           ("recall@1", "recall@5", "recall@10", "mrr"))
-        typer.echo(f"{label:<11}{cells}" if label else cells)
+        _echo(f"{label:<11}{cells}" if label else cells)
 
 
 # -- store commands -----------------------------------------------------------
@@ -385,7 +401,6 @@ def recover(
         original = ccr.recover(s, chosen)
     if target is None:
         fsio.write_stdout(original)
-        sys.stdout.buffer.flush()
     else:
         write_target(target, original)
 
@@ -399,15 +414,15 @@ def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         _echo_json(report)
         return
-    typer.echo(f"store     {report['store']}")
-    typer.echo(f"records   {report['records']:,} ({report['verified']:,} verified)")
-    typer.echo(f"original  {_size(report['original_bytes'])}")  # type: ignore[arg-type]
-    typer.echo(f"stored    {_size(report['stored_bytes'])} "  # type: ignore[arg-type]
+    _echo(f"store     {report['store']}")
+    _echo(f"records   {report['records']:,} ({report['verified']:,} verified)")
+    _echo(f"original  {_size(report['original_bytes'])}")  # type: ignore[arg-type]
+    _echo(f"stored    {_size(report['stored_bytes'])} "  # type: ignore[arg-type]
                f"({float(report['stored_ratio']) * 100:.1f}% of original)")  # type: ignore[arg-type]
     for reason, count in report["excluded"].items():  # type: ignore[attr-defined]
-        typer.echo(f"excluded  {count:,} {reason}")
+        _echo(f"excluded  {count:,} {reason}")
     if report["foreign_keys"]:
-        typer.echo(f"ignored   {report['foreign_keys']:,} keys that are not ours")
+        _echo(f"ignored   {report['foreign_keys']:,} keys that are not ours")
 
 
 @app.command()
@@ -420,12 +435,12 @@ def verify(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         _echo_json({**report.as_dict(), **({"integrity": problems} if problems else {})})
     else:
         for failure in report.failures:
-            typer.echo(f"FAILED {failure['handle']}: {failure['reason']}")
+            _echo(f"FAILED {failure['handle']}: {failure['reason']}")
         for problem in problems:
-            typer.echo(f"FAILED the store's own check: {problem}")
-        typer.echo(f"verified {report.verified:,} of {report.records:,} records in {report.store}")
+            _echo(f"FAILED the store's own check: {problem}")
+        _echo(f"verified {report.verified:,} of {report.records:,} records in {report.store}")
         if report.foreign_keys:
-            typer.echo(f"ignored {report.foreign_keys:,} keys that are not ours")
+            _echo(f"ignored {report.foreign_keys:,} keys that are not ours")
     if report.verified != report.records:
         raise VerificationFailed(f"{report.records - report.verified} record(s) failed verification")
     if problems:
@@ -451,8 +466,8 @@ def prune(
                     "bytes": sum(r.original_length for r in removed)})
         return
     for r in removed:
-        typer.echo(f"{verb} {r.handle} ({_size(r.original_length)}, last seen {_when(r.last_seen)})")
-    typer.echo(f"{verb} {len(removed):,} record(s), {_size(sum(r.original_length for r in removed))}")
+        _echo(f"{verb} {r.handle} ({_size(r.original_length)}, last seen {_when(r.last_seen)})")
+    _echo(f"{verb} {len(removed):,} record(s), {_size(sum(r.original_length for r in removed))}")
 
 
 def _when(ts: float) -> str:
@@ -479,9 +494,9 @@ def migrate(
     if as_json:
         _echo_json(data)
         return
-    typer.echo(f"copied {report.verified:,} of {report.records:,} records to {to}")
+    _echo(f"copied {report.verified:,} of {report.records:,} records to {to}")
     for reason, count in report.excluded.items():
-        typer.echo(f"skipped {count:,} {reason}")
+        _echo(f"skipped {count:,} {reason}")
 
 
 # -- proxy ----------------------------------------------------------------------
@@ -535,7 +550,7 @@ app.add_typer(payload_app, name="payload")
 def _version_callback(value: bool) -> None:
     if value:
         built = [name for name, active in _accel.status().items() if active]
-        typer.echo(f"caveman-batch {__version__} (C accelerators: {', '.join(built) or 'none'})")
+        _echo(f"caveman-batch {__version__} (C accelerators: {', '.join(built) or 'none'})")
         raise typer.Exit()
 
 
@@ -562,7 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _CLICK_USAGE_TO_OURS.get(code, code)
     except CavemanError as exc:
         return _fail(str(exc), exc.exit_code)
-    except BrokenPipeError:
+    except (BrokenPipeError, fsio.ReaderGone):
+        with contextlib.suppress(OSError):  # (what stdout still holds is dropped at exit)
+            sys.stdout = open(os.devnull, "w")
         sys.stderr.close()  # the reader went away (| head): nothing to report
         return 0
     except OSError as exc:

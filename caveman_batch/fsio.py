@@ -38,20 +38,29 @@ def write_new(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+class ReaderGone(Exception):
+    """Standard output's reader went away (`| head`): nothing more to write to (exit 0).
+    Not an OSError: typer's own handler makes a BrokenPipeError exit 1."""
+
+
 def write_stdout(data: bytes) -> None:
-    """All of `data` on standard output, or the write's error. Unbuffered (PYTHONUNBUFFERED=1,
-    python -u: common in containers), sys.stdout.buffer is the raw file, whose write() may
-    take only part of it (a disk that fills, a file size limit) and says so only by its
-    count: a recovered original was cut short, exit 0. The rest is written until it is all
-    in (the next write raises: ENOSPC, EFBIG)."""
+    """All of `data` on standard output, flushed, or the write's error. Unbuffered
+    (PYTHONUNBUFFERED=1, python -u: common in containers), sys.stdout.buffer is the raw file,
+    whose write() may take only part of it (a disk that fills, a file size limit) and says
+    so only by its count: a recovered original was cut short, exit 0. The rest is written
+    until it is all in (the next write raises: ENOSPC, EFBIG)."""
     out = sys.stdout.buffer
     view = memoryview(data)
-    while view:
-        written = out.write(view)
-        if written is None:  # a non-blocking stream that cannot take more now
-            select.select([], [out], [])
-            continue
-        view = view[written:]
+    try:
+        while view:
+            written = out.write(view)
+            if written is None:  # a non-blocking stream that cannot take more now
+                select.select([], [out], [])
+                continue
+            view = view[written:]
+        out.flush()
+    except BrokenPipeError:
+        raise ReaderGone from None
 
 
 @contextlib.contextmanager

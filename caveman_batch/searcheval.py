@@ -39,7 +39,9 @@ class Query:
 def read_queries(path: Path) -> list[Query]:
     """Every query of a QUERIES.jsonl file; a bad line is an error naming file and line."""
     try:
-        lines = path.read_bytes().splitlines()
+        # lines end at "\n" (and a "\r" before it goes): a lone "\r" is JSON white space,
+        # and splitlines() would split a valid line there and count lines an editor does not
+        lines = [line.removesuffix(b"\r") for line in path.read_bytes().split(b"\n")]
     except OSError as exc:
         raise QueryFileError(f"{path}: cannot read: {exc.strerror or exc}", str(path)) from None
     queries = []

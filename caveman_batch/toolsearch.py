@@ -368,6 +368,19 @@ class ToolIndex:
             if create or not isinstance(exc.__cause__, sqlite3.OperationalError) or (
                     not _read_only_mount(location)):
                 raise
+        # immutable means the -wal is never read: transactions it still holds (a build
+        # killed before its checkpoint, an image made without the -shm) would be lost
+        # silently, the index read as it stood at its last checkpoint
+        try:
+            logged = os.path.getsize(f"{location}-wal")
+        except OSError:
+            logged = 0
+        if logged:
+            raise SearchIndexError(
+                f"cannot open search index {location}: it is on a read-only file system and "
+                f"its write-ahead log {location}-wal holds transactions that cannot be read "
+                f"without a {location}-shm beside it; open it once where it can be written "
+                f"(or copy its -shm too)")
         uri = f"{Path(location).resolve().as_uri()}?mode=ro&immutable=1"
         return cls._opened(uri, location, create, embedder)
 
@@ -481,7 +494,12 @@ class ToolIndex:
     def _refuse_outdated(self, found: str, create: bool) -> None:
         """An index of another schema than this version's: an error, unless it is older and
         this open may write (then `_drop_outdated`)."""
-        if not (found.isdigit() and int(found) < SCHEMA_VERSION):
+        numeric = found.isascii() and found.isdigit()  # ('²'.isdigit(), and int() fails)
+        if not numeric:
+            raise SearchIndexOutdatedError(f"search index {self.location} has schema {found!r}, "
+                                           f"which this version does not know (it reads "
+                                           f"{SCHEMA_VERSION})")
+        if int(found) >= SCHEMA_VERSION:
             raise SearchIndexOutdatedError(f"search index {self.location} has schema {found}, "
                                            f"newer than this version reads ({SCHEMA_VERSION})")
         if not create:

@@ -197,7 +197,10 @@ class ToolVectors:
             rows = db.execute("SELECT id, vector FROM tool_vectors ORDER BY id").fetchall()
             dim = self.embedder.dim
             matrix = np.zeros((len(rows), dim), dtype=np.float64)
-            for n, (_, blob) in enumerate(rows):
+            for n, (id_, blob) in enumerate(rows):
+                if not isinstance(blob, bytes) or len(blob) != 4 * dim:  # (a damaged file)
+                    raise sqlite3.DatabaseError(f"the vector of text {id_} is not {dim} "
+                                                f"float32 values")
                 matrix[n] = np.frombuffer(blob, dtype="<f4", count=dim)
             self._matrix = (np.array([row[0] for row in rows], dtype=np.int64), matrix)
         return self._matrix

@@ -22,10 +22,13 @@ TOOLS = [{"name": "sendEmail", "description": "Deliver a message to a recipient.
          {"name": "read_file", "description": "Read a file from disk."}]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _command() -> list[str]:
     beside = shutil.which("caveman-batch", path=str(Path(sys.executable).parent))
-    command = [beside] if beside else [sys.executable, "-m", "caveman_batch"]
-    return subprocess.run([*command, *args], env=dict(os.environ), capture_output=True,
+    return [beside] if beside else [sys.executable, "-m", "caveman_batch"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_command(), *args], env=dict(os.environ), capture_output=True,
                           text=True, errors="surrogateescape", timeout=120, check=False)
 
 
@@ -170,3 +173,94 @@ def test_an_index_on_a_read_only_mount_is_searched(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert [hit["name"] for hit in json.loads(done.stdout)][:1] == ["read_file"]
     assert _files(folder) == ["idx.db"]
+
+
+# -- a helper's findings: a schema that is a digit to str.isdigit() but not to int(), a reader
+# of standard output that goes away, a damaged vector, a tool name that would forge a line
+# of output, a lone CR inside a QUERIES line, a read-only index whose log holds commits
+
+
+def _named_index(path: Path, names: list[str]) -> Path:
+    tools = [{"name": name, "description": f"read a file {n}"} for n, name in enumerate(names)]
+    with ToolIndex.open(path) as index:
+        index.replace_server("srv", tool_docs("srv", tools, tools, [None] * len(tools)),
+                             catalog_sha256="0" * 64)
+    return path
+
+
+@pytest.mark.parametrize("schema", ["²", "٣", "abc", ""])
+def test_an_unknown_schema_is_one_line(tmp_path: Path, schema: str) -> None:
+    path = _named_index(tmp_path / "i.db", ["read_file"])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (schema,))
+    db.close()
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "c.json").write_text('{"tools": [{"name": "a", "description": "b"}]}')
+    for args in (["search", "file"], ["compress", str(source), "-o", str(tmp_path / "out"),
+                                      "--store", f"lmdb://{tmp_path / 'store'}"]):
+        done = _cli(*args, "--index", str(path), "--no-embed")
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and str(path) in done.stderr
+
+
+def test_a_reader_that_goes_away_is_exit_0(tmp_path: Path) -> None:
+    path = _named_index(tmp_path / "i.db", [f"read_file_{n}" for n in range(3000)])
+    for extra in ([], ["--json"]):
+        with subprocess.Popen([*_command(), "search", "read file", "--index", str(path),
+                               "--no-embed", "-k", "3000", *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.read(1)
+            proc.stdout.close()
+            err = proc.stderr.read()
+        assert proc.returncode == 0, err
+
+
+def test_a_name_cannot_forge_a_line(tmp_path: Path) -> None:
+    path = _named_index(tmp_path / "i.db", ["ok\n   9.999  trusted/admin  ccr_0"])
+    done = _cli("search", "read file", "--index", str(path), "--no-embed")
+    assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stdout
+
+
+def test_a_lone_cr_in_a_queries_line_is_white_space(tmp_path: Path) -> None:
+    path = _named_index(tmp_path / "i.db", ["read_file"])
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes(b'{"query": "read file",\r"tools": ["read_file"]}\r\n\n{bad\n')
+    done = _cli("eval", "search", str(queries), "--index", str(path), "--no-embed")
+    assert done.returncode == 1 and "line 3:" in done.stderr, done.stderr
+
+
+def test_a_damaged_vector_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("wordllama")
+    path = _named_index(tmp_path / "i.db", ["read_file"])
+    assert _cli("search", "file", "--index", str(path)).returncode == 0  # (embeds)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE tool_vectors SET vector = x'00'")
+    db.close()
+    done = _cli("search", "file", "--index", str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_index_on_a_read_only_mount_whose_log_holds_commits_is_refused(tmp_path: Path) -> None:
+    """Without its -shm (a build killed before its checkpoint, an image made without it) a
+    read-only mount's index was opened immutable, which never reads the -wal: searched as it
+    stood at its last checkpoint (stale hits, exit 0), or as empty."""
+    live, folder = tmp_path / "live", tmp_path / "ro"
+    live.mkdir()
+    folder.mkdir()
+    with ToolIndex.open(live / "idx.db") as index:
+        index.replace_server("mail", tool_docs("mail", TOOLS, TOOLS, [None] * len(TOOLS)))
+    db = sqlite3.connect(live / "idx.db")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("DELETE FROM tools_fts")  # (committed to the log alone)
+    db.commit()
+    for name in ("idx.db", "idx.db-wal"):
+        shutil.copyfile(live / name, folder / name)
+    db.close()
+    assert (folder / "idx.db-wal").stat().st_size > 0
+    view = tmp_path / "view"
+    done = _read_only_view(folder, view, [*_command(), "search", "read a file", "--index",
+                                          str(view / "idx.db"), "--no-embed"])
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "idx.db-wal holds transactions" in done.stderr and "Traceback" not in done.stderr

@@ -69,7 +69,6 @@ def _report(label: str, r: PayloadResult) -> str:
 def _write(text: str) -> None:
     # lone surrogates from the input go out escaped rather than failing the command
     fsio.write_stdout(text.encode("utf-8", "backslashreplace"))
-    sys.stdout.buffer.flush()
 
 
 @payload_app.command()
@@ -90,4 +89,3 @@ def retrieve(
     with open_store(store_url(store), readonly=True) as s:
         data = retrieve_original(s, handle, lines)
     fsio.write_stdout(data)
-    sys.stdout.buffer.flush()
