@@ -318,6 +318,20 @@ def _inflate(header: Header, value: bytes) -> bytes:
     """The whole original, never more than the header's length + 1 bytes of it: a frame
     that declares no size and runs on is cut there and fails the length check."""
     payload = _bounded_payload(header, value)
+    if zstandard.frame_content_size(payload) < 0:
+        # a frame that declares no size: decompress() would allocate the header's length
+        # up front (a crafted header: 100 GiB, MemoryError); read what it really holds
+        reader = _codecs.decompressor.stream_reader(payload)
+        parts, limit, got = [], header.original_length + 1, 0
+        while got < limit:
+            chunk = reader.read(min(_WHOLE_MAX, limit - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        if got > header.original_length:
+            raise ValueError(f"the frame inflates past the header's {header.original_length:,} bytes")
+        return b"".join(parts)
     return _codecs.decompressor.decompress(payload, max_output_size=header.original_length + 1)
 
 
@@ -330,7 +344,12 @@ def _inflated_digest(header: Header, value: bytes) -> tuple[int, str]:
     reader = _codecs.decompressor.stream_reader(_bounded_payload(header, value))
     hasher, length, limit = hashlib.sha256(), 0, header.original_length + 1
     while length < limit:
-        chunk = reader.read(min(_WHOLE_MAX, limit - length))
+        try:  # up to the header's length, then one byte more (which must not be there)
+            chunk = reader.read(min(_WHOLE_MAX, header.original_length - length) or 1)
+        except zstandard.ZstdError:
+            if length != header.original_length:
+                raise
+            break  # bytes after the frame's end, as decompress() (recover) ignores them
         if not chunk:
             break
         hasher.update(chunk)
@@ -416,7 +435,7 @@ def _span_bytes(store: Store | None, header: Header, value: bytes,
         offset -= skipped
     parts, want = [], length
     while want:
-        chunk = reader.read(want)
+        chunk = reader.read(min(want, _WHOLE_MAX))  # (read(n) allocates n bytes at once)
         if not chunk:
             break
         parts.append(chunk)
@@ -806,7 +825,8 @@ def prune(
     wholes: list[RecordInfo] = []  # stale records that are not spans
     spans: list[tuple[RecordInfo, str]] = []  # stale spans, with the record each lies in
     live: set[str] = set()  # records seen within the window, or a span lying in which was
-    for d, h, v in iter_verified(store):
+    scanned = Audit(store.url)  # (its failures: records there that do not verify)
+    for d, h, v in iter_verified(store, scanned):
         seen_ms = seen.pop(d, 0)
         old = max(h.last_seen_ms, seen_ms) < cutoff
         whole = span_of(h, v)  # (verified: well formed)
@@ -819,7 +839,9 @@ def prune(
     spans = [(r, within) for r, within in spans if within not in live]
     stale = [r for r, _ in spans] + [r for r in wholes if r.handle[len(HANDLE_PREFIX):] not in live]
     # left: entries whose record is gone (or that name none), whatever their time
-    orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen}
+    # (a record that fails verification is still there: its entry stays with it)
+    failing = {f["handle"][len(HANDLE_PREFIX):] for f in scanned.failures}
+    orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen if d not in failing}
     if dry_run or not (stale or orphans):
         return stale
     lies_in = {r.handle[len(HANDLE_PREFIX):].encode("ascii"): within.encode("ascii")
@@ -898,11 +920,19 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
     for key, value, lies_in in spans:
         if lies_in in copied:
             batch.append((key, value))
-        else:  # it verified, but the record it lies in did not, whole
-            handle = make_handle(key.decode("ascii"))
-            report.excluded["span target not copied"] = report.excluded.get(
-                "span target not copied", 0) + 1
-            report.failures.append({"handle": handle, "reason": "span target not copied"})
+            continue
+        # it verified, but the record it lies in did not, whole (a bad block past the
+        # span): its bytes are good, so it goes over whole, with its times
+        try:
+            header, original = open_record(key.decode("ascii"), value, source)
+        except IntegrityError as exc:  # changed since the scan
+            report.verified -= 1
+            report.excluded[exc.reason] = report.excluded.get(exc.reason, 0) + 1
+            report.failures.append({"handle": exc.handle, "reason": exc.reason})
+            continue
+        payload = _codecs.compressor(ZSTD_LEVEL).compress(original)
+        batch.append((key, encode_record(len(original), header.content_type,
+                                         header.first_stored_ms, header.last_seen_ms, payload)))
     for at in range(0, len(batch), batch_size):
         target.commit(batch[at:at + batch_size], merge=merge_record)
     return report
