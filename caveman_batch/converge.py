@@ -251,6 +251,7 @@ class Converger:
         self.protected = {_rel_under(out, p) for p in [manifest, fingerprint, *protected]}
         self.previous = _open_regular(manifest)
         self.journal = journal_path(manifest)
+        self.manifest = manifest
         self.protected.add(_rel_under(out, self.journal))
         # outputs no row names: a killed run's (journal), streams with no document (the
         # fingerprint's: parsed now, before anything of this run can replace it, unless
@@ -305,12 +306,18 @@ class Converger:
         self._append_journal(b"".join(orjson.dumps(rel) + b"\n" for rel in rels))
 
     def _append_journal(self, data: bytes) -> None:
-        if self.journal_fd is None:
-            self.journal_fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
-            if _torn(self.journal_fd):  # a run killed mid-write: its last line stays apart
-                data = b"\n" + data
-        while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
-            data = data[os.write(self.journal_fd, data):]
+        """The journal beside the manifest, on its file system: a failure there (a full
+        disk) names the manifest, not OUT (which may lie on another disk)."""
+        try:
+            if self.journal_fd is None:
+                self.journal_fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+                if _torn(self.journal_fd):  # a run killed mid-write: its last line stays apart
+                    data = b"\n" + data
+            while data:  # a regular file takes it whole; a short write (disk full) goes on or raises
+                data = data[os.write(self.journal_fd, data):]
+        except OSError as exc:
+            raise OutputError(f"{self.manifest}: cannot write (its journal of outputs): "
+                              f"{exc.strerror or exc}") from exc
 
     def _outputs_before(self) -> set[str]:
         """Every output the last run left (its manifest's and the unnamed), read once."""

@@ -16,6 +16,7 @@ copied through unchanged.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import hashlib
 import json
@@ -31,7 +32,7 @@ from typing import BinaryIO, Final
 
 from . import fsio
 from .catalog import _tool_of
-from .errors import UsageError
+from .errors import OutputError, UsageError
 
 CHUNK: Final = 1 << 20
 STDIN: Final = "<stdin>"  # the path the documents read from stdin name
@@ -404,7 +405,8 @@ def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path
         seen.update(line)
         lineno += 1
         if len(line) > max_bytes and not line.endswith(b"\n"):
-            spill, size = _spill_line(fh, line, spill_dir, seen)
+            with _spilling(spill_dir, f"{label} line {lineno}"):
+                spill, size = _spill_line(fh, line, spill_dir, seen)
             yield Document({"path": label, "line": lineno}, sink, spill=spill, spill_owned=True,
                            size=size)
             continue
@@ -427,6 +429,23 @@ class _Fingerprint:
         if self.digest is not None:
             self.digest.update(chunk)
             self.size += len(chunk)
+
+
+_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+@contextlib.contextmanager
+def _spilling(spill_dir: Path, label: object) -> Iterator[None]:
+    """A temp copy of a document too big to hold, in OUT's temp folder: a full disk there is
+    OUT's (named, with the source being copied), never "standard output" (a write of a file
+    object names no file)."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, OutputError) or exc.errno not in _FULL_ERRNOS:
+            raise
+        raise OutputError(f"{spill_dir.parent}: cannot write output (a temp copy of {label}): "
+                          f"{exc.strerror or exc}") from exc
 
 
 def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) -> tuple[Path, int]:
@@ -527,7 +546,8 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
             why = f"not UTF-8 at byte {reader.bad_byte}"
         yield Document({"path": path, "item": index}, sink,
                        error=f"{why}: the rest of the file, from this item on, is copied through as written")
-        sink.suffix, sink.suffix_spill = reader.rest(spill_dir)
+        with _spilling(spill_dir, path):
+            sink.suffix, sink.suffix_spill = reader.rest(spill_dir)
         yield _end_fingerprinted(sink, path, fh.seen)
 
     while True:
@@ -555,7 +575,8 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
             return
         yield doc
         index += 1
-    rest, sink.suffix_spill = reader.rest(spill_dir)
+    with _spilling(spill_dir, path):
+        rest, sink.suffix_spill = reader.rest(spill_dir)
     sink.suffix = b"]" + rest
     if not _closes(sink.prefix, sink.suffix, sink.suffix_spill):
         # the items are the registry's; what follows them is not JSON: said (a run with
@@ -631,9 +652,10 @@ def _next_item(reader: _TextReader, source: dict[str, object], sink: Sink, max_b
         reader.pos = end
         reader.compact()
         if len(raw) > max_bytes:
-            fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
-            with os.fdopen(fd, "wb") as out:
-                out.write(raw)
+            with _spilling(spill_dir, source.get("path")):
+                fd, name = tempfile.mkstemp(prefix="spill-", dir=spill_dir)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(raw)
             return Document(source, sink, spill=Path(name), spill_owned=True, size=len(raw))
         return Document(source, sink, raw=raw, size=len(raw))
 
@@ -642,7 +664,8 @@ def _scanned_item(reader: _TextReader, source: dict[str, object], sink: Sink, ma
                   spill_dir: Path) -> Document:
     """The next item, its end found by _ValueScanner (json could not parse it): spilled, and
     held if small after all (a broken item with more behind it, or one nested too deep)."""
-    spill, size = reader.spill_value(spill_dir)
+    with _spilling(spill_dir, source.get("path")):
+        spill, size = reader.spill_value(spill_dir)
     if size <= max_bytes:
         raw = spill.read_bytes()
         spill.unlink()

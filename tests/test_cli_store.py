@@ -19,6 +19,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -1186,3 +1187,50 @@ def test_prune_keeps_the_last_seen_of_a_record_that_fails_verification(tmp_path:
     assert run("prune", "--not-seen-for", "10000w", "--store", url).returncode == 0
     with open_store(url) as store:
         assert store.get(ccr.SEEN_PREFIX + digest.encode()) is not None
+
+
+@contextlib.contextmanager
+def _small_disk(where: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at `where` (root only; skips elsewhere), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+                             capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace')}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_full_disk_under_the_manifest_is_named_not_out_nor_a_traceback(tmp_path: Path) -> None:
+    """An OUT where no file can be made (no inode left) failed with a traceback on the
+    manifest's temp file; a --manifest on a full disk of its own was reported as OUT's."""
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+    store = f"lmdb://{tmp_path}/st"
+    with _small_disk(tmp_path / "inodes", "size=10m,nr_inodes=4") as out:
+        done = run("compress", str(src), "-o", str(out / "out"), "--store", store)
+        assert done.returncode == 2 and b"Traceback" not in done.stderr, done.stderr
+        assert b"cannot" in done.stderr and str(out / "out").encode() in done.stderr
+    with _small_disk(tmp_path / "full", "size=64k") as disk:
+        manifest = disk / "manifest.jsonl"
+        with open(disk / "fill", "wb", buffering=0) as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * 4096)
+        done = run("compress", str(src), "-o", str(tmp_path / "out"), "--manifest", str(manifest),
+                   "--store", store)
+        assert done.returncode == 2, done.stderr
+        assert f"{manifest}: cannot write".encode() in done.stderr, done.stderr
+        assert done.stderr.strip().endswith(b"No space left on device"), done.stderr
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    big = tmp_path / "big.jsonl"  # (its second line is copied aside: over --max-bytes)
+    big.write_bytes(b'{"tools": []}\n' + b'{"tools": [], "x": "' + b"y" * 400_000 + b'"}\n')
+    with _small_disk(tmp_path / "small", "size=200k") as small:
+        done = run("compress", str(big), "-o", str(small / "out"), "--max-bytes", "20000",
+                   "--store", store)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().endswith(
+            f"{small / 'out'}: cannot write output (a temp copy of {big} line 2): No space left "
+            "on device".encode()), done.stderr

@@ -119,8 +119,11 @@ def _out_locked(out: Path) -> Iterator[None]:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "not written yet"
             raise UsageError(f"{lock}: another compress run (pid {holder}) is writing to {out}; "
                              "wait for it to end, or give another output folder") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as exc:  # (a full disk: no file name in the error, not "standard output")
+            raise OutputError(f"{lock}: cannot write: {exc.strerror or exc}") from exc
         yield
     finally:
         os.close(fd)

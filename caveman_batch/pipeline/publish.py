@@ -33,7 +33,10 @@ class _Publisher:
         self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         # written in 1 MiB writes, not 8 KiB ones (2,369 writes for a 16k-file tree's 8.7 MB)
-        self.manifest: BinaryIO = open(self.manifest_tmp, "wb", buffering=_MANIFEST_BUFFER)
+        try:
+            self.manifest: BinaryIO = open(self.manifest_tmp, "wb", buffering=_MANIFEST_BUFFER)
+        except OSError as exc:
+            raise OutputError(f"{config.manifest_path}: cannot write: {exc.strerror or exc}") from exc
         self.manifest_sha256 = hashlib.sha256()
         self.manifest_bytes = 0
         self.rows = 0
@@ -156,16 +159,22 @@ class _Publisher:
             self._stat(sink, target)
         self.renames = []
 
+    def _manifest_write(self, data: bytes) -> None:
+        try:
+            self.manifest.write(data)
+        except OSError as exc:
+            raise OutputError(f"{self.config.manifest_path}: cannot write: {exc.strerror or exc}") from exc
+
     def _row(self, line: bytes) -> None:
         line += b"\n"
-        self.manifest.write(line)
+        self._manifest_write(line)
         self.manifest_sha256.update(line)
         self.manifest_bytes += len(line)
         self.rows += 1
         self.handles.update(_HANDLE.findall(line))
 
     def _block(self, block: bytes) -> None:
-        self.manifest.write(block)
+        self._manifest_write(block)
         self.manifest_sha256.update(block)
         self.manifest_bytes += len(block)
         self.handles.update(_HANDLE.findall(block))
@@ -358,10 +367,13 @@ class _Publisher:
                          hashed[1], self.rows - hashed[1])
 
     def finish(self, summary: Summary) -> None:
-        with _as_output_error(self.out):
+        try:
             self.manifest.flush()
             os.fsync(self.manifest.fileno())
             self.manifest.close()
+        except OSError as exc:
+            raise OutputError(f"{self.config.manifest_path}: cannot write: {exc.strerror or exc}") from exc
+        with _as_output_error(self.out):
             # stale outputs go before the manifest that no longer names them is published
             changes = self.converge.settle(self.manifest_tmp, self.written | self.records.keys(),
                                            summary.documents)
