@@ -512,6 +512,10 @@ def proxy_command(
     always: Annotated[list[str] | None, typer.Option("--always", metavar="NAME", help="With --deferred: a tool always listed (repeatable; NAME__tool with --servers).")] = None,
     servers: Annotated[Path | None, typer.Option("--servers", metavar="FILE", help='With --deferred: the servers of a {"mcpServers": {...}} file, behind one proxy.')] = None,
     embed: EmbedOpt = None,
+    startup_timeout: Annotated[float | None, typer.Option(
+        "--startup-timeout", metavar="SECONDS", min=0.001,
+        help="With --deferred: how long the start waits for an upstream to list its tools "
+             "(default 60, or 15 with --servers); a later one joins when it does.")] = None,
 ) -> None:
     """Run an MCP stdio server behind a proxy that compresses its list responses.
 
@@ -521,8 +525,9 @@ def proxy_command(
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
     store_url = minting_store_url(store)
     if not deferred:
-        if always or servers is not None or embed is not None:
-            raise UsageError("--always, --servers and --embed/--no-embed go with --deferred")
+        if always or servers is not None or embed is not None or startup_timeout is not None:
+            raise UsageError("--always, --servers, --startup-timeout and --embed/--no-embed go "
+                             "with --deferred")
         from . import proxy
 
         proxy.run(ctx.args, store_url, debug=debug)
@@ -536,8 +541,11 @@ def proxy_command(
         raise UsageError("proxy --deferred needs -- UPSTREAM_COMMAND [ARGS...] or --servers FILE")
     specs = read_servers(servers) if servers is not None else [
         ServerSpec("upstream", tuple(ctx.args))]
+    if startup_timeout is None:
+        startup_timeout = (deferred_proxy.DEFAULT_STARTUP_TIMEOUT if servers is None
+                           else deferred_proxy.DEFAULT_SERVERS_STARTUP_TIMEOUT)
     settings = deferred_proxy.Settings(always=tuple(always or ()), single=servers is None,
-                                       debug=debug, embed=embed)
+                                       debug=debug, startup_timeout=startup_timeout, embed=embed)
     raise typer.Exit(deferred_proxy.run(specs, store_url, settings))
 
 

@@ -74,7 +74,10 @@ MAX_LIMIT: Final = 20
 # Found tools stay listed; past this many the oldest found leaves the list (not the search).
 MAX_FOUND: Final = 50
 MAX_PAGES: Final = 1000  # of one upstream's tools/list: a cursor that never ends stops here
-DEFAULT_STARTUP_TIMEOUT: Final = 60.0
+DEFAULT_STARTUP_TIMEOUT: Final = 60.0  # one upstream: the client would wait for it alone
+# several: one that hangs must not hold the others' start past a client's own timeout
+# (the TypeScript SDK's requests give up after 60 s); a late one joins when it lists
+DEFAULT_SERVERS_STARTUP_TIMEOUT: Final = 15.0
 # how long the dispatcher waits for an upstream whose output ended to exit (a thread stops
 # one that lingers: every other upstream is served meanwhile)
 EXIT_WAIT: Final = 0.2
@@ -107,6 +110,7 @@ class Catalog:
     originals: list[ccr.Prepared] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # names of tools it could not read
     why: dict[str, str] = field(default_factory=dict)  # why, for those a client would refuse
+    twice: list[str] = field(default_factory=list)  # names listed again (the first is served)
 
 
 def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compressed: bool,
@@ -133,7 +137,10 @@ def build_catalog(server: str, prefix: str, pages: Iterable[bytes], *, compresse
                 else:
                     catalog.left_out.append(_tool_name(tool))
         for entry in entries:
-            if not entry.name or entry.name in catalog.tools:
+            if not entry.name:
+                continue
+            if entry.name in catalog.tools:  # (the first is served; a call reaches the server)
+                catalog.twice.append(entry.name)
                 continue
             exposed = prefix + entry.name
             definition = _renamed(entry.definition, exposed)
@@ -529,9 +536,35 @@ class DeferredProxy:
             self._initialize(msg)
         elif msg.method == "ping":
             self._send(rpc.response(msg.raw("id"), "{}"))
-        elif self.held is not None:
+        elif self.held is not None and not self._callable_now(msg):
             self.held.append(msg)
         else:
+            self._serve(msg)
+
+    def _callable_now(self, msg: rpc.Message) -> bool:
+        """Whether a request need not wait for every upstream to list its tools: a call
+        (direct, or through call_tool) of a tool of an upstream that has initialized, whose
+        answer is that upstream's alone. A search and the tool list wait (they cover them
+        all), and so does everything until the client's initialize is answered."""
+        if not self.init_answered or msg.method != "tools/call":
+            return False
+        name = msg.params.get("name")
+        if name == self.call_name:
+            args = msg.params.get("arguments")
+            name = args.get("name") if isinstance(args, dict) else None
+        elif name == self.search_name:
+            return False
+        route = self._route(name) if isinstance(name, str) else None
+        return route is not None and route[0].init is not None and route[0].state != DEAD
+
+    def _release_callable(self) -> None:
+        """The held requests that need wait no more (_callable_now) served, in order."""
+        if not self.held:
+            return
+        now = [self._callable_now(m) for m in self.held]
+        ready = [m for m, go in zip(self.held, now) if go]
+        self.held = [m for m, go in zip(self.held, now) if not go]
+        for msg in ready:
             self._serve(msg)
 
     def _serve(self, msg: rpc.Message) -> None:
@@ -631,6 +664,7 @@ class DeferredProxy:
         server.up.send(rpc.notification("notifications/initialized"))
         self._fetch_tools(server)
         self._maybe_answer_initialize()
+        self._release_callable()  # (calls of its tools held since the client's initialize)
 
     def _let_go(self, server: Server) -> None:
         server.settled = True
@@ -665,6 +699,7 @@ class DeferredProxy:
                                  else "no upstream initialized"))
             return
         self._send(rpc.response(raw_id, rpc.dumps(self._init_result(inits))))
+        self._release_callable()
 
     def _refused(self, raw_id: str, refusal: Reply) -> None:
         assert refusal.message is not None
@@ -725,6 +760,9 @@ class DeferredProxy:
             if isinstance(cursor, str) and cursor and len(server.pages) < MAX_PAGES:
                 self._fetch_tools(server, cursor)
                 return
+            if isinstance(cursor, str) and cursor:
+                self._warn(f"upstream {server.name!r} tools/list still had a next page after "
+                           f"{MAX_PAGES:,}: the tools of those read are served, no more")
         else:
             self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
         server.fetching = False
@@ -742,6 +780,9 @@ class DeferredProxy:
             self._warn(f"upstream {server.name!r}: its tools could not be read (internal "
                        f"error: {exc!r}): none is in the search (a call still goes)")
             catalog = Catalog()
+        for name in dict.fromkeys(catalog.twice):
+            self._warn(f"upstream {server.name!r}: tool {name!r} is listed more than once: the "
+                       "first is served")
         for name in catalog.left_out:
             why = catalog.why.get(name, "cannot be read as a catalog tool")
             self._warn(f"upstream {server.name!r}: tool {name!r} {why}: left out of the search "
@@ -896,6 +937,8 @@ class DeferredProxy:
             self._send(rpc.response(raw_id, _tool_result("query: a non-empty string, please",
                                                          error=True)))
             return
+        if type(limit) is float and limit.is_integer():  # (JSON Schema's integer: 5.0 is one)
+            limit = int(limit)
         if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
             self._send(rpc.response(raw_id, _tool_result(
                 f"limit: an integer from 1 to {MAX_LIMIT}", error=True)))
@@ -903,7 +946,7 @@ class DeferredProxy:
         hits = self.index.search(query, limit)
         tools = [t for t in (self.servers[h.server].tools.get(h.name) for h in hits) if t]
         text = "[" + ",".join(t.definition for t in tools) + "]" if tools else \
-            f"No tool matches {query!r}: try other words."
+            f"No tool matches {_shown(query)!r}: try other words."
         handles = self._durable(tools)
         self._send(rpc.response(raw_id, _tool_result(text, meta=handles)))
         if self._add_found(t.exposed for t in tools):

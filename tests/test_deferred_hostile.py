@@ -52,6 +52,8 @@ for line in sys.stdin.buffer:
     elif method == "initialize":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18",'
              b'"capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}' % mid)
+    elif method == "tools/list" and os.environ.get("HANG") == "list":
+        pass  # never answered: the start's deadline decides for it
     elif method == "tools/list":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"tools":%s}}' % (mid, TOOLS.encode()))
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
@@ -722,3 +724,52 @@ def test_a_search_naming_the_server_or_the_name_as_exposed_finds_its_tools(
             "query": query, "limit": 1}}))
         assert found.startswith("[") and [t["name"] for t in json.loads(found)] == [wanted], query
     assert w.close()[0] == 0
+
+
+def test_a_call_of_a_listed_upstream_waits_for_no_other_one(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Server a never answers its tools/list: every request was held until the start's
+    deadline (60 s, a client's own timeout), calls of b's tools too. A call (direct or
+    through call_tool) needs only its own upstream initialized: it goes at once."""
+    w = wire(["--startup-timeout", "300", "--servers", _servers_file(tmp_path, upstream, {
+        "a": {"HANG": "list"}, "b": {}})])
+    w.start()
+    assert text(w.call(1, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    assert text(w.call(2, "tools/call", {"name": "call_tool", "arguments": {
+        "name": "b__echo", "arguments": {"x": 1}}})) == 'ran echo {"x": 1}'
+    assert text(w.call(3, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    assert w.close()[0] == 0
+
+
+def test_the_start_of_several_servers_waits_its_own_deadline(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """--startup-timeout: a search waits for a hung upstream that long, then goes on
+    without it (named), the others' tools found."""
+    w = wire(["--startup-timeout", "1", "--servers", _servers_file(tmp_path, upstream, {
+        "a": {"HANG": "list"}, "b": {}})])
+    w.start()
+    found = text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "echo a message"}}))
+    assert [t["name"] for t in json.loads(found)] == ["b__echo"]
+    code, err = w.close()
+    assert code == 0 and "upstream 'a' did not list its tools within 1 s" in err
+
+
+def test_odd_lists_and_limits_are_said_not_dropped_in_silence(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """A tool listed twice is named (the first served); a limit of 5.0 is JSON Schema's
+    integer 5 (it was refused); a query that matches nothing is echoed cut, not whole."""
+    tools = json.dumps([
+        {"name": "echo", "description": "Echo a message back.", "inputSchema": {"type": "object"}},
+        {"name": "echo", "description": "Another echo.", "inputSchema": {"type": "object"}}])
+    w = wire(["--", *upstream], {"TOOLS": tools})
+    w.start()
+    found = text(w.call(1, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "echo a message", "limit": 5.0}}))
+    assert [(t["name"], t["description"]) for t in json.loads(found)] == [
+        ("echo", "Echo a message back.")]
+    none = text(w.call(2, "tools/call", {"name": "search_tools", "arguments": {
+        "query": "zzzq " * 20_000}}))
+    assert none.startswith("No tool matches") and len(none) < 200
+    code, err = w.close()
+    assert code == 0 and "tool 'echo' is listed more than once: the first is served" in err
