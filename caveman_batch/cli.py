@@ -393,6 +393,9 @@ def recover(
     """Print the original bytes behind a handle, verified against its sha256."""
     target = _output_path(output)
     _refuse_store_file(target, store)
+    if handle is not None and handle_opt is not None and handle != handle_opt:
+        raise UsageError(f"recover was given two handles ({handle} and --handle {handle_opt}): "
+                         "give one")
     chosen = handle_opt if handle_opt is not None else handle
     if chosen is None:
         raise UsageError("recover needs a handle: caveman-batch recover --handle ccr_…")

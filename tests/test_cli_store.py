@@ -1234,3 +1234,12 @@ def test_a_full_disk_under_the_manifest_is_named_not_out_nor_a_traceback(tmp_pat
         assert done.stderr.strip().endswith(
             f"{small / 'out'}: cannot write output (a temp copy of {big} line 2): No space left "
             "on device".encode()), done.stderr
+
+
+def test_recover_given_two_handles_is_refused_not_one_picked(tmp_path: Path) -> None:
+    url = f"lmdb://{tmp_path}/l"
+    one, other = commit(url, b"one original", b"another original")
+    done = run("recover", one, "--handle", other, "--store", url)
+    assert done.returncode == 1 and done.stdout == b"", done.stderr
+    assert b"two handles" in done.stderr
+    assert run("recover", one, "--handle", one, "--store", url).stdout == b"one original"
