@@ -69,7 +69,11 @@ def _translated(path: Path, action: str) -> Iterator[None]:
     try:
         yield
     except lmdb.Error as exc:
-        raise StoreError(f"lmdb://{path}: {action} failed: {exc}") from exc
+        # LMDB reports a write the disk took only part of (full, or past a file size limit)
+        # as EIO, never as ENOSPC: said, for that is the usual cause
+        hint = (" (a full disk or a file size limit is reported so too)"
+                if "Input/output error" in str(exc) else "")
+        raise StoreError(f"lmdb://{path}: {action} failed: {exc}{hint}") from exc
 
 
 class LmdbStore(Store):

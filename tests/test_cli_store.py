@@ -1243,3 +1243,13 @@ def test_recover_given_two_handles_is_refused_not_one_picked(tmp_path: Path) -> 
     assert done.returncode == 1 and done.stdout == b"", done.stderr
     assert b"two handles" in done.stderr
     assert run("recover", one, "--handle", one, "--store", url).stdout == b"one original"
+
+
+def test_an_lmdb_commit_a_full_disk_cut_short_says_it_may_be_that(tmp_path: Path) -> None:
+    """LMDB reports a write the disk took only in part as EIO, never ENOSPC."""
+    src = Path(__file__).resolve().parents[1] / "bench_data" / "samples"
+    with _small_disk(tmp_path / "disk", "size=100k") as disk:
+        done = run("compress", str(src), "-o", str(tmp_path / "out"), "--store", str(disk / "st"))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().endswith(
+            b"Input/output error (a full disk or a file size limit is reported so too)"), done.stderr
