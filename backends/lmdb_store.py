@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
@@ -401,8 +402,14 @@ def _reserve_lock_file(path: Path) -> None:
     except OSError:
         return  # (a folder or lock file not ours to write: LMDB's open says why)
     try:
-        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, _LOCK_BYTES))
+        size = os.fstat(fd).st_size
+        os.posix_fallocate(fd, 0, max(size, _LOCK_BYTES))
     except OSError as exc:
+        # one LMDB made before (an older version's, its holes never written) has the pages
+        # its readers touch: on a full disk it is opened as before (recover, stats), the
+        # reservation skipped; a new one would be touched where it has no block
+        if size >= _LOCK_BYTES and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return
         raise StoreError(f"lmdb://{path}: cannot write lock.mdb: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
@@ -464,10 +471,11 @@ def _refuse_lost(path: Path, url: str, exists: bool) -> None:
     LMDB's open; so a store another process is making now is never taken for one lost.)"""
     if not (path / MARKER).is_file():
         return
-    try:
-        empty = not exists or os.stat(data_file(path)).st_size == 0
+    try:  # (looked at again: another process may have made both since `exists` was found)
+        empty = os.stat(data_file(path)).st_size == 0
+        exists = True
     except FileNotFoundError:
-        empty = True
+        empty, exists = True, False
     except OSError as exc:
         raise StoreError(f"{url}: cannot look at data.mdb: {exc.strerror or exc}") from exc
     if empty:

@@ -189,7 +189,9 @@ class SqliteStore(Store):
         found = [] if found == ["ok"] else found
         if typed:
             found.append(f"{typed:,} row(s) whose key is not a BLOB: hidden from every lookup "
-                         "(UPDATE ccr SET key = CAST(key AS BLOB) WHERE typeof(key) <> 'blob')")
+                         "(UPDATE ccr SET key = CAST(key AS BLOB) WHERE typeof(key) <> 'blob' "
+                         "gives them back, once any row already holding that key as a BLOB "
+                         "is deleted)")
         return found
 
     def close(self) -> None:

@@ -324,7 +324,12 @@ def _inflate(header: Header, value: bytes) -> bytes:
         reader = _codecs.decompressor.stream_reader(payload)
         parts, limit, got = [], header.original_length + 1, 0
         while got < limit:
-            chunk = reader.read(min(_WHOLE_MAX, limit - got))
+            try:  # up to the header's length, then one byte more (which must not be there)
+                chunk = reader.read(min(_WHOLE_MAX, header.original_length - got) or 1)
+            except zstandard.ZstdError:
+                if got != header.original_length:
+                    raise
+                break  # bytes after the frame's end: ignored, as decompress() does
             if not chunk:
                 break
             parts.append(chunk)

@@ -88,11 +88,10 @@ def _same_local_store(a: str, b: str) -> bool:
 
 
 def _echo(message: str = "") -> None:
-    """typer.echo; a reader of standard output that went away is fsio.ReaderGone (exit 0)."""
-    try:
-        typer.echo(message)
-    except BrokenPipeError:
-        raise fsio.ReaderGone from None
+    """A line on standard output, written whole or failed (fsio.write_stdout: unbuffered,
+    the text layer ignores a write that took part of it); a reader that went away is
+    fsio.ReaderGone (exit 0); a lone surrogate goes out as its escape."""
+    fsio.write_stdout((message + "\n").encode("utf-8", "backslashreplace"))
 
 
 def _echo_json(data: object) -> None:
@@ -203,16 +202,17 @@ def _delta(d: dict[str, int]) -> str:
 
 
 def _describe_change(change: dict[str, Any]) -> str:
+    path = _one_line(change["path"])
     if change["kind"] == "annotation":
-        return f"{change['path']}: annotation dropped"
+        return f"{path}: annotation dropped"
     dropped: list[str] = change.get("dropped") or []
     parts = [f"{len(dropped)} sentence(s) dropped"] if dropped else []
     if change.get("lead_cut"):
         parts.append("lead cut")
     if not parts:  # (nothing dropped nor cut: only its white space changed)
         parts.append("white space folded")
-    lines = [f"{change['path']}: " + ", ".join(parts)]
-    lines += [f"      - {s}" for s in dropped]
+    lines = [f"{path}: " + ", ".join(parts)]
+    lines += [f"      - {_one_line(s)}" for s in dropped]
     return "\n".join(lines)
 
 

@@ -191,24 +191,42 @@ def _tool_name(tool: bytes) -> str:
 
 
 def _refused(definition: str) -> str | None:
-    """Why a client would refuse this tool in a tools/list, or None: MCP's Tool needs an
-    object inputSchema, a string (or no) description and title, an object (or no)
-    outputSchema and annotations. The SDKs validate the whole list, so one such tool made a
-    client refuse every server's tools and the proxy's own."""
+    """Why a client would refuse this tool in a tools/list, or None: MCP's Tool (the Python
+    SDK's model, the TypeScript SDK's schema) needs an inputSchema object of type "object",
+    a string (or no) description and title, objects (or none) for outputSchema (of type
+    "object"), annotations (hints true or false), _meta and execution, and icons with a src.
+    The SDKs validate the whole list, so one such tool made a client refuse every server's
+    tools and the proxy's own."""
     try:
         tool = json.loads(definition)
     except (ValueError, RecursionError):
         return "is not JSON a client can read"
     if not isinstance(tool, dict):
         return "is not a JSON object"
-    if not isinstance(tool.get("inputSchema"), dict):
+    schema = tool.get("inputSchema")
+    if not isinstance(schema, dict):
         return "has no inputSchema object (MCP requires one)"
+    if schema.get("type") != "object":
+        return 'has an inputSchema whose type is not "object" (MCP requires it)'
     for key in ("description", "title"):
         if not isinstance(tool.get(key), str | None):
             return f"has a {key} that is not a string"
-    for key in ("outputSchema", "annotations"):
+    for key in ("outputSchema", "annotations", "_meta", "execution"):
         if not isinstance(tool.get(key), dict | None):
             return f"has an {key} that is not an object"
+    output = tool.get("outputSchema")
+    if output is not None and output.get("type") != "object":
+        return 'has an outputSchema whose type is not "object" (MCP requires it)'
+    notes = tool.get("annotations") or {}
+    if not isinstance(notes.get("title"), str | None):
+        return "has an annotations title that is not a string"
+    for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
+        if not isinstance(notes.get(hint), bool | None):
+            return f"has an annotations {hint} that is not true or false"
+    icons = tool.get("icons")
+    if icons is not None and not (isinstance(icons, list) and all(
+            isinstance(icon, dict) and isinstance(icon.get("src"), str) for icon in icons)):
+        return "has icons that are not a list of objects with a src"
     return None
 
 

@@ -52,6 +52,7 @@ def write_stdout(data: bytes) -> None:
     out = sys.stdout.buffer
     view = memoryview(data)
     try:
+        sys.stdout.flush()  # (what the text layer holds goes first)
         while view:
             written = out.write(view)
             if written is None:  # a non-blocking stream that cannot take more now

@@ -378,9 +378,9 @@ class ToolIndex:
         if logged:
             raise SearchIndexError(
                 f"cannot open search index {location}: it is on a read-only file system and "
-                f"its write-ahead log {location}-wal holds transactions that cannot be read "
-                f"without a {location}-shm beside it; open it once where it can be written "
-                f"(or copy its -shm too)")
+                f"its write-ahead log {location}-wal may hold transactions, which cannot be "
+                f"read without a {location}-shm beside it (SQLite cannot tell without one); "
+                f"open it once where it can be written (or copy its -shm too)")
         uri = f"{Path(location).resolve().as_uri()}?mode=ro&immutable=1"
         return cls._opened(uri, location, create, embedder)
 

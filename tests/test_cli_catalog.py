@@ -265,6 +265,22 @@ def test_lint_text(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> 
     assert "ping: " in text and "/tools/2/" not in text
 
 
+def test_lint_cannot_be_made_to_print_a_line_the_catalog_wrote(
+        tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """A property name (in a change's path) or a dropped sentence holding a line break was
+    printed raw: a forged line of the report."""
+    forged = "x\n  FAKE: 0 bytes"
+    catalog = tmp_path / "c.json"
+    catalog.write_text(json.dumps({"tools": [{"name": "t", "description": "Lists things.",
+                                              "inputSchema": {"type": "object", "properties": {
+                                                  forged: {"type": "string", "description":
+                                                           "Lists  things.\u001b[2J Also fun."}}}}]}))
+    assert run_in_process(["lint", str(catalog)]) == 0
+    text = capfdbinary.readouterr().out.decode()
+    assert not any(line.startswith("  FAKE") for line in text.splitlines()), text
+    assert "x\\n  FAKE" in text and "\x1b" not in text
+
+
 def test_lint_says_lead_cut_alone_when_only_the_lead_was_cut(
         tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """(it said "white space folded, lead cut" when nothing was folded)"""

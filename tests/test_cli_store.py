@@ -1109,17 +1109,25 @@ def test_a_record_whose_unsized_frame_claims_far_more_is_refused_not_a_memory_er
     assert b"Traceback" not in cli("prune", "--not-seen-for", "1d").stderr
 
 
+@pytest.mark.parametrize("sized", [True, False])
 @pytest.mark.parametrize("size", [200 << 10, 2 << 20])
 def test_bytes_after_a_records_frame_are_read_alike_by_recover_and_verify(
-        tmp_path: Path, size: int) -> None:
+        tmp_path: Path, size: int, sized: bool) -> None:
     """decompress() (recover; verify up to 1 MiB) ignores them, the stream reader (verify,
     migrate above 1 MiB) raised: a record recover gave back byte for byte failed verify,
-    and migrate left it behind."""
+    and migrate left it behind. A frame that declares no size is read in chunks: alike."""
+    import zstandard
+
     original = b"".join(b'{"tool": "x%d"}\n' % i for i in range(size // 10))[:size]
     url = f"lmdb://{tmp_path}/l"
     prepared = ccr.prepare(original)
+    value = prepared.value
+    if not sized:
+        now = ccr.now_ms()
+        value = ccr.encode_record(len(original), "application/json", now, now,
+                                  zstandard.ZstdCompressor(write_content_size=False).compress(original))
     with open_store(url) as store:
-        store.commit([(prepared.key, prepared.value + b"JUNK!")])
+        store.commit([(prepared.key, value + b"JUNK!")])
     assert run("recover", prepared.handle, "--store", url).stdout == original
     assert run("verify", "--store", url).returncode == 0
     assert run("migrate", "--to", f"sqlite://{tmp_path}/c.db", "--store", url).returncode == 0
@@ -1253,3 +1261,25 @@ def test_an_lmdb_commit_a_full_disk_cut_short_says_it_may_be_that(tmp_path: Path
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip().endswith(
             b"Input/output error (a full disk or a file size limit is reported so too)"), done.stderr
+
+
+def test_a_store_whose_lock_file_has_holes_is_read_on_a_full_disk(tmp_path: Path) -> None:
+    """An older version's lock.mdb (LMDB's: holes past the pages its readers touched): on a
+    full disk, reserving its blocks failed, and recover and stats with it (they worked
+    before the reservation)."""
+    with _small_disk(tmp_path / "disk", "size=256k") as disk:
+        url = f"lmdb://{disk}/st"
+        [handle] = commit(url, b"an original to read back on a full disk")
+        lock = disk / "st" / "lock.mdb"
+        head = lock.read_bytes()[:4096]
+        lock.unlink()
+        with open(lock, "wb") as fh:  # (its first page written, the rest a hole)
+            fh.write(head)
+            fh.truncate(128 + 64 * 256)
+        with open(disk / "fill", "wb", buffering=0) as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * 4096)
+        done = run("recover", handle, "--store", url)
+        assert done.returncode == 0 and done.stdout == b"an original to read back on a full disk", \
+            done.stderr
+        assert run("stats", "--store", url).returncode == 0

@@ -670,6 +670,20 @@ UNSERVABLE = {  # tools an SDK client refuses in a tools/list (MCP's Tool), with
                      "outputSchema": "x"}, "has an outputSchema that is not an object"),
     "list_annotations": ({"name": "list_annotations", "inputSchema": {"type": "object"},
                           "annotations": []}, "has an annotations that is not an object"),
+    "untyped_schema": ({"name": "untyped_schema", "inputSchema": {"properties": {}}},
+                       'has an inputSchema whose type is not "object"'),
+    "maybe_hint": ({"name": "maybe_hint", "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": "maybe"}}, "has an annotations readOnlyHint"),
+    "number_note_title": ({"name": "number_note_title", "inputSchema": {"type": "object"},
+                           "annotations": {"title": 5}}, "has an annotations title"),
+    "text_meta": ({"name": "text_meta", "inputSchema": {"type": "object"}, "_meta": "x"},
+                  "has an _meta that is not an object"),
+    "text_icons": ({"name": "text_icons", "inputSchema": {"type": "object"}, "icons": "x"},
+                   "has icons that are not"),
+    "icon_without_src": ({"name": "icon_without_src", "inputSchema": {"type": "object"},
+                          "icons": [{"foo": 1}]}, "has icons that are not"),
+    "text_execution": ({"name": "text_execution", "inputSchema": {"type": "object"},
+                        "execution": "x"}, "has an execution that is not an object"),
 }
 
 
@@ -677,11 +691,16 @@ UNSERVABLE = {  # tools an SDK client refuses in a tools/list (MCP's Tool), with
 def test_a_tool_a_client_would_refuse_is_left_out_with_why(compressed: bool) -> None:
     """The SDKs validate a tools/list whole: one such tool found by a search and listed made
     the client refuse every server's tools and the proxy's own (a helper's hunt)."""
-    tools = [GOOD[0], *(tool for tool, _ in UNSERVABLE.values()), GOOD[1],
-             {"name": "null_description", "description": None, "inputSchema": {"type": "object"}}]
+    accepted = [  # (what the SDKs take: none, null, extra keys, unknown annotations)
+        {"name": "null_description", "description": None, "inputSchema": {"type": "object"}},
+        {"name": "rich", "title": "Rich", "inputSchema": {"type": "object", "$defs": {}},
+         "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True, "x": 1},
+         "_meta": {"k": "v"}, "icons": [{"src": "https://x/i.png", "sizes": ["48x48"]}],
+         "execution": {}, "other": [1]}]
+    tools = [GOOD[0], *(tool for tool, _ in UNSERVABLE.values()), GOOD[1], *accepted]
     catalog = deferred.build_catalog("s", "", [json.dumps({"tools": tools}).encode()],
                                      compressed=compressed, options=Options(count_tokens=False))
-    assert list(catalog.tools) == ["tool0", "tool1", "null_description"]
+    assert list(catalog.tools) == ["tool0", "tool1", "null_description", "rich"]
     assert catalog.left_out == list(UNSERVABLE)
     for name, (_, why) in UNSERVABLE.items():
         assert catalog.why[name].startswith(why), name

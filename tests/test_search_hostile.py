@@ -263,4 +263,26 @@ def test_an_index_on_a_read_only_mount_whose_log_holds_commits_is_refused(tmp_pa
     done = _read_only_view(folder, view, [*_command(), "search", "read a file", "--index",
                                           str(view / "idx.db"), "--no-embed"])
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "idx.db-wal holds transactions" in done.stderr and "Traceback" not in done.stderr
+    assert "idx.db-wal may hold transactions" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_listing_that_a_file_size_limit_cuts_short_fails(tmp_path: Path) -> None:
+    """Unbuffered (PYTHONUNBUFFERED=1), the text layer took a write that went in part and
+    said nothing: the listing stopped mid-line, exit 0."""
+    import resource
+
+    path = _named_index(tmp_path / "i.db", [f"read_file_{n}" for n in range(3000)])
+    args = [*_command(), "search", "read file", "--index", str(path), "--no-embed", "-k", "3000"]
+    whole = len(subprocess.run(args, capture_output=True, check=True, timeout=120).stdout)
+    limit = whole - 10  # (inside the last line: no write after it to fail)
+    assert limit > 65_536  # (above what SQLite's -shm takes)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with open(tmp_path / "out.txt", "wb") as out:
+        done = subprocess.run(args, stdout=out, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limited,
+                              timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().endswith(b"cannot write to standard output: File too large")

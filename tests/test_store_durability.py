@@ -24,7 +24,7 @@ import pytest
 
 from backends import lmdb_store
 from caveman_batch import ccr, cli
-from caveman_batch.errors import IntegrityError, UnknownHandleError
+from caveman_batch.errors import IntegrityError, StoreError, UnknownHandleError
 from caveman_batch.store import Store, open_store
 
 SCRIPT = Path(__file__).resolve()
@@ -601,3 +601,21 @@ def test_a_scan_inflates_each_big_catalog_once_for_all_its_spans(
         monkeypatch.setattr(ccr, "_WHOLES_MAX", 1 << 20)  # room for none: read up to each span
         inflated.clear()
         assert ccr.audit(store).verified == 101 and not inflated
+
+
+
+def test_a_store_made_by_another_process_meanwhile_is_not_taken_for_a_lost_one(
+        tmp_path: Path) -> None:
+    """LmdbStore.open finds no data.mdb, then another process makes the store (data.mdb,
+    then the marker) before the lost-store check looks for the marker: that check trusted
+    the first look and refused the new store as one whose data.mdb is gone (a helper saw
+    1-3 of 250 opens by 5 processes at once refused)."""
+    from backends import lmdb_store
+
+    path = tmp_path / "s"
+    url = f"lmdb://{path}"
+    open_store(url).close()  # (what the other process made: data.mdb, then the marker)
+    lmdb_store._refuse_lost(path, url, False)  # (as found before it did: no data.mdb)
+    lmdb_store.data_file(path).unlink()
+    with pytest.raises(StoreError, match="data.mdb is missing"):
+        lmdb_store._refuse_lost(path, url, True)
