@@ -779,7 +779,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             continue
         if not _is_digest_key(key):
             if audit is not None:
-                audit.foreign_keys += 1
+                _not_ours(audit, key, value)
             continue
         if audit is not None:
             audit.records += 1
@@ -796,6 +796,22 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             audit.original_bytes += header.original_length
             audit.stored_bytes += len(value)
         yield digest, header, value
+
+
+def _not_ours(audit: Audit, key: bytes, value: bytes) -> None:
+    """A key that is not a digest: another program's (counted, ignored), unless its value is
+    a record of ours (its header decodes): a record whose key was damaged (a hand edit, a
+    flipped byte, a case change) is hidden from every lookup, and a failure, named."""
+    try:
+        decode_header(value)
+    except ValueError:
+        audit.foreign_keys += 1
+        return
+    reason = "a record under a key that is not a sha256 digest (damaged?)"
+    audit.records += 1
+    audit.excluded[reason] = audit.excluded.get(reason, 0) + 1
+    audit.failures.append({"handle": f"key {key[:80].decode('ascii', 'backslashreplace')!r}",
+                           "reason": reason})
 
 
 def audit(store: Store) -> Audit:

@@ -1283,3 +1283,23 @@ def test_a_store_whose_lock_file_has_holes_is_read_on_a_full_disk(tmp_path: Path
         assert done.returncode == 0 and done.stdout == b"an original to read back on a full disk", \
             done.stderr
         assert run("stats", "--store", url).returncode == 0
+
+
+@pytest.mark.parametrize("damage", ["upper", "space", "one digit"])
+def test_a_record_whose_key_was_damaged_fails_verify_not_ignored(tmp_path: Path,
+                                                                   damage: str) -> None:
+    """Its key no longer a digest, the record was counted as another program's key
+    ('ignored 1 keys that are not ours', exit 0), while recover said unknown handle."""
+    url = f"sqlite://{tmp_path}/s.db"
+    [handle, _] = commit(url, b"an original", b"another")
+    digest = handle[len("ccr_"):].encode()
+    bad = {"upper": digest.upper(), "space": digest + b" ", "one digit": b"G" + digest[1:]}[damage]
+    with open_store(url) as store:
+        value = store.get(digest)
+        assert value is not None
+        store.commit([(bad, value)])
+        store.delete([digest])
+    done = run("verify", "--store", url)
+    assert done.returncode == 1, done.stdout
+    assert b"a record under a key that is not a sha256 digest" in done.stdout
+    assert b"keys that are not ours" not in done.stdout
