@@ -127,6 +127,8 @@ ADVERSARIAL = [
     "x" + ":1" * 100_000, "Error" * 40_000, "a/" * 100_000, "[" * 100_000, "{\"a\":" * 30_000,
     "\n".join(["  1:2  error  " + "a" * 5_000] * 40), "+" * 200_000, "commit " + "a" * 200_000,
     ("\n" + "-" * 3) * 60_000, "=" * 100_000 + " passed " + "=" * 100_000,
+    # a C function's head: a type and a name side by side were tried at every split
+    "struct " + "a" * 100_000 + " (", "#include <a.h>\n" + "x_t" * 40_000 + " (",
 ]
 
 

@@ -37,7 +37,10 @@ _SIGNAL: Final = re.compile(r"^(?:import |from [\w.]+ import |def |class |functi
                             r"|pub fn |package |#include "
                             # a C function's definition: `static int name(`, `void *name(`
                             r"|(?:(?:static|extern|inline|const|unsigned|signed) )*"
-                            r"(?:void|int|char|long|short|float|double|bool|size_t|struct \w+|\w+_t) ?\**\w+\()",
+                            # (the type ends a word: two runs of \w side by side were tried
+                            # at every split, quadratic in a long line's length)
+                            r"(?:void|int|char|long|short|float|double|bool|size_t|struct \w+|\w+_t)"
+                            r"\b ?\**\w+\()",
                             re.MULTILINE)
 #: what each of _SIGNAL's alternatives holds (behind the newline it starts after): a C
 #: function's definition its "("
