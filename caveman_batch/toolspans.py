@@ -106,10 +106,14 @@ def load(raw: bytes) -> Any:
 
 
 def _same(piece: bytes, tool: dict[str, Any]) -> bool:
-    """Whether `piece` parses to `tool`."""
+    """Whether `piece` parses to `tool`. A number orjson cannot hold (1e400, an integer of
+    4,301 digits; every float and long integer once the whole document went to
+    catalog.parse, as a BOM sends it) is an orjson.Fragment, which compares by identity:
+    then the literal-keeping serializations are compared (such a catalog's tools were left
+    out of the index by the pure-Python path, and by both paths with a BOM)."""
     try:
-        return load(piece) == tool
-    except (Passthrough, RecursionError):
+        return load(piece) == tool or serialize(parse(piece)) == serialize(tool)
+    except (Passthrough, RecursionError, ValueError, TypeError):  # (serialize: a lone surrogate)
         return False
 
 

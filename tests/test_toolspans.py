@@ -83,6 +83,30 @@ def test_a_span_that_does_not_parse_to_its_tool_is_refused(monkeypatch: pytest.M
     assert tool_spans(raw) is None
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"tools":[{"name":"a","description":"d","inputSchema":{"default":1.5}}],"x":1e400}',
+    b'{"tools":[{"name":"a","inputSchema":{"default":' + b"9" * 4301 + b'}}]}',
+    b'\xef\xbb\xbf{"tools":[{"name":"a","inputSchema":{"default":1.5}}]}',
+], ids=["1e400", "4301 digits", "BOM"])
+def test_a_catalog_with_a_number_orjson_cannot_hold_is_spanned_by_both_paths(
+        raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a document is parsed by catalog.parse, whose numbers are orjson.Fragments, which
+    compare by identity: each span's check failed, and the pure-Python path (and, with a BOM,
+    the C one, which refuses a BOM) left the catalog's tools out of the index."""
+    from caveman_batch import toolspans
+
+    with_c = tool_spans(raw)
+    monkeypatch.setattr(toolspans, "_fast_spans", lambda *a: None)
+    spans = tool_spans(raw)
+    assert spans is not None and len(spans) == 1
+    assert with_c in (None, spans)  # (C refuses a BOM: the Python path then decides)
+    start, end = spans[0]
+    assert raw[start:start + 1] == b"{" and raw[end - 1:end] == b"}"
+    out, _ = compress(raw)
+    entries = index_entries(raw, out)
+    assert entries is not None and [e.name for e in entries[1]] == ["a"]
+
+
 def test_every_corpus_catalog(corpora: Path) -> None:
     checked = 0
     for path in sorted(corpora.rglob("*.json")):
