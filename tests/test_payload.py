@@ -516,3 +516,20 @@ def test_a_diff_of_many_files_lists_what_fits_and_still_shows_hunks(tmp_path: Pa
     assert 20 <= len(listed) < 300
     changes = _file_changes(text)["diff --git a/src/mod_00.py b/src/mod_00.py"]
     assert all(x in view for x in changes)
+
+
+def test_a_short_binary_is_named_binary_by_its_magic_bytes() -> None:
+    """Below 400 chars the binary check was skipped: a 41-byte PNG was shown decoded, NULs
+    and all, though the README says binary input gets [binary: ...] even within the budget."""
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 13 + b"\x00\x00\x00\x00IEND\xaeB`\x82"
+    result = reduce(png)
+    assert result.strategy == "binary" and result.content.startswith("[binary: 41 bytes, PNG]")
+    few = "a short log line with one bad byte \xff here\n".encode("latin-1")
+    assert reduce(few).strategy != "binary"  # (no magic: a few bytes prove nothing)
+
+
+def test_json_nested_too_deep_to_parse_is_no_cuts_failure() -> None:
+    """The JSON cut's RecursionError reached the report as 'cut json failed and was skipped',
+    which reads as a broken plug-in."""
+    result = reduce("[" * 100_000 + "]" * 100_000)
+    assert result.warnings == () and result.strategy != "json"

@@ -70,7 +70,8 @@ def test_a_short_file_not_utf8_is_shown_and_its_bytes_kept(
                 "--store", store_url)[1] == raw
 
 
-@pytest.mark.parametrize("spec", ["0:3", "5:2", "x", "1-3", "99999:"])
+@pytest.mark.parametrize("spec", ["0:3", "5:2", "x", "1-3", "99999:", "9" * 5000 + ":",
+                                  "\u0661:\u0662", "00:1"])
 def test_bad_line_ranges_are_usage_errors(
         capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, store_url: str, spec: str) -> None:
     src = tmp_path / "log.txt"
@@ -118,3 +119,12 @@ def test_installed_entry_point_compress_stdin_and_retrieve(tmp_path: Path, store
     back = subprocess.run([str(exe), "payload", "retrieve", _handle(done.stdout), "--store", store_url],
                           capture_output=True, timeout=60, check=False)
     assert back.returncode == 0 and back.stdout == raw
+
+
+def test_a_line_number_of_any_length_is_read_without_a_traceback() -> None:
+    """int() of over 4,300 digits raised (a traceback, exit 2); Arabic-Indic digits were
+    read as 1:2."""
+    from caveman_batch.payload.retrieve import parse_lines
+
+    assert parse_lines("2:" + "9" * 5000) == (2, 10**18)
+    assert parse_lines("007") == (7, 7)

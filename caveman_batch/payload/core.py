@@ -40,7 +40,9 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
         # stored original however small they are (never "unchanged")
         lossy = isinstance(data, bytes) and ctype == BINARY_TYPE
         # bytes no line of which means anything, even within the budget: their size and type
-        kind = binary_kind(raw) if lossy and len(text) > MIN_CHARS else None
+        # (a short run of bytes is judged by its magic bytes alone: a tenth of a few bytes
+        # proves nothing; a 109-byte PNG was shown decoded, NULs and all)
+        kind = binary_kind(raw, guess=len(text) > MIN_CHARS) if lossy else None
         if not lossy and fits(text, whole):
             return PayloadResult(text, "none", "fits the budget; unchanged",
                                  Stats(*before[:1], len(text), before[1], before[1], "nothing"))
@@ -97,13 +99,13 @@ _SNIFF: Final = 8_192
 _CONTROL: Final = bytes(sorted(set(range(32)) - {8, 9, 10, 11, 12, 13, 27})) + b"\x7f"
 
 
-def binary_kind(raw: bytes) -> str | None:
-    """The type of bytes that are not UTF-8 text, by their magic bytes, else "data" when they
-    look binary; None for text that merely holds a few bad bytes."""
+def binary_kind(raw: bytes, guess: bool = True) -> str | None:
+    """The type of bytes that are not UTF-8 text, by their magic bytes, else (`guess`) "data"
+    when they look binary; None for text that merely holds a few bad bytes."""
     for at, magic, kind in _MAGIC:
         if raw.startswith(magic, at) and (kind not in _WEAK or _looks_binary(raw[:_SNIFF])):
             return kind
-    return "data" if _looks_binary(raw[:_SNIFF]) else None
+    return "data" if guess and _looks_binary(raw[:_SNIFF]) else None
 
 
 def _looks_binary(head: bytes) -> bool:

@@ -9,7 +9,9 @@ from .. import ccr
 from ..errors import UsageError
 from ..store import Store
 
-_RANGE: Final = re.compile(r"(\d*):(\d*)|(\d+)")
+_RANGE: Final = re.compile(r"([0-9]*):([0-9]*)|([0-9]+)")  # (ASCII digits: \d takes any script's)
+_MOST_DIGITS: Final = 18  # a line number longer is past any original's end (and int() of
+# over 4,300 digits raises): read as the largest such
 
 
 def parse_lines(spec: str) -> tuple[int, int | None]:
@@ -19,13 +21,18 @@ def parse_lines(spec: str) -> tuple[int, int | None]:
         raise UsageError(f"invalid line range {spec!r}: use A:B (1-based, inclusive), A: or :B")
     last: int | None
     if m.group(3):
-        first = last = int(m.group(3))
+        first = last = _number(m.group(3))
     else:
-        first = int(m.group(1)) if m.group(1) else 1
-        last = int(m.group(2)) if m.group(2) else None
+        first = _number(m.group(1)) if m.group(1) else 1
+        last = _number(m.group(2)) if m.group(2) else None
     if first < 1 or (last is not None and last < first):
         raise UsageError(f"invalid line range {spec!r}: need 1 <= A <= B")
     return first, last
+
+
+def _number(digits: str) -> int:
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MOST_DIGITS else 10**_MOST_DIGITS
 
 
 def slice_lines(original: bytes, first: int, last: int | None) -> bytes:

@@ -314,7 +314,7 @@ class JsonCut:
     def cut(self, text: str, limits: Limits) -> str | None:
         try:
             value = _loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested too deep to parse: another cut's)
             return None
         notable: dict[int, list[list[int]]] = {}
         for items, keys, chars, depth in _WIDTHS:
