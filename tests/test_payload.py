@@ -533,3 +533,12 @@ def test_json_nested_too_deep_to_parse_is_no_cuts_failure() -> None:
     which reads as a broken plug-in."""
     result = reduce("[" * 100_000 + "]" * 100_000)
     assert result.warnings == () and result.strategy != "json"
+
+
+def test_a_text_too_long_only_by_its_colour_codes_is_shown_without_them() -> None:
+    """Every cut must be shorter than the (stripped) text it cuts: each failed, and the view
+    said the whole output was omitted, nothing fitting the budget."""
+    text = "\x1b[2K\x1b[1G" * 5000 + "done: 3 files\n"
+    result = reduce(text, budget=Budget(2_000))
+    assert result.strategy == "stripped" and result.content.startswith("done: 3 files\n")
+    assert "omitted" not in result.content

@@ -56,14 +56,23 @@ def reduce(data: str | bytes, hint: Hint | None = None, budget: Budget = DEFAULT
         else:
             limits = _body_limits(whole, text, before)
             read = plain(text)  # colours stripped: the cuts see what a terminal shows
-            with shared(read) if read is not text else nullcontext():
-                name, body, warnings = _first_fit(read, hint, limits)
+            if read is not text and fits(read, limits):
+                # its colour codes alone made it too long: shown whole without them (no cut
+                # is shorter than the text it cuts, so each failed, and the view claimed
+                # "nothing fits the budget")
+                name, body = STRIPPED, read
+            else:
+                with shared(read) if read is not text else nullcontext():
+                    name, body, warnings = _first_fit(read, hint, limits)
     handle, note = _commit(store, raw, ctype, warnings)
     after = (len(body), count_lines(body))
     view = body + "\n" + footer(before, after, name, handle)
     omitted = f"{before[1] - min(after[1], before[1]):,} of {before[1]:,} lines"
     stats = Stats(before[0], len(view), before[1], count_lines(view), omitted)
     return PayloadResult(view, name, note, stats, handle, tuple(warnings))
+
+
+STRIPPED: Final = "stripped"  # the strategy of a text shown whole, its colour codes stripped
 
 
 def _json_like(text: str) -> bool:
