@@ -542,3 +542,23 @@ def test_a_text_too_long_only_by_its_colour_codes_is_shown_without_them() -> Non
     result = reduce(text, budget=Budget(2_000))
     assert result.strategy == "stripped" and result.content.startswith("done: 3 files\n")
     assert "omitted" not in result.content
+
+
+def test_the_json_view_shows_each_number_as_written() -> None:
+    """Floats were parsed and re-serialized: 1e400 showed as Infinity (a fact the original
+    does not hold), 1e-400 as 0.0, 1E5 as 100000.0, 0.10 as 0.1, -0 as 0, and a long one's
+    digits were counted of the re-serialized text."""
+    numbers = ["1e400", "1e-400", "3.14159265358979323846264338", "1E5", "0.5e308", "-0", "2.50",
+               "NaN", "-Infinity", "7"]
+    text = ('{"values": [' + ", ".join(numbers) + '], "long": 1.' + "1" * 900 + ', "pad": "'
+            + "x" * 3000 + '"}')
+    result = reduce(text, budget=Budget(2_000))
+    assert result.strategy == "json"
+    lines = [line.strip() for line in result.content.splitlines()]
+    assert lines[2:2 + len(numbers)] == numbers, result.content
+    long = next(line for line in lines if line.startswith('"long": '))
+    digits = len("1." + "1" * 900)
+    shown = long[len('"long": '):].split("…")[0]
+    assert long.endswith(f"(+{digits - len(shown):,} digits)") and shown.startswith("1.111")
+    plain = reduce('{"n": [1, 2, 3], "pad": "' + "x" * 3000 + '"}', budget=Budget(2_000))
+    assert '"n": [' in plain.content  # (no float: the fast parse, the same view)

@@ -280,28 +280,62 @@ _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _dumps(value: Any) -> str:
-    """JSON text of a scalar or key, as in the view: non-ASCII as it is, a lone surrogate
-    (a \\ud800 escape, which json.loads reads as it is) escaped again: no text of the view
-    may hold one (no UTF-8 can)."""
+    """JSON text of a scalar or key, as in the view: a number as written, non-ASCII as it
+    is, a lone surrogate (a \\ud800 escape, which json.loads reads as it is) escaped again:
+    no text of the view may hold one (no UTF-8 can)."""
+    if isinstance(value, _Number):
+        return value.text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}",
                                json.dumps(value, ensure_ascii=False))
 
 
+class _Number(float):
+    """A float (or NaN, Infinity, -0) as its JSON text wrote it: the view shows that text,
+    never the float re-serialized (1e400 was shown as Infinity, 1E5 as 100000.0, 0.10 as
+    0.1, and the digits counted of that); a float to everything else."""
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> _Number:
+        number = float.__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _int(text: str) -> int | _Number:
+    return _Number(text) if text == "-0" else int(text)  # (int("-0") is 0)
+
+
 def _loads(text: str) -> Any:
-    """What `json.loads(text)` gives, parsed by orjson (several times faster) when it is sure
-    to give the same: orjson refuses NaN, Infinity, lone surrogates and floats that overflow
-    (json.loads takes them: then json.loads runs), and reads integers past 64 bits as floats,
-    so a text holding 19 digits in a row is left to json.loads."""
+    """What `json.loads(text)` gives, each float, constant and -0 as a _Number (its text as
+    written); parsed by orjson (faster) when it is sure to give the same: a text with no
+    digit followed by "." or an exponent, no -0 and no 19 digits in a row (orjson reads
+    integers past 64 bits as floats; it refuses NaN, Infinity and lone surrogates: then
+    json.loads runs)."""
     try:
         raw = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates
-        return json.loads(text)
-    if _LONG_NUMBER not in raw.translate(_DIGITS):
+        return _exact(text)
+    if _LONG_NUMBER not in raw.translate(_DIGITS) and _FLOATISH.search(raw) is None:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    return _exact(text, raw)
+
+
+def _exact(text: str, raw: bytes | None = None) -> Any:
+    """json.loads, each float and constant a _Number, and -0 too where the text may hold
+    one (each integer then goes through _int: a call per integer, so only then)."""
+    if raw is None or _NEGATIVE_ZERO.search(raw) is not None:
+        return json.loads(text, parse_float=_Number, parse_constant=_Number, parse_int=_int)
+    return json.loads(text, parse_float=_Number, parse_constant=_Number)
+
+
+#: what a float literal or -0 holds (in a string too: then the slower exact parse runs)
+_FLOATISH: Final = re.compile(rb"[0-9][.eE]|-0(?![0-9])")
+_NEGATIVE_ZERO: Final = re.compile(rb"-0(?![0-9.eE])")
 
 
 class JsonCut:
