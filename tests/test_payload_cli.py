@@ -128,3 +128,13 @@ def test_a_line_number_of_any_length_is_read_without_a_traceback() -> None:
 
     assert parse_lines("2:" + "9" * 5000) == (2, 10**18)
     assert parse_lines("007") == (7, 7)
+
+
+def test_a_line_past_the_end_names_the_count_in_words() -> None:
+    from caveman_batch.errors import UsageError
+    from caveman_batch.payload.retrieve import slice_lines
+
+    with pytest.raises(UsageError, match="the original has 1 line$"):
+        slice_lines(b"one line\n", 2, None)
+    with pytest.raises(UsageError, match="the original has 2 lines$"):
+        slice_lines(b"one\ntwo", 3, None)

@@ -39,7 +39,8 @@ def slice_lines(original: bytes, first: int, last: int | None) -> bytes:
     """Lines first..last of `original`, each with its own line ending (\\n, \\r\\n, none)."""
     total = original.count(b"\n") + (0 if original.endswith(b"\n") or not original else 1)
     if first > total:
-        raise UsageError(f"line {first:,} is past the end: the original has {total:,} lines")
+        raise UsageError(f"line {first:,} is past the end: the original has {total:,} "
+                         f"line{'' if total == 1 else 's'}")
     start = _offset_of_line(original, first)
     if last is None or last >= total:
         return original[start:]
