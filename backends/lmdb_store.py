@@ -94,7 +94,7 @@ class LmdbStore(Store):
         if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the open for ever
             raise foreign_store(url, "its data.mdb is not a regular file")
         exists = mode is not None
-        _refuse_lost(path, url, exists)
+        _refuse_lost(path, url)
         if not exists:  # (another program's folder is named as one, by readers too)
             _refuse_other_files(path, url)
         if (readonly or not create) and not exists:
@@ -462,7 +462,7 @@ def _open_readonly(path: Path) -> lmdb.Environment:
             raise
 
 
-def _refuse_lost(path: Path, url: str, exists: bool) -> None:
+def _refuse_lost(path: Path, url: str) -> None:
     """StoreError if the folder held a store of ours (its marker is there) whose data.mdb is
     gone or empty (deleted, or cut to nothing by a bad copy or restore). LMDB would start a
     new, empty store over it without a word, and every handle published before would be
@@ -471,9 +471,8 @@ def _refuse_lost(path: Path, url: str, exists: bool) -> None:
     LMDB's open; so a store another process is making now is never taken for one lost.)"""
     if not (path / MARKER).is_file():
         return
-    try:  # (looked at again: another process may have made both since `exists` was found)
-        empty = os.stat(data_file(path)).st_size == 0
-        exists = True
+    try:  # (looked at after the marker: another process may make both meanwhile)
+        empty, exists = os.stat(data_file(path)).st_size == 0, True
     except FileNotFoundError:
         empty, exists = True, False
     except OSError as exc:

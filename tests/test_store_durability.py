@@ -609,13 +609,14 @@ def test_a_store_made_by_another_process_meanwhile_is_not_taken_for_a_lost_one(
     """LmdbStore.open finds no data.mdb, then another process makes the store (data.mdb,
     then the marker) before the lost-store check looks for the marker: that check trusted
     the first look and refused the new store as one whose data.mdb is gone (a helper saw
-    1-3 of 250 opens by 5 processes at once refused)."""
+    1-3 of 250 opens by 5 processes at once refused). It looks at data.mdb itself, after
+    the marker."""
     from backends import lmdb_store
 
     path = tmp_path / "s"
     url = f"lmdb://{path}"
     open_store(url).close()  # (what the other process made: data.mdb, then the marker)
-    lmdb_store._refuse_lost(path, url, False)  # (as found before it did: no data.mdb)
+    lmdb_store._refuse_lost(path, url)  # (LmdbStore.open had found no data.mdb before)
     lmdb_store.data_file(path).unlink()
     with pytest.raises(StoreError, match="data.mdb is missing"):
-        lmdb_store._refuse_lost(path, url, True)
+        lmdb_store._refuse_lost(path, url)
