@@ -321,23 +321,30 @@ def _inflate(header: Header, value: bytes) -> bytes:
     if zstandard.frame_content_size(payload) < 0:
         # a frame that declares no size: decompress() would allocate the header's length
         # up front (a crafted header: 100 GiB, MemoryError); read what it really holds
-        reader = _codecs.decompressor.stream_reader(payload)
-        parts, limit, got = [], header.original_length + 1, 0
-        while got < limit:
-            try:  # up to the header's length, then one byte more (which must not be there)
-                chunk = reader.read(min(_WHOLE_MAX, header.original_length - got) or 1)
-            except zstandard.ZstdError:
-                if got != header.original_length:
-                    raise
-                break  # bytes after the frame's end: ignored, as decompress() does
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        if got > header.original_length:
+        original = b"".join(_chunks(header, payload))
+        if len(original) > header.original_length:
             raise ValueError(f"the frame inflates past the header's {header.original_length:,} bytes")
-        return b"".join(parts)
+        return original
     return _codecs.decompressor.decompress(payload, max_output_size=header.original_length + 1)
+
+
+def _chunks(header: Header, payload: bytes) -> Iterator[bytes]:
+    """What the frame inflates to, at most _WHOLE_MAX at a time: up to the header's length,
+    then one byte more, which must not be there. Bytes after the frame's end are ignored,
+    as decompress() ignores them (recover and verify read a record alike)."""
+    reader = _codecs.decompressor.stream_reader(payload)
+    got = 0
+    while got <= header.original_length:
+        try:
+            chunk = reader.read(min(_WHOLE_MAX, header.original_length - got) or 1)
+        except zstandard.ZstdError:
+            if got != header.original_length:
+                raise
+            return  # (bytes after the frame)
+        if not chunk:
+            return
+        got += len(chunk)
+        yield chunk
 
 
 def _inflated_digest(header: Header, value: bytes) -> tuple[int, str]:
@@ -346,17 +353,8 @@ def _inflated_digest(header: Header, value: bytes) -> tuple[int, str]:
     if header.original_length <= _WHOLE_MAX:
         original = _inflate(header, value)
         return len(original), digest_of(original)
-    reader = _codecs.decompressor.stream_reader(_bounded_payload(header, value))
-    hasher, length, limit = hashlib.sha256(), 0, header.original_length + 1
-    while length < limit:
-        try:  # up to the header's length, then one byte more (which must not be there)
-            chunk = reader.read(min(_WHOLE_MAX, header.original_length - length) or 1)
-        except zstandard.ZstdError:
-            if length != header.original_length:
-                raise
-            break  # bytes after the frame's end, as decompress() (recover) ignores them
-        if not chunk:
-            break
+    hasher, length = hashlib.sha256(), 0
+    for chunk in _chunks(header, _bounded_payload(header, value)):
         hasher.update(chunk)
         length += len(chunk)
     return length, hasher.hexdigest()
