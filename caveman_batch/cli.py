@@ -574,13 +574,32 @@ def _root(
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"caveman-batch: error: {message}\n")
-    sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):  # (a standard error no one reads)
+        sys.stderr.write(f"caveman-batch: error: {message}\n")
+        sys.stderr.flush()
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; map every error to its exit code here, once."""
+    try:
+        return _main(argv)
+    finally:
+        _settle_stderr()
+
+
+def _settle_stderr() -> None:
+    """Standard error flushed now; one that cannot take it (a pipe no one reads) is swapped
+    for /dev/null: the interpreter's own flush at exit failed, and made a command that did
+    its work exit 120 (a proxy whose warnings no one could read)."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            sys.stderr = open(os.devnull, "w")
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         app(args=list(argv) if argv is not None else None, prog_name="caveman-batch")
     except SystemExit as exc:

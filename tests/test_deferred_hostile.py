@@ -386,10 +386,17 @@ def test_a_signal_ends_the_proxy_even_if_an_upstream_ignores_it(
     assert w.proc.wait(30) == 128 + signal.SIGTERM
 
 
+@pytest.mark.parametrize("unbuffered", ["1", None], ids=["unbuffered", "buffered"])
 def test_an_upstream_dying_while_stderr_is_gone_takes_no_one_down(
-        tmp_path: Path, upstream: list[str]) -> None:
+        tmp_path: Path, upstream: list[str], monkeypatch: pytest.MonkeyPatch,
+        unbuffered: str | None) -> None:
     """The proxy's stderr is a pipe no one reads (closed): a warning cannot be written, and
-    the client is still served (the BrokenPipeError ended the proxy)."""
+    the client is still served (the BrokenPipeError ended the proxy), and the exit is 0
+    (buffered, the interpreter's own flush of stderr at exit failed: exit 120)."""
+    if unbuffered is None:
+        monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONUNBUFFERED", unbuffered)
     read_end, write_end = os.pipe()
     os.close(read_end)
     w = Wire(["--servers", _servers_file(tmp_path, upstream, {"a": {"TOOLS": HOSTILE_TOOLS},
