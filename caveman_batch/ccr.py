@@ -751,6 +751,11 @@ class Audit:
     excluded: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
 
+    def fail(self, handle: str, reason: str) -> None:
+        """A record that did not verify (or could not be read), under its reason."""
+        self.excluded[reason] = self.excluded.get(reason, 0) + 1
+        self.failures.append({"handle": handle, "reason": reason})
+
     def as_dict(self) -> dict[str, object]:
         ratio = self.stored_bytes / self.original_bytes if self.original_bytes else 0.0
         return {
@@ -786,8 +791,7 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             header = verify_record(digest, value, store, wholes)
         except IntegrityError as exc:
             if audit is not None:
-                audit.excluded[exc.reason] = audit.excluded.get(exc.reason, 0) + 1
-                audit.failures.append({"handle": exc.handle, "reason": exc.reason})
+                audit.fail(exc.handle, exc.reason)
             continue
         if audit is not None:
             audit.verified += 1
@@ -805,11 +809,9 @@ def _not_ours(audit: Audit, key: bytes, value: bytes) -> None:
     except ValueError:
         audit.foreign_keys += 1
         return
-    reason = "a record under a key that is not a sha256 digest (damaged?)"
     audit.records += 1
-    audit.excluded[reason] = audit.excluded.get(reason, 0) + 1
-    audit.failures.append({"handle": f"key {key[:80].decode('ascii', 'backslashreplace')!r}",
-                           "reason": reason})
+    audit.fail(f"key {key[:80].decode('ascii', 'backslashreplace')!r}",
+               "a record under a key that is not a sha256 digest (damaged?)")
 
 
 def audit(store: Store) -> Audit:
@@ -946,8 +948,7 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
             header, original = open_record(key.decode("ascii"), value, source)
         except IntegrityError as exc:  # changed since the scan
             report.verified -= 1
-            report.excluded[exc.reason] = report.excluded.get(exc.reason, 0) + 1
-            report.failures.append({"handle": exc.handle, "reason": exc.reason})
+            report.fail(exc.handle, exc.reason)
             continue
         payload = _codecs.compressor(ZSTD_LEVEL).compress(original)
         batch.append((key, encode_record(len(original), header.content_type,

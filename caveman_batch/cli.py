@@ -95,9 +95,8 @@ def _echo(message: str = "") -> None:
 
 
 def _echo_json(data: object) -> None:
-    text = json.dumps(data, indent=2, ensure_ascii=False)
     # a lone surrogate from the input goes out as its JSON escape (\udXXX), not an error
-    fsio.write_stdout(text.encode("utf-8", "backslashreplace") + b"\n")
+    _echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(w|d|h|m|s)")
@@ -544,9 +543,6 @@ def proxy_command(
         raise UsageError("proxy --deferred needs -- UPSTREAM_COMMAND [ARGS...] or --servers FILE")
     specs = read_servers(servers) if servers is not None else [
         ServerSpec("upstream", tuple(ctx.args))]
-    if startup_timeout is None:
-        startup_timeout = (deferred_proxy.DEFAULT_STARTUP_TIMEOUT if servers is None
-                           else deferred_proxy.DEFAULT_SERVERS_STARTUP_TIMEOUT)
     settings = deferred_proxy.Settings(always=tuple(always or ()), single=servers is None,
                                        debug=debug, startup_timeout=startup_timeout, embed=embed)
     raise typer.Exit(deferred_proxy.run(specs, store_url, settings))

@@ -14,7 +14,7 @@ or not; `call_tool` does the same for clients that only call listed tools. So wi
 upstream a tool of its own named `search_tools` or `call_tool` keeps that name, and the
 proxy's tool takes another (`search_tools_proxy`, see `free_name`), with a warning.
 
-The start waits for each upstream's tools for `Settings.startup_timeout`, counted from the
+The start waits for each upstream's tools for `Settings.start_wait`, counted from the
 client's `initialize`. An initialize every upstream refuses gets the (first) refusal, and
 the upstreams wait for the client's next try; one that refuses while another accepts is
 let go.
@@ -347,8 +347,16 @@ class Settings:
     always: tuple[str, ...] = ()
     single: bool = True
     debug: bool = False
-    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    startup_timeout: float | None = None  # None: DEFAULT_STARTUP_TIMEOUT, or with several
+    # upstreams DEFAULT_SERVERS_STARTUP_TIMEOUT (see start_wait)
     embed: bool | None = None  # search's dense vectors: True required, False none, None if installed
+
+    @property
+    def start_wait(self) -> float:
+        """How long the start waits for an upstream to list its tools, in seconds."""
+        if self.startup_timeout is not None:
+            return self.startup_timeout
+        return DEFAULT_STARTUP_TIMEOUT if self.single else DEFAULT_SERVERS_STARTUP_TIMEOUT
 
 
 class DeferredProxy:
@@ -430,7 +438,7 @@ class DeferredProxy:
             if not server.settled and server.deadline is not None and now >= server.deadline:
                 server.settled = True
                 self._warn(f"upstream {server.name!r} did not list its tools within "
-                           f"{self.settings.startup_timeout:g} s: its tools join when it does")
+                           f"{self.settings.start_wait:g} s: its tools join when it does")
         self._maybe_answer_initialize()
         self._maybe_ready()
 
@@ -660,7 +668,7 @@ class DeferredProxy:
             return
         self.init_request = msg
         params = msg.raw("params") if "params" in msg.spans else "{}"
-        deadline = time.monotonic() + self.settings.startup_timeout
+        deadline = time.monotonic() + self.settings.start_wait
         for server in self.servers.values():
             if server.state != DEAD:
                 server.deadline, server.settled = deadline, False

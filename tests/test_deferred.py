@@ -517,3 +517,11 @@ def test_progress_and_logging_reach_the_client(scripted: list[str]) -> None:
         {"jsonrpc": "2.0", "method": "notifications/message",
          "params": {"level": "info", "data": "half way"}}]
     assert wire.close()[0] == 0
+
+
+def test_the_start_waits_longer_for_one_upstream_than_for_several() -> None:
+    """One upstream: as long as the client would wait for it alone; several: short enough
+    that one hung server does not hold the others past a client's own timeout."""
+    assert deferred.Settings(single=True).start_wait == 60.0
+    assert deferred.Settings(single=False).start_wait == 15.0
+    assert deferred.Settings(single=False, startup_timeout=2.5).start_wait == 2.5
