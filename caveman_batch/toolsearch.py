@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -214,7 +215,10 @@ def tool_docs(server: str, tools: list[dict[str, Any]], compressed: list[dict[st
 
 # -- queries ----------------------------------------------------------------------
 
-_WORD = re.compile(r"\w+")
+# a word: \w and the combining diacritics FTS5's unicode61 reads as part of a word (and
+# drops), so that a mark with no precomposed form does not split the query's word where the
+# index's is whole
+_WORD = re.compile(r"[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
 STOP_WORDS: Final = frozenset("""
 a an and are as at be by can could do does for from has have how i in into is it its me my
 of on or our please that the their them then there these this to use using want was we what
@@ -246,6 +250,10 @@ def match_expression(query: str) -> str | None:
     camelCase (`sendEmail`) is searched whole and in its parts, as names are indexed
     (split_name). Past MAX_QUERY_TERMS distinct words, the rest are not searched.
     """
+    # composed (NFC), as catalogs' text is: a query written decomposed (NFD, as macOS file
+    # names hand text over: "re\u0301sume\u0301", Hangul as jamo) was split into "re" and
+    # "sume", and FTS5 folds a precomposed Greek or Cyrillic letter apart from its NFD form
+    query = unicodedata.normalize("NFC", query)
     words = [w.lower() for found in _WORD.findall(query)
              for w in dict.fromkeys((found, *_camel_parts(found)))]
     kept = [w for w in words if w not in STOP_WORDS] or words

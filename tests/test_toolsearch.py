@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,24 @@ def test_or_semantics_a_word_nowhere_does_not_empty_the_result(index: ToolIndex)
                                    "a OR", ") (", "\x00", "col : umn"])
 def test_any_text_is_a_valid_query(index: ToolIndex, query: str) -> None:
     index.search(query)
+
+
+@pytest.mark.parametrize("word", ["résumé", "tiếng", "naïve", "ẹ̀kọ́", "ελληνικά", "ёлка", "한국어"])
+def test_a_word_written_decomposed_finds_its_tool(tmp_path: Path, word: str) -> None:
+    """A query in NFD (macOS file names, some keyboards) was split at each combining mark
+    (`re`, `sume`), or folded by FTS5 apart from the composed letters the index holds
+    (Greek, Cyrillic; Hangul as jamo): nothing found; so was a word with a mark that has no
+    precomposed form (Yoruba's ẹ̀). Latin text indexed decomposed is found by a composed
+    query too (FTS5 drops Latin diacritics either way)."""
+    latin = unicodedata.name(word[0]).startswith("LATIN")
+    forms = ("NFC", "NFD") if latin else ("NFC",)
+    for indexed in forms:
+        tool = {"name": "t", "description": f"Reads {unicodedata.normalize(indexed, word)} text."}
+        with ToolIndex.open(tmp_path / f"{indexed}.db") as index:
+            index.replace_server("s", tool_docs("s", [tool], [tool], [None]))
+            for asked in ("NFC", "NFD"):
+                query = unicodedata.normalize(asked, word)
+                assert [h.name for h in index.search(query)] == ["t"], (indexed, asked)
 
 
 def test_empty_query_or_k_gives_nothing(index: ToolIndex) -> None:
