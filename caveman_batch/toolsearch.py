@@ -774,12 +774,14 @@ class ToolIndex:
                servers: Collection[str] | None = None) -> list[Hit]:
         """The k best tools for free text, best first (k <= 0: none)."""
         expression = match_expression(query)
-        if expression is None or k <= 0 or (servers is not None and not servers):
+        if k <= 0 or (servers is not None and not servers):
             return []
         k = min(k, _MAX_K)  # (SQLite's LIMIT is a 64-bit integer: k + a margin must fit)
         with self._snapshot():
-            if self._vectors is not None:
+            if self._vectors is not None:  # (no word for BM25: the dense ranking's hits)
                 return self._hybrid_search(query, expression, k, servers)
+            if expression is None:
+                return []
             if servers is None:
                 best = self._best_texts(expression, k + _TIE_MARGIN)
                 if best is not None:
@@ -840,9 +842,10 @@ class ToolIndex:
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
 
-    def _hybrid_search(self, query: str, expression: str, k: int,
+    def _hybrid_search(self, query: str, expression: str | None, k: int,
                        servers: Collection[str] | None) -> list[Hit]:
-        """BM25 and dense rankings of the texts, fused (toolvectors), then their tools."""
+        """BM25 and dense rankings of the texts, fused (toolvectors), then their tools (a
+        query with no word for BM25, `🚀`, has the dense ranking alone)."""
         assert self._vectors is not None
         in_servers, params = "", [expression]
         if servers is not None:
@@ -853,7 +856,7 @@ class ToolIndex:
                + (f" AND rowid IN (SELECT t.text_id FROM tools t WHERE {in_servers})"
                   if servers is not None else "") + " ORDER BY score DESC")
         limit = FUSION_DEPTH + _TIE_MARGIN
-        bm25 = self._read(f"{sql} LIMIT ?", [*params, limit])
+        bm25 = self._read(f"{sql} LIMIT ?", [*params, limit]) if expression is not None else []
         if len(bm25) == limit and bm25[-1][1] == bm25[FUSION_DEPTH - 1][1]:
             bm25 = self._read(sql, params)  # ties past the margin: every match, as _best_texts
         allowed = None if servers is None else {row[0] for row in self._read(

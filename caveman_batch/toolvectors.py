@@ -174,9 +174,10 @@ class ToolVectors:
         import numpy as np
 
         ids, matrix = self._loaded(db)
-        if not len(ids):
+        wanted = self.embedder.encode([query])[0].astype(np.float64) if len(ids) else None
+        if wanted is None or not wanted.any():  # (no token to embed: near to nothing)
             return []
-        cosines = np.round(matrix @ self.embedder.encode([query])[0].astype(np.float64), _DIGITS)
+        cosines = np.round(matrix @ wanted, _DIGITS)
         if allowed is not None:
             cosines[~np.isin(ids, np.fromiter(allowed, np.int64, len(allowed)))] = -np.inf
         kept = np.isfinite(cosines)

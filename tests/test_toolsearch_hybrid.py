@@ -93,6 +93,19 @@ def test_hybrid_finds_the_paraphrase_bm25_misses(tmp_path: Path, embedder: Embed
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_a_query_with_no_word_for_bm25_has_the_dense_ranking(tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    """An emoji is no word to FTS5: hybrid, the query found nothing at all (while `___`,
+    a word no tool has, got the dense ranking's hits); a query of nothing to embed still
+    finds nothing."""
+    with _build(tmp_path / "bm25.db", None) as plain:
+        assert plain.search("🏨") == []
+    with _build(tmp_path / "hybrid.db", embedder) as hybrid:
+        assert hybrid.search("🏨", 1)[0].name == "check_in_guest"
+        assert hybrid.search("🧾", 1)[0].name == "list_invoices"
+        assert hybrid.search("") == hybrid.search(" \n\t") == []
+
+
 def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedder) -> None:
     counting = Counting(embedder)
     _build(tmp_path / "i.db", counting).close()
