@@ -341,13 +341,16 @@ def search(
         _echo(f"{hit.score:8.3f}  {_one_line(f'{hit.server}/{hit.name}')}  {hit.handle or '-'}")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# control characters, line and paragraph separators, and the bidirectional controls (an
+# override or isolate reorders how the rest of the line shows: "Trojan Source")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def _one_line(text: str) -> str:
-    """A name as one line of a listing: a control character (a line break, an escape) as
-    its escape, so a catalog's tool name can neither forge nor hide lines of the output
-    (nor drive a terminal)."""
+    """A name as one line of a listing: a control character (a line break, an escape, a
+    bidirectional override) as its escape, so a catalog's tool name can neither forge nor
+    hide lines of the output, nor reorder how the rest of its line shows (nor drive a
+    terminal)."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 

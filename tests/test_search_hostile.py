@@ -223,6 +223,16 @@ def test_a_name_cannot_forge_a_line(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stdout
 
 
+@pytest.mark.parametrize("mark", ["\u202e", "\u2067", "\u200f", "\u061c"])
+def test_a_name_cannot_reorder_its_line(tmp_path: Path, mark: str) -> None:
+    """A bidirectional override or isolate in a name shows the rest of the line reversed
+    ("Trojan Source"): it is shown escaped, as a line break is."""
+    path = _named_index(tmp_path / "i.db", [f"read{mark}nimda_file"])
+    done = _cli("search", "read file", "--index", str(path), "--no-embed")
+    assert done.returncode == 0 and mark not in done.stdout, done.stdout
+    assert mark.encode("unicode_escape").decode("ascii") in done.stdout
+
+
 def test_a_lone_cr_in_a_queries_line_is_white_space(tmp_path: Path) -> None:
     path = _named_index(tmp_path / "i.db", ["read_file"])
     queries = tmp_path / "q.jsonl"
