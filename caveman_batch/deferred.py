@@ -614,12 +614,12 @@ class DeferredProxy:
 
     def _client_response(self, msg: rpc.Message) -> None:
         """The client's answer to an upstream's request: back to it, under its own id."""
-        entry = self.server_calls.pop(msg.id, None) if type(msg.id) is int else None
-        if entry is None:
+        pid = rpc.own_id(msg.id)
+        if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
             return
         server, raw_id, key = entry
         self.server_call_ids.pop((server.name, key), None)
-        self.progress.pop(msg.id, None)
+        self.progress.pop(pid, None)
         if server.state != DEAD:
             server.up.send(rpc.replace(msg, "id", raw_id))
 
@@ -642,7 +642,8 @@ class DeferredProxy:
         """Progress on an upstream's request (a sampling, say): to that upstream alone,
         under its own token (it reached every upstream, naming another's token)."""
         token = msg.params.get("progressToken")
-        entry = self.progress.get(token) if type(token) is int else None
+        pid = rpc.own_id(token)
+        entry = self.progress.get(pid) if pid is not None else None
         params = rpc.member_spans(msg.text, msg.spans["params"])
         if entry is None or params is None or "progressToken" not in params:
             return  # no request of an upstream's asked for it (or a key is given twice)
@@ -1037,7 +1038,8 @@ class DeferredProxy:
             self._unreadable_reply(server, line, str(exc))
             return
         if msg.is_response:
-            on_reply = server.calls.pop(msg.id, None) if type(msg.id) is int else None
+            uid = rpc.own_id(msg.id)
+            on_reply = server.calls.pop(uid, None) if uid is not None else None
             if on_reply is not None:
                 on_reply(Reply(msg))
         elif msg.method is None:
@@ -1051,7 +1053,8 @@ class DeferredProxy:
         """A response the proxy cannot forward still ends the request it answers, with an
         error naming the upstream: else the client would wait for it for ever."""
         uid = rpc.response_id(line)
-        on_reply = server.calls.pop(uid, None) if type(uid) is int else None
+        own = rpc.own_id(uid)
+        on_reply = server.calls.pop(own, None) if own is not None else None
         if on_reply is not None:
             text = f"upstream {server.name!r} answered with a line that is not JSON-RPC ({reason})"
             on_reply(Reply(rpc.read(rpc.error(str(uid), rpc.UPSTREAM_UNAVAILABLE, text))))

@@ -197,6 +197,18 @@ def id_key(value: Any) -> IdKey | None:
     return (type(value), value)
 
 
+_DECIMAL: Final = re.compile(r"[1-9][0-9]{0,17}")
+
+
+def own_id(value: Any) -> int | None:
+    """The proxy's own request id (a positive integer) that a peer's response or progress
+    token names, or None: the integer, or its decimal text, which both official SDKs take
+    for it (a peer that echoes ids as strings still correlates, as `coerce_request_id`)."""
+    if type(value) is int:
+        return value
+    return int(value) if isinstance(value, str) and _DECIMAL.fullmatch(value) else None
+
+
 def replace(message: Message, key: str, value: str) -> bytes:
     """The message's line with member `key`'s value replaced by JSON text `value`."""
     return line(splice(message.text, message.spans[key], value))
