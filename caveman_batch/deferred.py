@@ -562,10 +562,24 @@ class DeferredProxy:
             self._initialize(msg)
         elif msg.method == "ping":
             self._send(rpc.response(msg.raw("id"), "{}"))
+        elif self.init_request is None:  # no start to wait for: held, it waited for ever
+            self._not_initialized(msg)
         elif self.held is not None and not self._callable_now(msg):
             self.held.append(msg)
         else:
             self._serve(msg)
+
+    def _not_initialized(self, msg: rpc.Message) -> None:
+        """A request before the client's initialize (or after a refused one): an error at
+        once. The SDK's client probes `server/discover` first, a revision without the
+        initialize handshake, and falls back to initialize on an error: the proxy speaks
+        the handshake alone, so it answers as a server that does not serve the method."""
+        if msg.method == "server/discover":
+            self._send(rpc.error(msg.raw("id"), rpc.METHOD_NOT_FOUND,
+                                 "server/discover is not served: initialize, please"))
+        else:
+            self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST,
+                                 "not initialized: initialize first"))
 
     def _callable_now(self, msg: rpc.Message) -> bool:
         """Whether a request need not wait for every upstream to list its tools: a call

@@ -22,6 +22,7 @@ import pytest
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from caveman_batch import rpc  # noqa: E402
 
@@ -101,6 +102,57 @@ def test_an_upstream_that_echoes_ids_as_text_is_served(tmp_path: Path, several: 
     assert [tool["name"] for tool in got["found"]] == [echo]
     assert got["direct"].content[0].text == "hi" and not got["direct"].is_error
     assert got["via"].content[0].text == "ho" and not got["via"].is_error
+
+
+TIME = [sys.executable, "-m", "mcp_server_time"]
+MODERN = "2026-07-28"  # the SDK's first protocol revision without an initialize handshake
+
+
+def time_args(tmp_path: Path, several: bool) -> list[str]:
+    return ["--servers", servers(tmp_path, time=TIME)] if several else ["--", *TIME]
+
+
+@pytest.mark.parametrize("several", [False, True], ids=["one", "servers"])
+def test_a_request_before_initialize_is_answered_at_once(tmp_path: Path, several: bool) -> None:
+    """The SDK's client (`mcp.Client`, mode "auto", its default) first probes
+    `server/discover` and falls back to initialize on an error: the proxy held the probe
+    (as every request until the start was done, which only an initialize begins), so each
+    connection waited out the probe's 10 s; a client pinned to a revision without the
+    handshake waited for ever. Before initialize only initialize and ping are served."""
+    if not hasattr(ClientSession, "send_discover"):
+        pytest.skip("this SDK has no server/discover probe")
+    get_time = "time__get_current_time" if several else "get_current_time"
+
+    async def body(session: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with pytest.raises(MCPError) as probe:
+            await session.send_discover(MODERN)
+        out["probe"] = probe.value.error.code
+        with pytest.raises(MCPError) as early:
+            await session.list_tools()
+        out["early"] = early.value.error.code
+        await session.initialize()
+        out["time"] = await session.call_tool(get_time, {"timezone": "Etc/UTC"})
+        return out
+
+    params = proxy_params(*time_args(tmp_path, several))
+    got = session_run(params, body, initialize=False)
+    assert got["probe"] == rpc.METHOD_NOT_FOUND and got["early"] == rpc.INVALID_REQUEST
+    assert not got["time"].is_error and "Etc/UTC" in got["time"].content[0].text
+
+    async def client(mode: str) -> Any:
+        with anyio.fail_after(60):
+            async with mcp.Client(params, mode=mode) as connected:
+                if mode != "auto":
+                    with pytest.raises(MCPError):
+                        await connected.list_tools()
+                    return None
+                result = await connected.call_tool(get_time, {"timezone": "Etc/UTC"})
+                return connected.session.protocol_version, result
+
+    version, result = anyio.run(client, "auto")  # the probe refused, the handshake follows
+    assert version != MODERN and "Etc/UTC" in result.content[0].text
+    anyio.run(client, MODERN)  # no handshake to follow: an error, not a wait for ever
 
 
 def test_own_id() -> None:
