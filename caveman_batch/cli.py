@@ -231,7 +231,7 @@ def compress(
     out: Annotated[str, typer.Option("-o", "--out", metavar="OUT", help="Output folder (mirrors directory sources).")],
     store: StoreOpt = None,
     manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the machine's cores (with --index, one fewer, at least 1: the index's writer is a process too).")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the cores this process may run on (with --index, one fewer, at least 1: the index's writer is a process too).")] = None,
     executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers; --workers unused). Dask needs the dask extra.")] = "local",
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
     incremental: Annotated[bool, typer.Option("--incremental", help="Reuse outputs of unchanged documents.")] = False,
@@ -246,6 +246,10 @@ def compress(
     embed: EmbedOpt = None,
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
+    if checksum and not incremental:  # (an option that would do nothing: said, as proxy does)
+        raise UsageError("--checksum goes with --incremental")
+    if embed is not None and index is None:
+        raise UsageError("--embed/--no-embed go with --index")
     config = pipeline.Config(
         sources=sources, out=_output_path(out), store_url=minting_store_url(store),  # type: ignore[arg-type]
         manifest=_output_path(manifest, "--manifest"),
@@ -525,7 +529,8 @@ def proxy_command(
     """Run an MCP stdio server behind a proxy that compresses its list responses.
 
     Usage: caveman-batch proxy [--store URL] [--debug] -- UPSTREAM_COMMAND [ARGS...]
-    or:    caveman-batch proxy --deferred [--always NAME ...] [--no-embed] (-- UPSTREAM... | --servers FILE)
+    or:    caveman-batch proxy --deferred [--always NAME ...] [--embed|--no-embed]
+                 [--startup-timeout SECONDS] (-- UPSTREAM... | --servers FILE)
     """
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
     store_url = minting_store_url(store)

@@ -326,6 +326,20 @@ def test_incremental_refreshes_last_seen(tmp_path: Path) -> None:
         assert ccr.info(store, handle).last_seen > time.time() - 60
 
 
+@pytest.mark.parametrize(("extra", "said"), [(["--checksum"], "--checksum goes with --incremental"),
+                                            (["--no-embed"], "--embed/--no-embed go with --index"),
+                                            (["--embed"], "--embed/--no-embed go with --index")])
+def test_an_option_that_would_do_nothing_is_refused(tmp_path: Path, extra: list[str], said: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--checksum without --incremental, --embed/--no-embed without --index were taken and
+    did nothing (proxy refuses its --deferred options without --deferred): exit 1, OUT and
+    the store untouched."""
+    code = main(["compress", str(SAMPLES / "registry.jsonl"), "-o", str(tmp_path / "out"),
+                 "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1", *extra])
+    assert code == 1 and said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ccr").exists()
+
+
 def test_unwritable_out_is_exit_2_and_publishes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
