@@ -37,7 +37,10 @@ from .errors import OutputError, UsageError
 CHUNK: Final = 1 << 20
 STDIN: Final = "<stdin>"  # the path the documents read from stdin name
 _WRAPPER = re.compile(rb'\A\s*\{\s*"(servers|items|catalogs|registry)"\s*:\s*\[')
-_DECODER = json.JSONDecoder()
+# Finds where each value ends; an integer is kept as its text (int() refuses one of over
+# 4,300 digits, a ValueError taken for JSON cut short: the item "not JSON", and the rest of
+# the registry copied through uncompressed)
+_DECODER = json.JSONDecoder(parse_int=str)
 
 
 @dataclass(eq=False)
@@ -594,7 +597,7 @@ def _closes(prefix: bytes, suffix: bytes, spill: Path | None = None) -> bool:
     head = (prefix + suffix).removeprefix(codecs.BOM_UTF8)
     if spill is None:
         try:
-            json.loads(head.decode("utf-8"))
+            _DECODER.decode(head.decode("utf-8"))
         except (ValueError, RecursionError):
             return False
         return True

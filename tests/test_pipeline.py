@@ -267,6 +267,22 @@ def test_array_registry_truncated_or_broken_goes_through_as_written(tmp_path: Pa
     assert rows[-1]["reason"] == f"{reason}: the rest of the file, from this item on, is copied through as written"
 
 
+@pytest.mark.parametrize("where", ["first", "middle", "after-the-array"])
+def test_array_registry_with_an_integer_of_over_4300_digits_is_split_as_any(
+        tmp_path: Path, where: str) -> None:
+    """An integer int() refuses (over 4,300 digits) is JSON: the item holding it was "not
+    JSON" and the rest of the registry copied through uncompressed (first: the whole file
+    one unknown document; after the array: an error row for the wrapper's own member)."""
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    good = json.dumps({"tools": [tool]}).encode()
+    big = good.replace(b'"type": "object"', b'"type": "object", "maximum": ' + b"9" * 5000)
+    items = [big, good, good] if where == "first" else [good, big, good] if where == "middle" else [good] * 3
+    tail = b', "total": ' + b"7" * 5000 + b"}" if where == "after-the-array" else b"}"
+    produced, rows = _registry_out(tmp_path, b'{"servers": [' + b", ".join(items) + b"]" + tail)
+    assert [(r["source"]["item"], r["status"]) for r in rows] == [(0, "ok"), (1, "ok"), (2, "ok")]
+    assert produced.endswith(b"]" + tail) and produced.count(b"9" * 5000) == (where != "after-the-array")
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
