@@ -605,26 +605,52 @@ def _closes(prefix: bytes, suffix: bytes, spill: Path | None = None) -> bool:
 
     with open(spill, "rb") as fh:
         try:
-            for _ in ijson.parse(_Joined(head, fh)):  # (numbers as Decimal: any size)
+            # basic_parse: parse's prefixes ("n.item.item…") cost the square of the depth
+            # (10^5 brackets: a hang)
+            for _ in ijson.basic_parse(_Joined(head, fh)):
                 pass
-        except (ijson.JSONError, ValueError, RecursionError):
+        except (ijson.JSONError, ValueError, ArithmeticError, RecursionError):
             return False
     return True
 
 
 class _Joined:
-    """`head`, then the rest of `fh`, read through `read` alone."""
+    """`head`, then the rest of `fh`, read through `read` alone, each run of ASCII digits cut
+    to its first _DIGITS. Whether the text is JSON does not depend on a run's length (its
+    first digit kept, a leading zero is still one; a \\u escape keeps its four), while
+    ijson's number for a long one does: its C backend crashed the process (SIGSEGV) on an
+    integer of over 4,300 digits (int() refuses it), Decimal refuses an exponent of over 18
+    digits, and converting millions of digits takes minutes."""
 
     def __init__(self, head: bytes, fh: BinaryIO) -> None:
         self.head, self.fh = head, fh
+        self.run = 0  # digits the last chunk ended with (a run that goes on in this one)
 
     def read(self, size: int = -1) -> bytes:
         if size == 0:  # (ijson asks for nothing first, to see bytes or text come)
             return b""
-        if self.head:
-            data, self.head = self.head, b""
-            return data
-        return self.fh.read(size)
+        while True:
+            if self.head:
+                data, self.head = self.head, b""
+            else:
+                data = self.fh.read(size)
+            if not data or (cut := self._cut(data)):  # (b"" only at the end: all cut, read on)
+                return data if not data else cut
+
+    def _cut(self, data: bytes) -> bytes:
+        carried, self.run = self.run, 0
+
+        def cut(m: re.Match[bytes]) -> bytes:
+            before = carried if m.start() == 0 else 0
+            if m.end() == len(data):
+                self.run = before + m.end() - m.start()
+            return m.group()[:max(0, _DIGITS - before)]
+
+        return _DIGIT_RUN.sub(cut, data)
+
+
+_DIGITS: Final = 9
+_DIGIT_RUN: Final = re.compile(rb"[0-9]{%d,}|\A[0-9]+|[0-9]+\Z" % (_DIGITS + 1))
 
 
 def _end_fingerprinted(sink: Sink, path: str, seen: _Fingerprint) -> SinkEnd:

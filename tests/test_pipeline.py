@@ -283,6 +283,35 @@ def test_array_registry_with_an_integer_of_over_4300_digits_is_split_as_any(
     assert produced.endswith(b"]" + tail) and produced.count(b"9" * 5000) == (where != "after-the-array")
 
 
+@pytest.mark.parametrize(("value", "closes"), [
+    (b"9" * 5000, True),  # int() refuses it: ijson's C backend crashed the process (SIGSEGV)
+    (b"1e" + b"9" * 30, True),  # Decimal refuses it: a traceback, exit 2
+    (b"[" * 200_000 + b"]" * 200_000, True),  # ijson.parse's prefixes: the square of the depth, a hang
+    (b"0" + b"9" * 5000, False),  # a leading zero, still not JSON once its digits are cut
+    (b"[" * 200_000, False),
+], ids=["long-integer", "long-exponent", "deep", "leading-zero", "deep-unclosed"])
+def test_array_registry_rest_past_a_chunk_is_checked_whatever_its_numbers_and_depth(
+        tmp_path: Path, value: bytes, closes: bool) -> None:
+    """A wrapper's members after its array, past CHUNK, are checked as they stream (ijson),
+    and a batch neither dies nor hangs on what they hold; the catalog beside it is done."""
+    from caveman_batch.inputs import CHUNK
+
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    good = json.dumps({"tools": [tool]}).encode()
+    raw = (b'{"servers": [' + good + b'], "pad": "' + b"x" * 3 * CHUNK + b'", "n": ' + value + b"}")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "registry.json").write_bytes(raw)
+    (tmp_path / "src" / "other.json").write_bytes(good)
+    proc = _cli("compress", str(tmp_path / "src"), "-o", str(tmp_path / "out"),
+                "--store", f"lmdb://{tmp_path}/ccr", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(tmp_path / "out" / "manifest.jsonl")
+    assert [(r["source"]["path"].rsplit("/", 1)[1], r["status"]) for r in rows] == [
+        ("other.json", "ok"), ("registry.json", "ok")] + ([] if closes else [("registry.json", "error")])
+    produced = (tmp_path / "out" / "registry.json").read_bytes()
+    assert produced.endswith(raw[raw.index(b'], "pad"'):])  # the rest as written
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
