@@ -19,6 +19,7 @@ import codecs
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -597,21 +598,34 @@ def _closes(prefix: bytes, suffix: bytes, spill: Path | None = None) -> bool:
     head = (prefix + suffix).removeprefix(codecs.BOM_UTF8)
     if spill is None:
         try:
-            _DECODER.decode(head.decode("utf-8"))
-        except (ValueError, RecursionError):
+            _STRICT.decode(head.decode("utf-8"))
+        except RecursionError:  # nested too deep for json, not broken: ijson keeps no stack
+            return _streams_closed(_Joined(head, io.BytesIO()))
+        except ValueError:
             return False
         return True
-    import ijson  # type: ignore[import-untyped]  # (only for a tail past CHUNK)
-
     with open(spill, "rb") as fh:
-        try:
-            # basic_parse: parse's prefixes ("n.item.item…") cost the square of the depth
-            # (10^5 brackets: a hang)
-            for _ in ijson.basic_parse(_Joined(head, fh)):
-                pass
-        except (ijson.JSONError, ValueError, ArithmeticError, RecursionError):
-            return False
+        return _streams_closed(_Joined(head, fh))
+
+
+def _streams_closed(joined: _Joined) -> bool:
+    import ijson  # type: ignore[import-untyped]  # (only for a tail past CHUNK, or deep)
+
+    try:
+        # basic_parse: parse's prefixes ("n.item.item…") cost the square of the depth
+        # (10^5 brackets: a hang)
+        for _ in ijson.basic_parse(joined):
+            pass
+    except (ijson.JSONError, ValueError, ArithmeticError, RecursionError):
+        return False
     return True
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # (as ijson, for a tail past CHUNK)
+
+
+_STRICT: Final = json.JSONDecoder(parse_int=str, parse_constant=_refuse_constant)
 
 
 class _Joined:

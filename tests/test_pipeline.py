@@ -312,6 +312,21 @@ def test_array_registry_rest_past_a_chunk_is_checked_whatever_its_numbers_and_de
     assert produced.endswith(raw[raw.index(b'], "pad"'):])  # the rest as written
 
 
+@pytest.mark.parametrize(("value", "closes"), [
+    (b"[" * 100_000 + b"]" * 100_000, True),  # too deep for json: it was "not JSON", an error row
+    (b"[" * 100_000, False),
+    (b"NaN", False),  # not JSON (json took it, ijson past CHUNK did not)
+    (b"-Infinity", False),
+], ids=["deep", "deep-unclosed", "nan", "infinity"])
+def test_array_registry_rest_in_memory_is_judged_as_past_a_chunk(
+        tmp_path: Path, value: bytes, closes: bool) -> None:
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    raw = b'{"servers": [' + json.dumps({"tools": [tool]}).encode() + b'], "n": ' + value + b"}"
+    produced, rows = _registry_out(tmp_path, raw)
+    assert [r["status"] for r in rows] == ["ok"] + ([] if closes else ["error"])
+    assert produced.endswith(b'], "n": ' + value + b"}")
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
