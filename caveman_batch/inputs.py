@@ -352,7 +352,12 @@ def _open_then(path: str, rel: str, body: object, small: object = None) -> Itera
         return
     if small is not None and st.st_size < CHUNK:
         try:
-            items = small(_read_upto(fd, st.st_size + 1), st)  # type: ignore[operator]
+            head = _read_upto(fd, st.st_size + 1)
+            items: list[Item] | None
+            if len(head) != st.st_size:
+                items = _changed(path, rel, st.st_size)
+            else:
+                items = small(head, st)  # type: ignore[operator]
             if items is None:
                 os.lseek(fd, 0, os.SEEK_SET)
         except BaseException:
@@ -379,6 +384,14 @@ def _read_upto(fd: int, size: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def _changed(path: str, rel: str, size: int) -> list[Item]:
+    """A file whose size changed between its fstat and its read (written meanwhile): what
+    was read is neither its old bytes nor its new ones (its first size + 1 bytes of a file
+    that grew), so nothing of it is published; read again by the next run."""
+    return list(_unread(path, rel, f"changed while it was read ({size:,} bytes when opened): "
+                                   "not read, the output of the last run is kept", keep=True))
 
 
 def _unread(path: str, rel: str, why: str, keep: bool = False) -> Iterator[Item]:
@@ -481,6 +494,9 @@ def _json_file(fh: BinaryIO, st: os.stat_result, path: str, rel: str, max_bytes:
         fh.seek(0)
         yield from _registry(_HashingReader(fh), path, rel, registry, max_bytes, spill_dir,
                              fsio.settled_identity(st))
+        return
+    if size <= max_bytes and len(head) != size:
+        yield from _changed(path, rel, size)
         return
     sink = Sink(rel, "file", fingerprint=True, source=path, source_stat=fsio.settled_identity(st))
     if size > max_bytes or len(head) > max_bytes:

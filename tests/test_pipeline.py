@@ -327,6 +327,49 @@ def test_array_registry_rest_in_memory_is_judged_as_past_a_chunk(
     assert produced.endswith(b'], "n": ' + value + b"}")
 
 
+@pytest.mark.parametrize("big", [False, True], ids=["read-whole", "past-a-chunk"])
+def test_a_file_rewritten_between_its_fstat_and_its_read_publishes_nothing_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, big: bool) -> None:
+    """Its first size + 1 bytes of what it became were published (an invalid half of the
+    new catalog, an error row whose output replaced the last run's); now an error row that
+    keeps the last run's output, and the next run reads it."""
+    from caveman_batch import inputs
+
+    def catalog(n: int) -> bytes:
+        tools = [{"name": f"t{i}", "description": "Reads things. " * 30} for i in range(n)]
+        return json.dumps({"tools": tools}).encode()
+
+    old = catalog(2500 if big else 2)
+    new = catalog(5000 if big else 4)
+    assert (len(old) >= inputs.CHUNK) == big
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "a.json"
+    src.write_bytes(old)
+    out, _ = _run(tmp_path, tmp_path / "src", max_bytes=32 << 20)
+    before = (out / "a.json").read_bytes()
+    real_read_upto, real_json_file = inputs._read_upto, inputs._json_file
+
+    def read_upto(fd: int, size: int) -> bytes:
+        src.write_bytes(new)  # in place (same inode), after the fstat
+        return real_read_upto(fd, size)
+
+    def json_file(fh: Any, *args: Any) -> Any:
+        src.write_bytes(new)
+        return real_json_file(fh, *args)
+
+    monkeypatch.setattr(inputs, "_read_upto", read_upto)
+    monkeypatch.setattr(inputs, "_json_file", json_file)
+    _run(tmp_path, tmp_path / "src", max_bytes=32 << 20)
+    row, = _rows(out / "manifest.jsonl")
+    assert row["status"] == "error" and row["reason"].startswith(
+        f"changed while it was read ({len(old):,} bytes when opened)")
+    assert (out / "a.json").read_bytes() == before
+    monkeypatch.undo()
+    _run(tmp_path, tmp_path / "src", max_bytes=32 << 20)
+    row, = _rows(out / "manifest.jsonl")
+    assert row["status"] == "ok" and row["bytes_before"] == len(new)
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
