@@ -598,50 +598,73 @@ def _registry(fh: _HashingReader, path: str, rel: str, start: int, max_bytes: in
     with _spilling(spill_dir, path):
         rest, sink.suffix_spill = reader.rest(spill_dir)
     sink.suffix = b"]" + rest
-    if not _closes(sink.prefix, sink.suffix, sink.suffix_spill):
-        # the items are the registry's; what follows them is not JSON: said (a run with
-        # --strict fails), and copied through as written
-        yield Document({"path": path, "item": index}, sink,
-                       error="not JSON after the registry's array (trailing data, or a wrapper "
-                             "left unclosed): copied through as written")
+    why = _after_array(sink.prefix, sink.suffix, sink.suffix_spill)
+    if why is not None:
+        # the items are the registry's; what follows them is not JSON, or names a second
+        # list of catalogs: said (a run with --strict fails), and copied through as written
+        yield Document({"path": path, "item": index}, sink, error=f"{why}: copied through as written")
     yield _end_fingerprinted(sink, path, fh.seen)
 
 
-def _closes(prefix: bytes, suffix: bytes, spill: Path | None = None) -> bool:
-    """Whether a registry's bytes around its array (`prefix` up to its "[", `suffix` from
-    its "]", then `spill`'s) are JSON: the file with its array emptied parses (a long
-    tail parsed as it streams, never held)."""
+def _after_array(prefix: bytes, suffix: bytes, spill: Path | None = None) -> str | None:
+    """What is wrong with a registry's bytes around its array (`prefix` up to its "[",
+    `suffix` from its "]", then `spill`'s), or None: the file with its array emptied must
+    parse (a long tail parsed as it streams, never held), and a wrapper must name its list
+    once (a second "servers" after it is the list a reader that keeps the last value takes:
+    its catalogs would be neither compressed nor named by any row)."""
     head = (prefix + suffix).removeprefix(codecs.BOM_UTF8)
+    wrapper = _WRAPPER.match(head)
+    key = wrapper.group(1).decode() if wrapper else None
+    named: int | None
     if spill is None:
         try:
-            _STRICT.decode(head.decode("utf-8"))
+            doc = _PAIRS.decode(head.decode("utf-8"))
+            named = sum(name == key for name, _ in doc) if key else 1
         except RecursionError:  # nested too deep for json, not broken: ijson keeps no stack
-            return _streams_closed(_Joined(head, io.BytesIO()))
+            named = _streamed(_Joined(head, io.BytesIO()), key)
         except ValueError:
-            return False
-        return True
-    with open(spill, "rb") as fh:
-        return _streams_closed(_Joined(head, fh))
+            named = None
+    else:
+        with open(spill, "rb") as fh:
+            named = _streamed(_Joined(head, fh), key)
+    if named is None:
+        return "not JSON after the registry's array (trailing data, or a wrapper left unclosed)"
+    if named > 1:
+        return f"the wrapper names {key!r} again after its array (a second list of catalogs, not read)"
+    return None
 
 
-def _streams_closed(joined: _Joined) -> bool:
+def _streamed(joined: _Joined, key: str | None) -> int | None:
+    """How many times the top-level object read from `joined` names `key` (1 when it is
+    None), or None if it is not JSON."""
     import ijson  # type: ignore[import-untyped]  # (only for a tail past CHUNK, or deep)
 
+    named = depth = 0
     try:
         # basic_parse: parse's prefixes ("n.item.item…") cost the square of the depth
         # (10^5 brackets: a hang)
-        for _ in ijson.basic_parse(joined):
-            pass
+        for event, value in ijson.basic_parse(joined):
+            if event in _OPENS:
+                depth += 1
+            elif event in _CLOSES:
+                depth -= 1
+            elif depth == 1 and event == "map_key" and value == key:
+                named += 1
     except (ijson.JSONError, ValueError, ArithmeticError, RecursionError):
-        return False
-    return True
+        return None
+    return named if key else 1
+
+
+_OPENS: Final = frozenset({"start_map", "start_array"})
+_CLOSES: Final = frozenset({"end_map", "end_array"})
 
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")  # (as ijson, for a tail past CHUNK)
 
 
-_STRICT: Final = json.JSONDecoder(parse_int=str, parse_constant=_refuse_constant)
+# the tail's check: each object as its (name, value) pairs, a name given twice kept twice
+_PAIRS: Final = json.JSONDecoder(parse_int=str, parse_constant=_refuse_constant, object_pairs_hook=list)
 
 
 class _Joined:

@@ -370,6 +370,27 @@ def test_a_file_rewritten_between_its_fstat_and_its_read_publishes_nothing_of_it
     assert row["status"] == "ok" and row["bytes_before"] == len(new)
 
 
+@pytest.mark.parametrize("big", [False, True], ids=["in-memory", "past-a-chunk"])
+@pytest.mark.parametrize("again", [b'"servers"', b'"serv\\u0065rs"'], ids=["plain", "escaped"])
+def test_array_registry_whose_wrapper_names_its_list_twice_is_an_error(
+        tmp_path: Path, big: bool, again: bytes) -> None:
+    """The second list (the one a reader keeping the last value takes) was copied through,
+    its catalogs neither compressed nor named by any row, and the run said nothing."""
+    from caveman_batch.inputs import CHUNK
+
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    good = json.dumps({"tools": [tool]}).encode()
+    pad = b', "pad": "' + b"x" * (3 * CHUNK if big else 10) + b'"'
+    rest = pad + b", " + again + b": [" + good + b"]}"
+    produced, rows = _registry_out(tmp_path, b'{"servers": [' + good + b"]" + rest)
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[1]["reason"] == ("the wrapper names 'servers' again after its array (a second list "
+                                 "of catalogs, not read): copied through as written")
+    assert produced.endswith(b"]" + rest)
+    other = b'{"servers": [' + good + b"]" + pad + b', "items": []}'  # another key: data of its own
+    assert [r["status"] for r in _registry_out(tmp_path, other)[1]] == ["ok"]
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
