@@ -488,8 +488,17 @@ def _spill_line(fh: BinaryIO, head: bytes, spill_dir: Path, seen: _Fingerprint) 
 def _json_file(fh: BinaryIO, st: os.stat_result, path: str, rel: str, max_bytes: int,
                spill_dir: Path) -> Iterator[Item]:
     size = st.st_size
-    head = fh.read(min(size, max_bytes) + 1) if size <= max_bytes else fh.read(CHUNK)
-    registry = _registry_prefix(head)
+    if size <= max_bytes:
+        head = fh.read(size + 1)
+        registry = _registry_prefix(head)
+    else:
+        # never held whole: read (doubling) only until an array's first item ends, up to the
+        # cap (a registry's first catalog may be over CHUNK: the file was one passthrough)
+        head = fh.read(CHUNK)
+        while ((registry := _registry_prefix(head, cut=True)) == _CUT and len(head) < max_bytes
+               and (more := fh.read(min(len(head), max_bytes - len(head))))):
+            head += more
+        registry = None if registry == _CUT else registry
     if registry is not None:
         fh.seek(0)
         yield from _registry(_HashingReader(fh), path, rel, registry, max_bytes, spill_dir,
@@ -516,10 +525,14 @@ def _small_json_file(head: bytes, st: os.stat_result, path: str, rel: str,
     return [Document({"path": path}, sink, raw=head, size=len(head)), SinkEnd(sink)]
 
 
-def _registry_prefix(head: bytes) -> int | None:
+_CUT: Final = -1  # (_registry_prefix) an array's first item goes on past the bytes given
+
+
+def _registry_prefix(head: bytes, cut: bool = False) -> int | None:
     """Byte offset just past the "[" of a registry's catalog array, or None. A UTF-8 byte
     order mark before it (as some Windows editors write) is skipped, and kept in the output
-    with the rest of the prefix."""
+    with the rest of the prefix. With `cut`, `head` is the start of a longer file: _CUT
+    when an array's first item does not end in it (read more and ask again)."""
     bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
     m = _WRAPPER.match(head[bom:]) if bom else _WRAPPER.match(head)
     if m is not None:
@@ -531,10 +544,10 @@ def _registry_prefix(head: bytes) -> int | None:
     try:
         text = head[start:].decode("utf-8", "ignore")
         first, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError) as exc:
         # first item incomplete, invalid or nested too deep for json: a plain document (the
         # compressor says why it passes through)
-        return None
+        return _CUT if cut and not isinstance(exc, RecursionError) else None
     is_catalog = isinstance(first, list) or (
         isinstance(first, dict) and _tool_of(first) is None
         and any(isinstance(first.get(k), list) for k in ("tools", "functions"))

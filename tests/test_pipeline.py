@@ -391,6 +391,26 @@ def test_array_registry_whose_wrapper_names_its_list_twice_is_an_error(
     assert [r["status"] for r in _registry_out(tmp_path, other)[1]] == ["ok"]
 
 
+def test_array_registry_over_the_cap_whose_first_catalog_is_over_a_chunk_is_split(tmp_path: Path) -> None:
+    """Only its first CHUNK was looked at, in which its first item does not end: not a
+    registry, the whole file one passthrough over --max-bytes, none of its catalogs done."""
+    from caveman_batch.inputs import CHUNK
+
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    first = json.dumps({"tools": [dict(tool, name=f"t{i}") for i in range(3000)]}).encode()
+    good = json.dumps({"tools": [tool]}).encode()
+    raw = b"[" + first + b"," + b",".join([good] * 3000) + b"]"
+    assert CHUNK < len(first) < 2 * CHUNK < len(raw)
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=2 * CHUNK)
+    rows = _rows(out / "manifest.jsonl")
+    assert len(rows) == 3001 and {r["status"] for r in rows} == {"ok"}
+    out, _ = _run(tmp_path, src, max_bytes=CHUNK, out_name="small")  # the first item over the cap
+    assert [r["status"] for r in _rows(out / "manifest.jsonl")] == ["passthrough"]
+    assert (out / "registry.json").read_bytes() == raw
+
+
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
     tools = [{"name": "a", "description": "x", "inputSchema": {"type": "object", "title": "A"}}]
     src = tmp_path / "tools.json"
