@@ -251,10 +251,14 @@ def _walk(root: Path, base: str, skip: Path, follow: bool = False) -> Iterator[t
             name = entry.name
             if name.startswith("."):
                 continue
+            is_dir = is_link = False
             try:
-                is_dir, is_link = entry.is_dir(), entry.is_symlink()
+                # is_symlink first: it never follows, where is_dir of a link looping back on
+                # itself raises (ELOOP: the link was then opened, followed, as a file)
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir()
             except OSError:
-                is_dir, is_link = False, False
+                pass
             if is_link and not follow:
                 if is_dir or name.lower().endswith((".json", ".jsonl")):
                     files.append((name, "symlink"))

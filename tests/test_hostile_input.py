@@ -262,9 +262,10 @@ def test_symlinks_in_src_are_not_followed_without_the_flag(tmp_path: Path) -> No
     (reg / "inside.json").symlink_to(reg / "sub" / "inside.json")
     (reg / "linked-dir").symlink_to(reg / "sub")
     (reg / "loop").symlink_to(reg)
+    (reg / "self.json").symlink_to(reg / "self.json")  # a link to itself: ELOOP if followed
     out, summary = _compress(tmp_path, reg)
     rows = {r["source"]["path"]: r for r in _rows(out / "manifest.jsonl")}
-    for name in ("outside.json", "inside.json", "linked-dir", "loop"):
+    for name in ("outside.json", "inside.json", "linked-dir", "loop", "self.json"):
         row = rows[f"{reg}/{name}"]
         assert row["status"] == "error" and row["output"] is None and row["handle"] is None
         assert row["reason"] == "symlink, not followed (--follow-symlinks)"
