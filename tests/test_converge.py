@@ -487,6 +487,43 @@ def test_an_output_renamed_into_out_is_in_the_journal_and_its_original_stored(tm
     _assert_as_fresh(tmp_path, reg, out)
 
 
+
+# -- a SIGKILL in the middle of an atomic write of a file beside the manifest -----------
+
+_KILL_AT_REPLACE = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst, *args, **kwargs):
+    if os.path.basename(os.fspath(dst)) == sys.argv[1]:  # its temp file written, not renamed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *args, **kwargs)
+os.replace = replace
+from caveman_batch.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("target", [".manifest.streams.json", STAT_CACHE, "changes.jsonl"])
+def test_a_temp_file_left_by_a_run_killed_mid_write_is_cleared_by_the_next(
+        tmp_path: Path, target: str) -> None:
+    """The fingerprint, the stat cache and the changes file are written to a temp file
+    beside them and renamed: a run killed in between leaves that temp file (hidden, in OUT
+    for the first two), which the next run clears (it stayed, one more each such kill)."""
+    reg = _registry(tmp_path)
+    out, changes = tmp_path / "out", tmp_path / "report" / "changes.jsonl"
+    changes.parent.mkdir()
+    args = ["compress", str(reg), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+            "--workers", "1", "--quiet", "--incremental", "--changes", str(changes)]
+    proc = subprocess.run([sys.executable, "-c", _KILL_AT_REPLACE, target, *args],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = [*out.glob(".*.tmp"), *changes.parent.glob(".*.tmp")]
+    assert len(left) == 1 and left[0].name.startswith(f".{target}.")  # the kill's
+    assert main(args) == 0
+    assert not [*out.glob(".*.tmp"), *changes.parent.glob(".*.tmp")]
+    _assert_as_fresh(tmp_path, reg, out)
+
+
 def test_a_torn_journal_line_does_not_swallow_the_next_runs_first_entry(tmp_path: Path) -> None:
     """A run killed in the middle of a journal write leaves a line without its newline; the
     next run's entries start on a line of their own, so the outputs they name stay known."""

@@ -4,6 +4,7 @@ fingerprint and the stat cache for the next run."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import re
@@ -31,6 +32,8 @@ class _Publisher:
         self.out, self.tmp, self.config = out, tmp, config
         self.out_str = str(out)
         self.streams: dict[int, tuple[BinaryIO, Path]] = {}  # id(sink) -> (open temp file, its path)
+        _clear_temps([config.streams_path, config.stats_path, converge.journal_path(config.manifest_path),
+                      *([config.changes] if config.changes else [])])
         self.manifest_tmp = _manifest_temp(config.manifest_path, out, tmp)
         # written in 1 MiB writes, not 8 KiB ones (2,369 writes for a 16k-file tree's 8.7 MB)
         try:
@@ -424,6 +427,16 @@ def _identity_or_none(path: Path | str) -> list[int] | None:
         return fsio.identity(os.stat(path))
     except OSError:
         return None
+
+
+def _clear_temps(paths: Sequence[Path]) -> None:
+    """What a killed run left of its atomic writes of these files (fsio.atomic_writer's temp
+    file beside each, `.NAME.*.tmp`), deleted: the lock on OUT makes them no other run's
+    (each kill in the middle of one left one more, hidden in OUT)."""
+    for path in paths:
+        for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
 
 def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:
