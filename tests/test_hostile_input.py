@@ -9,6 +9,7 @@ import os
 import resource
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -85,10 +86,10 @@ def _age_every_record(store_url: str) -> None:
 # -- 1. two runs into one OUT --------------------------------------------------------------
 
 
-def _holding_run(tmp: Path, out: Path) -> subprocess.Popen[bytes]:
+def _holding_run(tmp: Path, out: Path, *more: str) -> subprocess.Popen[bytes]:
     """A real `compress - -o OUT` that holds OUT while it waits for the rest of its stdin."""
     proc = subprocess.Popen([*_entry_point(), "compress", "-", "-o", str(out), "--store",
-                             f"lmdb://{tmp}/ccr", "--workers", "1", "--quiet", "--json"],
+                             f"lmdb://{tmp}/ccr", "--workers", "1", "--quiet", "--json", *more],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(os.environ))
     assert proc.stdin is not None
@@ -120,6 +121,32 @@ def test_second_run_into_the_same_out_exits_1_naming_the_lock_and_its_holder(tmp
     assert json.loads(stdout)["documents"] == 2
     assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE, "manifest.jsonl", "stdin.jsonl"]
 
+
+
+def test_second_run_into_the_same_index_exits_1_naming_its_lock_and_holder(tmp_path: Path) -> None:
+    """Two runs into one search index from two OUTs: the second is refused as a second run
+    into one OUT is (each removed the catalogs of the other's inputs, both exiting 0)."""
+    index = tmp_path / "tools.db"
+    first = _holding_run(tmp_path, tmp_path / "out", "--index", str(index), "--no-embed")
+    try:
+        second = _cli("compress", str(SAMPLES / "registry.jsonl"), "-o", str(tmp_path / "o2"),
+                      "--store", f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet",
+                      "--index", str(index), "--no-embed", timeout=60)
+        assert second.returncode == 1, second.stderr
+        err = second.stderr.decode()
+        assert f"{index}.lock" in err and f"pid {first.pid}" in err
+        assert not (tmp_path / "o2" / "manifest.jsonl").exists()
+    finally:
+        _, stderr = first.communicate(b'{"tools":[]}\n', timeout=60)
+    assert first.returncode == 0, stderr
+    con = sqlite3.connect(index)
+    try:
+        assert con.execute("SELECT DISTINCT server FROM tools").fetchall() == [("stdin/1",)]
+    finally:
+        con.close()
+    done = _cli("compress", str(SAMPLES / "registry.jsonl"), "-o", str(tmp_path / "o2"), "--store",
+                f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet", "--index", str(index), "--no-embed")
+    assert done.returncode == 0, done.stderr  # the lock of a run that ended blocks nothing
 
 def test_lock_of_a_killed_run_does_not_block(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from .. import ccr
 from ..converge import journal_path
-from ..errors import OutputError, StoreError, UsageError
+from ..errors import CavemanError, OutputError, SearchIndexError, StoreError, UsageError
 from ..inputs import STDIN, discover, refuse_not_there
 from ..store import Store, open_store
 from .commit import _commit, _index, _Touches
@@ -59,8 +59,8 @@ def run(config: Config, progress: Progress | None = None) -> Summary:
     refuse_not_there(config.sources)  # (before OUT is made: OUT untouched)
     _refuse_out_over_sources(config)
     scheduler_address(config.executor)  # a bad --executor, or Dask missing: before any write
-    with _caller_objects_frozen() as kept, _out_locked(config.out):
-        return _run(config, progress, kept)
+    with _caller_objects_frozen() as kept, _out_locked(config.out), contextlib.ExitStack() as locks:
+        return _run(config, progress, locks, kept)
 
 
 def _refuse_out_over_sources(config: Config) -> None:
@@ -108,17 +108,39 @@ def _out_locked(out: Path) -> Iterator[None]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
+    with _flocked(lock, lambda exc: OutputError(f"{out}: cannot write to the output folder: {exc}"),
+                  f"is writing to {out}; wait for it to end, or give another output folder"):
+        yield
+
+
+@contextlib.contextmanager
+def _index_locked(index: Path | None) -> Iterator[None]:
+    """The search index for this run alone, as OUT is (PATH.lock beside it): two runs into
+    one index from two OUTs each removed the catalogs of the other's inputs, and left an
+    index of the one that finished last, or of both mixed, both exiting 0."""
+    if index is None or os.fspath(index) == ":memory:":  # (no other process can reach that one)
+        yield
+        return
+    lock = index.with_name(index.name + ".lock")
+    with _flocked(lock, lambda exc: SearchIndexError(f"cannot open search index {index}: {exc}"),
+                  f"is building the search index {index}; wait for it to end, or give another index"):
+        yield
+
+
+@contextlib.contextmanager
+def _flocked(lock: Path, cannot: Callable[[str], CavemanError], busy: str) -> Iterator[None]:
+    """An exclusive flock on `lock`, which holds this process's pid; UsageError naming the
+    pid holding it (`busy`: what that run does), `cannot(reason)` if it cannot be written."""
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        raise OutputError(f"{out}: cannot write to the output folder: {exc.strerror or exc}") from exc
+        raise cannot(exc.strerror or str(exc)) from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "not written yet"
-            raise UsageError(f"{lock}: another compress run (pid {holder}) is writing to {out}; "
-                             "wait for it to end, or give another output folder") from None
+            raise UsageError(f"{lock}: another compress run (pid {holder}) {busy}") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -164,13 +186,14 @@ def _kept() -> Iterator[None]:
             gc.enable()
 
 
-def _run(config: Config, progress: Progress | None,
+def _run(config: Config, progress: Progress | None, locks: contextlib.ExitStack,
          kept: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext) -> Summary:
     started = time.perf_counter()
     found = discover(config.sources, config.out, follow_symlinks=config.follow_symlinks,
                      reserved=_reserved(config))
     if not found.entries:
         raise UsageError("no *.json or *.jsonl documents found in " + ", ".join(config.sources))
+    locks.enter_context(_index_locked(config.index))  # (once nothing is refused: its file is a write)
     identities = stat_ahead(config, found.entries)  # beside what follows, on a thread
     out = _prepare_out(config.out)
     tmp = out / TMP_DIR
@@ -241,7 +264,7 @@ def _kept_files(config: Config, with_changes: bool = True) -> dict[Path, str]:
     if config.changes is not None and with_changes:
         kept[config.changes] = "the --changes file"
     if config.index is not None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
             kept[config.index.with_name(config.index.name + suffix)] = "the search index"
     return kept
 
