@@ -1343,3 +1343,45 @@ def test_a_registry_tail_past_a_chunk_is_streamed_not_held(tmp_path: Path, case:
     else:
         assert statuses == ["passthrough"] * 2 + (["error"] if case == "garbage-tail" else [])
     assert peak < 10 << 20, peak  # a few chunks, never the 12.6 MB tail
+
+
+def test_pool_workers_ignore_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group; the parent stops the run and shuts the pool
+    down. A worker that took it could be interrupted in the middle of sending a result,
+    and the parent's shutdown then waited for the rest of it forever."""
+    pool = pipeline.executors.ProcessPool(1)
+    try:
+        assert pool.submit(Options(), [b'{"tools": []}'], False).result(timeout=60)
+        assert pool.pool.submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
+    finally:
+        pool.shutdown()
+
+
+def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    """SIGINT to the run's process group (a terminal's Ctrl-C) in the middle of the work:
+    the run stops with 130, no worker's traceback, nothing left running; a rerun completes."""
+    src = tmp_path / "big.jsonl"
+    generate_registry(None, seed=11, servers=40, jsonl=src, target_bytes=20_000_000, oversize_bytes=0)
+    out = tmp_path / "o"
+    args = ("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+            "--workers", "2", "--quiet")
+    proc = subprocess.Popen([*_entry_point(), *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
+        time.sleep(0.02)
+    time.sleep(0.3)  # results streaming back from both workers
+    workers = psutil.Process(proc.pid).children()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err, err
+    _gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []
+    assert not (out / "manifest.jsonl").exists()
+    done = _cli(*args)
+    assert done.returncode == 0, done.stderr

@@ -16,7 +16,11 @@ from ..errors import UsageError
 
 
 def _worker_init(parent: int) -> None:
-    """Die with the parent: a SIGKILLed run must not leave workers behind."""
+    """Die with the parent: a SIGKILLed run must not leave workers behind. Deaf to Ctrl-C,
+    which reaches the whole process group: the parent stops and shuts the pool down (a
+    worker interrupted as it sent a result left half of it in the pool's pipe, and the
+    parent's shutdown waited for the rest forever; an idle one printed a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 
