@@ -55,7 +55,10 @@ from .toolsearch import ToolIndex, ToolRow
 from .toolspans import LocatedTools, WorkerTool, built_tools
 
 _LENGTH: Final = struct.Struct(">Q")
-_BOOT: Final = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+# Ctrl-C reaches the whole process group: ignored before the imports (~0.5 s of them, in
+# which it printed a KeyboardInterrupt traceback), and in _main
+_BOOT: Final = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
                 "from caveman_batch.indexwriter import _main; _main()")
 # the methods of ToolIndex a parent may call here
 _METHODS: Final = frozenset({"apply", "defer_merges", "merge_as_usual", "optimize"})

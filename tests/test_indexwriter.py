@@ -373,3 +373,21 @@ def test_a_kept_catalogs_record_the_writer_is_still_committing_is_waited_for(
             committing.join()
         finally:
             builder.close()
+
+
+def test_the_writer_ignores_ctrl_c_from_its_first_import(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group, the writer too, while it imports (about half
+    a second at a run's start): it must not die there printing a traceback. A stand-in
+    caveman_batch whose indexwriter interrupts itself as it is imported shows it."""
+    from caveman_batch import indexwriter
+
+    fake = tmp_path / "caveman_batch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "indexwriter.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.1)\n"
+        "def _main():\n    print('served')\n")
+    done = subprocess.run([sys.executable, "-c", indexwriter._BOOT,
+                           json.dumps([str(tmp_path), *sys.path])],
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"served\n", b"")
