@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import zstandard
 
@@ -63,6 +63,7 @@ _LAST_SEEN: Final = struct.Struct(">Q")
 _SPAN: Final = struct.Struct(">64sQ")  # a span's payload: the whole's digest (hex), the offset
 _LAST_SEEN_AT: Final = _HEADER.size - _LAST_SEEN.size  # the header's last field
 _HEX_RE = re.compile(r"[0-9a-f]{8,64}")
+T = TypeVar("T")
 SEEN_PREFIX: Final = b"~seen/"  # "~" sorts after every hex digit: all records, then these
 
 
@@ -374,6 +375,9 @@ def span_of(header: Header, value: bytes) -> tuple[str, int] | None:
     return whole.decode("ascii"), offset
 
 
+SPAN_GONE: Final = "span target missing"  # the reason a span whose record is gone fails
+
+
 class _SpanTargetMissing(ValueError):
     """The record a span lies in is not in the store."""
 
@@ -455,7 +459,7 @@ def _original(store: Store | None, header: Header, value: bytes) -> bytes:
 def _corrupt(handle: str, exc: Exception) -> IntegrityError:
     if isinstance(exc, _SpanTargetMissing):
         return IntegrityError(f"record {handle} lies in a record that is gone ({exc}); refused",
-                              handle, "span target missing")
+                              handle, SPAN_GONE)
     return IntegrityError(f"record {handle} is corrupt ({exc}); refused", handle, "corrupt")
 
 
@@ -479,6 +483,33 @@ def open_record(digest: str, value: bytes, store: Store | None = None) -> tuple[
     if len(original) != header.original_length or digest_of(original) != digest:
         raise _mismatch(handle)
     return header, original
+
+
+def _settled(store: Store, key: bytes, value: bytes,
+             check: Callable[[bytes], T]) -> tuple[bytes, T] | None:
+    """(value, check(value)) for the record read under `key` as `value`; None if it is gone.
+
+    A span and the record it lies in are two reads: a prune between them drops both, and a
+    writer may re-point the span to a newer record and a prune then drop the old one. So a
+    span whose record is gone is read again: gone too (None: as if never listed), or changed
+    (checked again). Only a span still there as read, naming a record that is gone, fails
+    (before, `verify` beside a prune failed on records it removed meanwhile, exit 1)."""
+    for _ in range(_REREADS):
+        try:
+            return value, check(value)
+        except IntegrityError as exc:
+            if exc.reason != SPAN_GONE:
+                raise
+            again = store.get(key)
+            if again == value:
+                raise
+            if again is None:
+                return None
+            value = again
+    return value, check(value)
+
+
+_REREADS: Final = 3
 
 
 def verify_record(digest: str, value: bytes, store: Store | None = None,
@@ -710,18 +741,24 @@ def _digest_to_read(store: Store, handle: str) -> str:
 def recover(store: Store, handle: str) -> bytes:
     """The original bytes behind `handle`, verified; never a guess."""
     digest = _digest_to_read(store, handle)
-    value = store.get(digest.encode("ascii"))
-    if value is None:  # never stored, or pruned between listing and reading
+    key = digest.encode("ascii")
+    value = store.get(key)
+    read = None if value is None else _settled(store, key, value,
+                                               functools.partial(open_record, digest, store=store))
+    if read is None:  # never stored, or pruned between listing and reading
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    return open_record(digest, value, store)[1]
+    return read[1][1]
 
 
 def info(store: Store, handle: str) -> RecordInfo:
     digest = _digest_to_read(store, handle)
-    value = store.get(digest.encode("ascii"))
-    if value is None:
+    key = digest.encode("ascii")
+    value = store.get(key)
+    read = None if value is None else _settled(store, key, value,
+                                               functools.partial(open_record, digest, store=store))
+    if read is None:
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    header, _ = open_record(digest, value, store)
+    value, (header, _) = read
     return _record_info(digest, header, len(value), _seen_ms(store.get(_seen_key(digest))))
 
 
@@ -788,11 +825,17 @@ def iter_verified(store: Store, audit: Audit | None = None) -> Iterator[tuple[st
             audit.records += 1
         digest = key.decode("ascii")
         try:
-            header = verify_record(digest, value, store, wholes)
+            read = _settled(store, key, value,
+                            functools.partial(verify_record, digest, store=store, wholes=wholes))
         except IntegrityError as exc:
             if audit is not None:
                 audit.fail(exc.handle, exc.reason)
             continue
+        if read is None:  # pruned since it was listed, with the record it lay in
+            if audit is not None:
+                audit.records -= 1
+            continue
+        value, header = read
         if audit is not None:
             audit.verified += 1
             audit.original_bytes += header.original_length
@@ -945,14 +988,21 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
         # it verified, but the record it lies in did not, whole (a bad block past the
         # span): its bytes are good, so it goes over whole, with its times
         try:
-            header, original = open_record(key.decode("ascii"), value, source)
+            read = _settled(source, key, value,
+                            functools.partial(open_record, key.decode("ascii"), store=source))
         except IntegrityError as exc:  # changed since the scan
             report.verified -= 1
             report.fail(exc.handle, exc.reason)
             continue
+        if read is None:  # pruned since the scan, with the record it lay in
+            report.records -= 1
+            report.verified -= 1
+            continue
+        header, original = read[1]
         payload = _codecs.compressor(ZSTD_LEVEL).compress(original)
+        last = max(header.last_seen_ms, seen.get(key.decode("ascii"), 0))  # (read again: no ~seen)
         batch.append((key, encode_record(len(original), header.content_type,
-                                         header.first_stored_ms, header.last_seen_ms, payload)))
+                                         header.first_stored_ms, last, payload)))
     for at in range(0, len(batch), batch_size):
         target.commit(batch[at:at + batch_size], merge=merge_record)
     return report

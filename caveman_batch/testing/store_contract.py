@@ -551,6 +551,68 @@ class StoreContract:
         assert ccr.commit_held(store, [whole]) == []  # (a record no span: committed as ever)
         assert ccr.recover(store, whole.handle) == b'{"whole": true}'
 
+    def test_a_span_pruned_or_re_pointed_between_its_two_reads_is_no_failure(
+            self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A span and the record it lies in are read apart: a prune between the two reads
+        removes both, or a writer re-points the span to a newer record and a prune drops the
+        old one. Neither is a failure: `verify` beside a prune failed on spans it removed
+        meanwhile ("span target missing", exit 1), and `recover` refused a stored handle."""
+        real = store.get
+        tool = b'{"name":"shared"}'
+        (first, _), (second, _) = _catalog_with(tool, b"a"), _catalog_with(tool, b"bb")
+        key, old, new = (ccr.digest_of(b).encode() for b in (tool, first, second))
+        handle = "ccr_" + key.decode()
+
+        def after_reading_the_span(then: Any) -> None:
+            def get(k: bytes) -> bytes | None:
+                value = real(k)
+                if k == key:  # the other writer commits before the span's record is read
+                    monkeypatch.setattr(store, "get", real)
+                    then()
+                return value
+
+            monkeypatch.setattr(store, "get", get)
+
+        def re_point_and_prune() -> None:
+            ccr.commit(store, [ccr.prepare(second), _span(tool, second)])
+            store.delete([old])
+
+        def prune_both() -> None:
+            store.delete([key, new])
+
+        def lies_in_first() -> None:
+            store.delete([key, new])
+            ccr.commit(store, [ccr.prepare(first), _span(tool, first)])
+
+        lies_in_first()
+        after_reading_the_span(re_point_and_prune)
+        assert ccr.recover(store, handle) == tool
+        lies_in_first()
+        after_reading_the_span(re_point_and_prune)
+        assert ccr.info(store, handle).original_length == len(tool)
+        lies_in_first()
+        after_reading_the_span(re_point_and_prune)
+        report = ccr.audit(store)  # (`second`, committed after the listing began, may be in it)
+        assert report.excluded == {} and report.verified == report.records >= 1
+        after_reading_the_span(prune_both)
+        with pytest.raises(UnknownHandleError):
+            ccr.recover(store, handle)
+        ccr.commit(store, [ccr.prepare(second), _span(tool, second), ccr.prepare(b"kept")])
+        after_reading_the_span(prune_both)
+        report = ccr.audit(store)  # (`second`, if listed before the span, was read before it went)
+        assert report.excluded == {} and report.verified == report.records >= 1
+        ccr.commit(store, [ccr.prepare(second), _span(tool, second)])
+        with open_store("memory://") as target:
+            after_reading_the_span(prune_both)
+            report = ccr.migrate(store, target)
+            assert report.excluded == {} and report.verified == report.records >= 1
+            assert ccr.digest_of(b"kept").encode() in list(target.keys())
+            assert ccr.audit(target).verified == report.verified
+        ccr.commit(store, [_span(tool, second)])  # a span still there whose record is gone
+        with pytest.raises(IntegrityError) as caught:
+            ccr.recover(store, handle)
+        assert caught.value.reason == "span target missing"
+
     def test_migrate_writes_spans_after_the_records_they_lie_in(self, store: Store) -> None:
         pairs = [_catalog_with(b'{"name":"t%d"}' % i, b"%d" % i) for i in range(5)]
         for catalog, tool in pairs:
