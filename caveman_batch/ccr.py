@@ -902,7 +902,9 @@ def prune(
             wholes.append(_record_info(d, h, len(v), seen_ms))
     spans = [(r, within) for r, within in spans if within not in live]
     stale = [r for r, _ in spans] + [r for r in wholes if r.handle[len(HANDLE_PREFIX):] not in live]
-    # left: entries whose record is gone (or that name none), whatever their time
+    # left: entries whose record is gone (or that name none), whatever their time, unless
+    # the record is there again in the delete transaction (another prune removed it during
+    # this scan, and a run committed it again)
     # (a record that fails verification is still there: its entry stays with it)
     failing = {f["handle"][len(HANDLE_PREFIX):] for f in scanned.failures}
     orphans = {SEEN_PREFIX + d.encode("ascii", "surrogateescape") for d in seen if d not in failing}
@@ -914,6 +916,8 @@ def prune(
     dropped: set[bytes] = set()
     kept: set[bytes] = set()  # records stale at the scan kept in the transaction
     looked = b"?"  # the value of an item only looked at (a record stale spans lie in)
+    asked = b"!"  # the value of an orphan entry's record, only asked whether it is there
+    back: set[bytes] = set()  # records of orphan entries committed again since the scan
 
     def keep(key: bytes) -> None:
         kept.add(key)
@@ -921,10 +925,14 @@ def prune(
             kept.add(lies_in[key])
 
     def drop_if_stale(key: bytes, old: bytes | None, new: bytes) -> object:
+        if new == asked:
+            if old is not None:
+                back.add(key)
+            return None
         if old is None:
             return None
-        if key in orphans:
-            return DELETE
+        if key in orphans:  # (its record removed by another prune, committed again: no orphan)
+            return None if key[len(SEEN_PREFIX):] in back else DELETE
         if key.startswith(SEEN_PREFIX):
             if _seen_ms(old) >= cutoff:
                 fresh.add(key[len(SEEN_PREFIX):])
@@ -953,7 +961,8 @@ def prune(
     for r in stale:
         digest = r.handle[len(HANDLE_PREFIX):]
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]
-    items += [(key, b"") for key in sorted(orphans)]
+    for key in sorted(orphans):
+        items += [(key[len(SEEN_PREFIX):], asked), (key, b"")]
     store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
     return [r for r in stale if r.handle[len(HANDLE_PREFIX):].encode("ascii") in dropped]
 

@@ -407,6 +407,31 @@ class StoreContract:
             ccr.recover(store, "ccr_" + ccr.digest_of(b"idle"))
         assert list(store.keys(ccr.SEEN_PREFIX)) == [ccr.SEEN_PREFIX + busy.encode()]
 
+    def test_prune_keeps_the_seen_entry_of_a_record_committed_again_meanwhile(
+            self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A ~seen entry whose record another prune removed during this one's scan is no
+        orphan once the record is committed again and refreshed before the delete: it was
+        dropped whatever its time, the record fell back to its header's older time, and the
+        next prune removed a record a run had just refreshed (and published)."""
+        day = 24 * 3_600_000
+        ccr.commit(store, [ccr.prepare(b"back", now_ms=1_000)])
+        digest = ccr.digest_of(b"back")
+        ccr.touch(store, [digest], now_ms=2_000)
+        scan = ccr.iter_verified
+
+        def another_prune_then_a_run(s: Store, audit: ccr.Audit | None = None) -> Any:
+            s.delete([digest.encode(), ccr.SEEN_PREFIX + digest.encode()])  # (the other prune)
+            yield from scan(s, audit)
+            ccr.commit(s, [ccr.prepare(b"back", now_ms=4 * day)])  # a run commits it again
+            ccr.touch(s, [digest], now_ms=10 * day)  # and a later one refreshes it
+
+        monkeypatch.setattr(ccr, "iter_verified", another_prune_then_a_run)
+        assert ccr.prune(store, 7 * 86_400, now_ms=10 * day) == []
+        monkeypatch.setattr(ccr, "iter_verified", scan)
+        assert ccr.info(store, "ccr_" + digest).last_seen == 10 * day / 1000
+        assert ccr.prune(store, 7 * 86_400, now_ms=12 * day) == []
+        assert ccr.recover(store, "ccr_" + digest) == b"back"
+
     def test_audit_totals_only_from_verified(self, store: Store) -> None:
         good = ccr.store_original(store, b"a" * 500)
         bad = ccr.store_original(store, b"b" * 500)
