@@ -470,6 +470,17 @@ class StoreContract:
         ccr.commit(store, [ccr.prepare(big), _span(late, big)])
         assert ccr.recover(store, "ccr_" + ccr.digest_of(late)) == late
 
+    def test_span_ending_at_its_records_last_byte_recovers(self, store: Store) -> None:
+        """A tool whose bytes run to the end of its catalog's (a file without a trailing
+        newline, the tool last) is no span past the end: it reads back and verifies."""
+        catalog = b'  {"name":"alone","inputSchema":{"type":"object"}}'
+        tool = catalog[2:]
+        span = _span(tool, catalog)
+        ccr.commit(store, [ccr.prepare(catalog), span])
+        assert ccr.recover(store, span.handle) == tool
+        assert ccr.unverified(store, [span.digest]) == set()
+        assert (ccr.audit(store).verified, ccr.audit(store).excluded) == (2, {})
+
     def test_span_refused_when_its_record_is_gone_or_its_bytes_changed(self, store: Store) -> None:
         catalog, tool = _catalog_with(b'{"name":"t1"}')
         span = _span(tool, catalog)
@@ -529,6 +540,11 @@ class StoreContract:
         tools = [b'{"name":"%s"}' % n for n in (b"a", b"b", b"c")]
         ccr.commit(store, [ccr.prepare(siblings, now_ms=1_000),
                            *(_span(tool, siblings, 1_000) for tool in tools)])
+        # a dry run names what a prune would drop, and no span whose record was seen
+        # (nor a record a span seen lies in)
+        would = {r.handle for r in ccr.prune(store, 7 * 86_400, dry_run=True, now_ms=10 * day)}
+        assert would == {"ccr_" + d for name in (b"both", b"busy", b"late") for d in digest[name]} \
+            | {"ccr_" + ccr.digest_of(t) for t in (siblings, *tools)}
 
         def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
             yield from scan(s, audit)
@@ -637,6 +653,18 @@ class StoreContract:
         with pytest.raises(IntegrityError) as caught:
             ccr.recover(store, handle)
         assert caught.value.reason == "span target missing"
+
+    def test_migrate_keeps_the_last_seen_a_touch_wrote(self, store: Store) -> None:
+        """A record touched since it was stored (its ~seen entry) is last seen then in the
+        copy too: a prune of the target keeps what the source's would."""
+        day = 24 * 3_600_000
+        handle = ccr.commit(store, [ccr.prepare(b"touched", now_ms=1_000)])[0]
+        ccr.touch(store, [handle[4:]], now_ms=9 * day)
+        with open_store("memory://") as target:
+            ccr.migrate(store, target)
+            assert ccr.info(target, handle).last_seen == 9 * day / 1000
+            assert ccr.prune(target, 7 * 86_400, now_ms=10 * day) == []
+            assert ccr.recover(target, handle) == b"touched"
 
     def test_migrate_writes_spans_after_the_records_they_lie_in(self, store: Store) -> None:
         pairs = [_catalog_with(b'{"name":"t%d"}' % i, b"%d" % i) for i in range(5)]
