@@ -524,6 +524,23 @@ def test_a_temp_file_left_by_a_run_killed_mid_write_is_cleared_by_the_next(
     _assert_as_fresh(tmp_path, reg, out)
 
 
+def test_a_manifest_naming_the_runs_own_files_never_has_them_deleted(tmp_path: Path) -> None:
+    """A manifest edited to name the run's own files under OUT (itself, the fingerprint, the
+    stat cache) as outputs of sources now gone: they are not stale outputs, never deleted
+    (the manifest would be gone until the new one is published)."""
+    reg = _registry(tmp_path)
+    out, _ = _run(tmp_path, reg, incremental=True)
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_bytes().splitlines()]
+    own = ["manifest.jsonl", ".manifest.stat.json", ".manifest.streams.json"]
+    assert all((out / name).is_file() for name in own)
+    named = [dict(rows[0], source={"path": f"gone{i}.json"}, output={"path": name})
+             for i, name in enumerate(own)]
+    (out / "manifest.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n"
+                                                  for r in [*rows, *named]))
+    _, summary = _run(tmp_path, reg, incremental=True)
+    assert summary.changes.removed == len(own) and summary.changes.outputs_deleted == 0
+
+
 def test_a_torn_journal_line_does_not_swallow_the_next_runs_first_entry(tmp_path: Path) -> None:
     """A run killed in the middle of a journal write leaves a line without its newline; the
     next run's entries start on a line of their own, so the outputs they name stay known."""
