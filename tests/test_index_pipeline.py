@@ -350,6 +350,31 @@ def test_a_rerun_commits_again_the_tool_records_the_store_lacks(tmp_path: Path) 
         assert {h: ccr.recover(store, h) for h in handles} == expected
 
 
+def test_a_kept_catalog_whose_tools_cannot_be_given_back_leaves_the_index(tmp_path: Path) -> None:
+    """A reused catalog one of whose tool records is gone, its own record damaged (present,
+    so reuse takes it; not readable, so the tool cannot be committed again from it): the
+    catalog leaves the index, and its file is not recorded as wholly indexed (the next run
+    indexes it again), never an index handing out a handle that recovers nothing."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    url = f"lmdb://{tmp_path}/ccr"
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        catalog = index.servers()["weather"]
+        [tool] = [d.handle for d in index.docs() if d.server == "weather"]
+        assert any(path.endswith("weather.json") for path in index.files())
+    with open_store(url) as store:
+        store.delete([tool[4:].encode("ascii")])  # type: ignore[index]
+        key = catalog.encode("ascii")
+        value = bytearray(store.get(key))  # type: ignore[arg-type]
+        value[-1] ^= 0xFF
+        store.commit([(key, bytes(value))], merge=lambda _k, _old, new: new)
+    _run(tmp_path, src, incremental=True)
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        assert "weather" not in index.servers()
+        assert not any(d.handle == tool for d in index.docs())
+        assert not any(path.endswith("weather.json") for path in index.files())
+
+
 def test_a_checksum_rerun_heals_a_tampered_tool_record(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src")
     _run(tmp_path, src, incremental=True)
