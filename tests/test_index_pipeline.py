@@ -375,6 +375,21 @@ def test_a_kept_catalog_whose_tools_cannot_be_given_back_leaves_the_index(tmp_pa
         assert not any(path.endswith("weather.json") for path in index.files())
 
 
+def test_an_index_behind_the_manifest_is_brought_up_to_date_by_a_reused_run(tmp_path: Path) -> None:
+    """A catalog changed by a run that wrote another index: the next run with the first
+    index reuses the document (its output is current) but not the index's old catalog
+    (indexed from other bytes): it is indexed again, as it is now."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    (src / "weather.json").write_bytes(_catalog("get_forecast", "get_alerts"))
+    _run(tmp_path, src, incremental=True, index="other.db")
+    _run(tmp_path, src, incremental=True)
+    servers, docs = _contents(tmp_path / "idx.db")
+    assert servers["weather"] == ccr.digest_of((src / "weather.json").read_bytes())
+    assert sorted(name for server, name, *_ in docs if server == "weather") == [
+        "get_alerts", "get_forecast"]
+
+
 def test_a_checksum_rerun_heals_a_tampered_tool_record(tmp_path: Path) -> None:
     src = _tree(tmp_path / "src")
     _run(tmp_path, src, incremental=True)
