@@ -20,7 +20,7 @@ from caveman_batch.catalog import compress
 from caveman_batch.cli import main
 from caveman_batch.converge import journal_path
 from caveman_batch.errors import OutputError
-from caveman_batch.pipeline import Config, run
+from caveman_batch.pipeline import LOCK_FILE, Config, run
 from caveman_batch.store import open_store
 
 STAT_CACHE = ".manifest.stat.json"  # this machine's file identities: differs between runs
@@ -527,11 +527,12 @@ def test_a_temp_file_left_by_a_run_killed_mid_write_is_cleared_by_the_next(
 def test_a_manifest_naming_the_runs_own_files_never_has_them_deleted(tmp_path: Path) -> None:
     """A manifest edited to name the run's own files under OUT (itself, the fingerprint, the
     stat cache) as outputs of sources now gone: they are not stale outputs, never deleted
-    (the manifest would be gone until the new one is published)."""
+    (the manifest would be gone until the new one is published), nor OUT's lock file (the
+    run that held it deleted it: another could then take a new one and run in OUT at once)."""
     reg = _registry(tmp_path)
     out, _ = _run(tmp_path, reg, incremental=True)
     rows = [json.loads(line) for line in (out / "manifest.jsonl").read_bytes().splitlines()]
-    own = ["manifest.jsonl", ".manifest.stat.json", ".manifest.streams.json"]
+    own = ["manifest.jsonl", ".manifest.stat.json", ".manifest.streams.json", LOCK_FILE]
     assert all((out / name).is_file() for name in own)
     named = [dict(rows[0], source={"path": f"gone{i}.json"}, output={"path": name})
              for i, name in enumerate(own)]

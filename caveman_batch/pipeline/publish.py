@@ -18,7 +18,7 @@ from .. import converge, fsio
 from ..errors import OutputError
 from ..inputs import Document, Sink, SinkEnd
 from .incremental import ReusedRun, ReusedStream, _Previous, _Span
-from .model import TMP_DIR, Config, Result, Summary, _Tally
+from .model import LOCK_FILE, TMP_DIR, Config, Result, Summary, _Tally
 
 _MANIFEST_BUFFER = 1 << 20
 # a handle a manifest row names: its digest (rows are compact JSON, written by orjson)
@@ -57,7 +57,7 @@ class _Publisher:
         self.stats: dict[str, Sequence[list[int] | None]] = {}  # rel -> [source, output] identity
         self.converge = converge.Converger(
             out, tmp, config.manifest_path, config.streams_path,
-            [config.stats_path, *([config.changes] if config.changes else [])],
+            [config.stats_path, out / LOCK_FILE, *([config.changes] if config.changes else [])],
             config.keep_removed, want_lines=config.changes is not None,
             streams_to_come=config.incremental)  # _load_previous parses the fingerprint
 
