@@ -81,8 +81,8 @@ def read_response(text: str, wanted: Callable[[Any], bool]) -> Response | None:
     """
     try:
         return _read_response(text, wanted)
-    except (ValueError, IndexError):  # not JSON, or not an object: forwarded as is
-        return None
+    except (ValueError, IndexError, RecursionError):  # not JSON, not an object, too deep:
+        return None  # forwarded as is
 
 
 def _read_response(text: str, wanted: Callable[[Any], bool]) -> Response | None:

@@ -226,6 +226,20 @@ def test_untouched_lines_pass_byte_for_byte(upstream: Upstream) -> None:
     assert proc.stdout == b"".join(odd)
 
 
+def test_a_line_nested_too_deep_passes_through(upstream: Upstream) -> None:
+    """A result nested deeper than the JSON reader recurses, while a list is awaited, is
+    forwarded as is; the proxy relays on (it crashed, exit 2, and lost every message)."""
+    result = json.dumps({"tools": [tool("x")]}).encode()
+    deep = b'{"jsonrpc":"2.0","result":' + b"[" * 100_000 + b"]" * 100_000 + b',"id":5}\n'
+    after = b'{"jsonrpc":"2.0","method":"notifications/message","params":{}}\n'
+    spec = {"on": {"tools/list": [w(deep), w(response(json.loads(result)) + b"\n"), w(after)]}}
+    proc = upstream.run(spec, request(1, "tools/list"))
+    assert proc.returncode == 0, proc.stderr
+    first, listed, last = lines(proc.stdout)
+    assert first == deep and last == after
+    check_rewritten(upstream, listed, result)
+
+
 def test_error_answer_clears_the_request(upstream: Upstream) -> None:
     result = json.dumps({"tools": [tool("x")]}).encode()
     spec = {"eof": [w(b'{"jsonrpc":"2.0","id":4,"error":{"code":1,"message":"no"}}\n'),
