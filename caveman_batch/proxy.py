@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ MAX_REQUEST_BYTES: Final = 1 << 20
 # A longer response line streams through unchanged instead of being held whole.
 MAX_RESPONSE_BYTES: Final = 256 << 20
 MAX_PENDING: Final = 4096
+_NUMBER_TEXT: Final = re.compile(r"0|[1-9][0-9]{0,17}")
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
@@ -76,15 +78,24 @@ class Pending:
                 del self._methods[next(iter(self._methods))]
 
     def waits_for(self, request_id: Any) -> bool:
-        key = rpc.id_key(request_id)
+        key = self._key(request_id)
         return key is not None and key in self._methods
 
     def pop(self, request_id: Any) -> str | None:
-        key = rpc.id_key(request_id)
-        if key is None:
-            return None
         with self._lock:
-            return self._methods.pop(key, None)
+            key = self._key(request_id)
+            return None if key is None else self._methods.pop(key, None)
+
+    def _key(self, request_id: Any) -> rpc.IdKey | None:
+        """The key a response's id answers: its own, or for an integer's decimal text
+        ("7" for 7) that integer's when no request "7" waits, as the official SDKs
+        correlate an id a peer echoes as a string."""
+        key = rpc.id_key(request_id)
+        if key is None or key in self._methods or not isinstance(request_id, str):
+            return key
+        if _NUMBER_TEXT.fullmatch(request_id) and (int, int(request_id)) in self._methods:
+            return (int, int(request_id))
+        return key
 
 
 def _line_ending(line: bytes) -> int:

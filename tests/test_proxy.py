@@ -405,6 +405,23 @@ def test_pending_keeps_number_and_string_ids_apart() -> None:
     assert not pending.waits_for(0) and pending.waits_for(4)
 
 
+def test_an_integer_id_echoed_as_text_is_answered(upstream: Upstream) -> None:
+    """An upstream answering request 7 under "7" (the official SDKs take it for 7) has its
+    catalog compressed; a request "7" of the client's own still takes "7" first."""
+    result = json.dumps({"tools": [tool("x")]}).encode()
+    spec = {"on": {"tools/list": [w(response(json.loads(result), '"7"') + b"\n")]}}
+    proc = upstream.run(spec, request(7, "tools/list"))
+    assert json.loads(proc.stdout)["id"] == "7"
+    check_rewritten(upstream, proc.stdout, result)
+    pending = Pending()
+    pending.add(0, "tools/list")
+    pending.add(7, "tools/list")
+    pending.add("7", "prompts/list")
+    assert not pending.waits_for("07") and not pending.waits_for("7.0")
+    assert pending.pop("7") == "prompts/list" and pending.pop("7") == "tools/list"
+    assert pending.pop("0") == "tools/list" and not pending
+
+
 def test_cancelled_request_is_forgotten(tmp_path: Path) -> None:
     pending = Pending()
     null = os.open(os.devnull, os.O_WRONLY)
