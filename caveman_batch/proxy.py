@@ -388,6 +388,9 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> dict[int, Any]:
     def forward(signum: int, _frame: object) -> None:
         if proc.poll() is None:
             proc.send_signal(signum)
+        else:  # it has exited (a child of its own holds its stdout): the signal is ours
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
 

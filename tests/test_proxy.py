@@ -336,6 +336,24 @@ def test_signal_to_the_proxy_reaches_the_upstream(upstream: Upstream) -> None:
         proc.wait()
 
 
+def test_signal_to_the_proxy_once_the_upstream_has_exited(upstream: Upstream) -> None:
+    """The upstream is gone but a child of its own holds its stdout: a signal stops the
+    proxy (it was swallowed, and the proxy ran on until that child ended)."""
+    argv = [*entry_point(), "proxy", "--store", upstream.store, "--",
+            "sh", "-c", "sleep 60 & echo $!; exit 0"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        time.sleep(1)  # the shell has exited (and its exit is seen)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+        os.kill(child, signal.SIGKILL)
+
+
 def test_no_upstream_command(upstream: Upstream) -> None:
     proc = subprocess.run([*entry_point(), "proxy"], capture_output=True, timeout=60, check=False)
     assert proc.returncode == 1
