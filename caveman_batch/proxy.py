@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -45,10 +46,23 @@ _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
-    """os.write until every byte is out (a pipe may take less than asked)."""
+    """os.write until every byte is out (a pipe may take less than asked), waiting while
+    a non-blocking one (O_NONBLOCK set by whoever shares it with us) is full."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
+def read_chunk(fd: int) -> bytes:
+    """os.read of up to CHUNK bytes (b"" at EOF), waiting while a non-blocking fd is empty."""
+    while True:
+        try:
+            return os.read(fd, CHUNK)
+        except BlockingIOError:
+            select.select([fd], [], [])
 
 
 # -- which responses to rewrite ------------------------------------------------------
@@ -344,7 +358,7 @@ def _pump_client(stdin_fd: int, proc: subprocess.Popen[bytes], relay: ClientRela
     """Client -> upstream until the client's EOF; then the upstream sees EOF too."""
     assert proc.stdin is not None
     try:
-        while chunk := os.read(stdin_fd, CHUNK):
+        while chunk := read_chunk(stdin_fd):
             relay.feed(chunk)
         relay.finish()
     except OSError:  # the upstream closed its stdin (it is exiting): stop relaying

@@ -354,6 +354,38 @@ def test_signal_to_the_proxy_once_the_upstream_has_exited(upstream: Upstream) ->
         os.kill(child, signal.SIGKILL)
 
 
+def test_non_blocking_stdin_and_stdout(upstream: Upstream) -> None:
+    """Pipes the client made non-blocking (O_NONBLOCK is shared with the proxy's end): an
+    empty stdin or a full stdout waits (it was a client EOF, or a BlockingIOError
+    traceback with exit 2 and the rest of the output lost)."""
+    big = b'{"jsonrpc":"2.0","method":"n","params":"' + b"y" * 2_000_000 + b'"}\n'
+    result = json.dumps({"tools": [tool("x")]}).encode()
+    spec = {"start": [w(big)], "on": {"tools/list": [w(response(json.loads(result)) + b"\n")]}}
+    argv = [*entry_point(), "proxy", "--store", upstream.store, "--", *upstream.command(spec)]
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    os.set_blocking(r_in, False)
+    os.set_blocking(w_out, False)
+    proc = subprocess.Popen(argv, stdin=r_in, stdout=w_out, stderr=subprocess.PIPE)
+    os.close(r_in)
+    os.close(w_out)
+    try:
+        time.sleep(1.5)  # the proxy has found stdin empty and stdout full
+        os.write(w_in, request(1, "tools/list"))
+        os.close(w_in)
+        with os.fdopen(r_out, "rb") as out:
+            r_out = -1
+            sent = out.read()
+        assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        if r_out >= 0:
+            os.close(r_out)
+    assert sent.startswith(big)
+    check_rewritten(upstream, sent[len(big):], result)
+
+
 def test_no_upstream_command(upstream: Upstream) -> None:
     proc = subprocess.run([*entry_point(), "proxy"], capture_output=True, timeout=60, check=False)
     assert proc.returncode == 1
