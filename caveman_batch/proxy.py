@@ -313,8 +313,17 @@ class ServerRelay:
             self._warn(message)
 
     def _warn(self, message: str) -> None:
-        self.err.write(f"caveman-batch proxy: {message}\n")
-        self.err.flush()
+        warn(self.err, message)
+
+
+def warn(err: TextIO, message: str) -> None:
+    """One line on the proxy's stderr; a stderr that cannot be written drops it (the
+    client must still be served)."""
+    try:
+        err.write(f"caveman-batch proxy: {message}\n")
+        err.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _summary(method: str, request_id: Any, rewrite: listing.Rewrite) -> str:
@@ -341,8 +350,7 @@ def open_or_warn(store_url: str | None, err: TextIO,
     try:
         return open_store(store_url)
     except (StoreError, OSError) as exc:
-        err.write(f"caveman-batch proxy: store unavailable, {without}: {exc}\n")
-        err.flush()
+        warn(err, f"store unavailable, {without}: {exc}")
         return None
 
 

@@ -310,6 +310,36 @@ def test_store_unavailable_forwards_the_original(upstream: Upstream, tmp_path: P
     assert b"store unavailable" in proc.stderr
 
 
+@pytest.mark.parametrize("broken", ["store", "debug"])
+def test_a_stderr_that_cannot_be_written(upstream: Upstream, tmp_path: Path, broken: str) -> None:
+    """The proxy's warnings (a store unavailable, --debug lines) on a stderr nobody reads
+    are dropped and it serves on (it exited 1 before starting, or took the debug line's
+    EPIPE for the client's and stopped: every message lost, exit 0)."""
+    result = json.dumps({"tools": [tool("x")]}).encode()
+    listed = response(json.loads(result)) + b"\n"
+    pong = b'{"jsonrpc":"2.0","id":@ID@,"result":{}}\n'
+    spec = {"on": {"tools/list": [w(listed)], "ping": [w(pong)]}}
+    if broken == "store":
+        (tmp_path / "file").write_text("x")
+        upstream.store = f"lmdb://{tmp_path / 'file' / 'ccr'}"
+    argv = [*entry_point(), "proxy", "--store", upstream.store,
+            *(["--debug"] if broken == "debug" else []), "--", *upstream.command(spec)]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(argv, input=request(1, "tools/list") + request(2, "ping"),
+                              stdout=subprocess.PIPE, stderr=write_end, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0
+    first, second = lines(proc.stdout)
+    assert second == pong.replace(b"@ID@", b"2")
+    if broken == "store":
+        assert first == listed.replace(b"@ID@", b"1")
+    else:
+        check_rewritten(upstream, first, result)
+
+
 def test_stderr_passes_through_and_exit_code_propagates(upstream: Upstream) -> None:
     proc = upstream.run({"start": [{"err": "upstream says hi\n"}], "eof": [{"exit": 3}]}, b"")
     assert proc.returncode == 3
