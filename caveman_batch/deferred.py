@@ -628,7 +628,7 @@ class DeferredProxy:
 
     def _client_response(self, msg: rpc.Message) -> None:
         """The client's answer to an upstream's request: back to it, under its own id."""
-        pid = rpc.own_id(msg.id)
+        pid = rpc.integer_id(msg.id)
         if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
             return
         server, raw_id, key = entry
@@ -656,7 +656,7 @@ class DeferredProxy:
         """Progress on an upstream's request (a sampling, say): to that upstream alone,
         under its own token (it reached every upstream, naming another's token)."""
         token = msg.params.get("progressToken")
-        pid = rpc.own_id(token)
+        pid = rpc.integer_id(token)
         entry = self.progress.get(pid) if pid is not None else None
         params = rpc.member_spans(msg.text, msg.spans["params"])
         if entry is None or params is None or "progressToken" not in params:
@@ -1052,7 +1052,7 @@ class DeferredProxy:
             self._unreadable_reply(server, line, str(exc))
             return
         if msg.is_response:
-            uid = rpc.own_id(msg.id)
+            uid = rpc.integer_id(msg.id)
             on_reply = server.calls.pop(uid, None) if uid is not None else None
             if on_reply is not None:
                 on_reply(Reply(msg))
@@ -1067,7 +1067,7 @@ class DeferredProxy:
         """A response the proxy cannot forward still ends the request it answers, with an
         error naming the upstream: else the client would wait for it for ever."""
         uid = rpc.response_id(line)
-        own = rpc.own_id(uid)
+        own = rpc.integer_id(uid)
         on_reply = server.calls.pop(own, None) if own is not None else None
         if on_reply is not None:
             text = f"upstream {server.name!r} answered with a line that is not JSON-RPC ({reason})"

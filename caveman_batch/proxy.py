@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import signal
 import subprocess
@@ -41,7 +40,6 @@ MAX_REQUEST_BYTES: Final = 1 << 20
 # A longer response line streams through unchanged instead of being held whole.
 MAX_RESPONSE_BYTES: Final = 256 << 20
 MAX_PENDING: Final = 4096
-_NUMBER_TEXT: Final = re.compile(r"0|[1-9][0-9]{0,17}")
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
@@ -107,8 +105,9 @@ class Pending:
         key = rpc.id_key(request_id)
         if key is None or key in self._methods or not isinstance(request_id, str):
             return key
-        if _NUMBER_TEXT.fullmatch(request_id) and (int, int(request_id)) in self._methods:
-            return (int, int(request_id))
+        number = rpc.integer_id(request_id)
+        if number is not None and (int, number) in self._methods:
+            return (int, number)
         return key
 
 

@@ -197,13 +197,13 @@ def id_key(value: Any) -> IdKey | None:
     return (type(value), value)
 
 
-_DECIMAL: Final = re.compile(r"[1-9][0-9]{0,17}")
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,17}")
 
 
-def own_id(value: Any) -> int | None:
-    """The proxy's own request id (a positive integer) that a peer's response or progress
-    token names, or None: the integer, or its decimal text, which both official SDKs take
-    for it (a peer that echoes ids as strings still correlates, as `coerce_request_id`)."""
+def integer_id(value: Any) -> int | None:
+    """The integer request id that a peer's response or progress token names, or None: the
+    integer, or its decimal text, which both official SDKs take for it (a peer that echoes
+    ids as strings still correlates, as `coerce_request_id`); never "07", "+7" or " 7"."""
     if type(value) is int:
         return value
     return int(value) if isinstance(value, str) and _DECIMAL.fullmatch(value) else None

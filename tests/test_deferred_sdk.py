@@ -155,7 +155,7 @@ def test_a_request_before_initialize_is_answered_at_once(tmp_path: Path, several
     anyio.run(client, MODERN)  # no handshake to follow: an error, not a wait for ever
 
 
-def test_own_id() -> None:
-    assert rpc.own_id(7) == 7 and rpc.own_id("7") == 7
+def test_integer_id() -> None:
+    assert rpc.integer_id(7) == 7 and rpc.integer_id("7") == 7
     for other in (True, 7.0, "07", "+7", " 7", "7_0", "\u0667", "-1", "1" * 30, None):
-        assert rpc.own_id(other) is None, other
+        assert rpc.integer_id(other) is None, other
