@@ -586,10 +586,37 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; map every error to its exit code here, once."""
+    _hold_standard_streams()
     try:
         return _main(argv)
     finally:
         _settle_stderr()
+
+
+def _hold_standard_streams() -> None:
+    """A standard stream closed at start (`2>&-`, `>&-`) is held by /dev/null opened the
+    other way round: it still acts closed (a read or write of it fails, EBADF), but no file
+    opened later takes its number. Before, OUT's lock file became fd 2 of a run, and the
+    index writer's pipe of answers its fd 2 (and 1, which it points at its stderr): what was
+    written to "standard error" went into them. Standard error closed drops our messages (as
+    a stream no one reads), where it made every command exit 1; standard output closed is
+    the clean error of one that cannot take what is written (exit 2), not a traceback."""
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_RDONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            held = os.open(os.devnull, flags)
+            if held != fd:  # (the lower ones are open: it is fd itself)
+                os.dup2(held, fd)
+                os.close(held)
+            os.set_inheritable(fd, True)  # (a child's standard stream, as ours)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # (each write: EBADF)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
 
 
 def _settle_stderr() -> None:
@@ -632,7 +659,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 # what writing to a full standard output raises (no file name: ours name theirs)
-_STREAM_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+_STREAM_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG,
+                                  errno.EBADF})  # (EBADF: one closed, `>&-`)
 
 # typer reports bad options and arguments as exit 2; ours are user errors (1),
 # and 2 stays reserved for internal errors (which reach `main` as exceptions).
