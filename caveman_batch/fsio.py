@@ -115,7 +115,10 @@ def write_target(path: Path, data: bytes) -> None:
     a device, a terminal, /proc/self/fd/1) is written into as it is: replacing it would put a
     regular file in its place (as root, even over /dev/null). A regular file is replaced
     atomically, its mode kept; a new one is 0600, as the store's files (a recovered original
-    is no more readable than the store it came from)."""
+    is no more readable than the store it came from). A symlink to a regular file stays a
+    link, its file replaced; our own standard output (`/dev/stdout` when it is a file: `> out`,
+    `>> log`) is written to as standard output is, never replaced (as root that replaced
+    /dev/stdout itself, and the bytes never reached the file)."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -123,14 +126,40 @@ def write_target(path: Path, data: bytes) -> None:
         st = None
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-    if st is None or stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+    if st is not None and stat.S_ISREG(st.st_mode):
+        if _is_stdout(st):  # -o /dev/stdout with standard output a file (> out, >> log)
+            write_stdout(data)
+            return
+        real = os.path.realpath(path)  # a symlink stays one: its file takes the bytes
+        if _same_file(real, st):
+            atomic_write(Path(real), data, new_mode=0o600)
+            return
+        # else a link of /proc naming an open file by no path (deleted): written into
+    elif st is None or stat.S_ISDIR(st.st_mode):
         atomic_write(path, data, new_mode=0o600)  # (a folder: refused by the rename)
         return
     try:
-        with open(os.open(path, os.O_WRONLY | os.O_CLOEXEC), "wb") as fh:  # no O_CREAT: never a new file
+        trunc = os.O_TRUNC if st is not None and stat.S_ISREG(st.st_mode) else 0
+        with open(os.open(path, os.O_WRONLY | os.O_CLOEXEC | trunc), "wb") as fh:  # no O_CREAT: never a new file
             fh.write(data)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+
+
+def _is_stdout(st: os.stat_result) -> bool:
+    if sys.stdout is None:  # (closed: its fd 1 may be any file opened since)
+        return False
+    try:
+        return os.path.samestat(st, os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):
+        return False
+
+
+def _same_file(path: str, st: os.stat_result) -> bool:
+    try:
+        return os.path.samestat(st, os.stat(path))
+    except OSError:
+        return False
 
 
 _UMASK: int | None = None

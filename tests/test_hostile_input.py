@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench_data.generate import generate_registry
-from caveman_batch import ccr
+from caveman_batch import ccr, single
 from caveman_batch.cli import main
 from caveman_batch.errors import IntegrityError, UsageError
 from caveman_batch.pipeline import LOCK_FILE, TMP_DIR, Config, run
@@ -471,6 +471,43 @@ def test_recover_onto_proc_self_fd_1_writes_to_stdout(tmp_path: Path) -> None:
     proc = _cli("recover", handle, "-o", "/proc/self/fd/1", "--store", f"lmdb://{tmp_path}/ccr")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == CATALOG
+
+
+def test_output_onto_own_stdout_a_file_writes_to_it(tmp_path: Path) -> None:
+    # -o /dev/stdout (here its target, /proc/self/fd/1: /dev/stdout itself would be replaced
+    # for the whole machine by the old code, as root) with standard output a file: it was
+    # taken for a regular file to replace, so a temp file was made beside the link (in /dev,
+    # in /proc/self/fd: exit 2) and renamed over it; `>> log` lost nothing either
+    handle = _stored_handle(tmp_path, CATALOG)
+    src = tmp_path / "c.json"
+    src.write_bytes(CATALOG)
+    log = tmp_path / "log"
+    log.write_bytes(b"before\n")
+    with open(log, "ab") as fh:
+        proc = subprocess.run([*_entry_point(), "recover", handle, "-o", "/proc/self/fd/1", "--store",
+                               f"lmdb://{tmp_path}/ccr"], stdout=fh, stderr=subprocess.PIPE, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_bytes() == b"before\n" + CATALOG
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        proc = subprocess.run([*_entry_point(), "shrink", str(src), "-o", "/proc/self/fd/1", "--store",
+                               f"lmdb://{tmp_path}/ccr"], stdout=fh, stderr=subprocess.PIPE, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == single.shrink(CATALOG, "c", None).output
+
+
+def test_output_onto_a_symlink_replaces_its_file(tmp_path: Path) -> None:
+    # the link was replaced by a regular file, and the file it named kept its old bytes
+    handle = _stored_handle(tmp_path, CATALOG)
+    target = tmp_path / "target.json"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target.name)
+    assert main(["recover", handle, "-o", str(link), "--store", f"lmdb://{tmp_path}/ccr"]) == 0
+    assert link.is_symlink() and target.read_bytes() == CATALOG
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
 def test_output_file_mode_kept_and_new_ones_private(tmp_path: Path) -> None:
