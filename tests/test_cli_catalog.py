@@ -317,6 +317,28 @@ def test_lint_names_each_change_by_its_json_pointer(
     assert report["tools"][0]["changes"][0]["path"] == pointer
 
 
+def test_lint_of_many_tools_takes_linear_time(tmp_path: Path) -> None:
+    """Each tool's changes were found by a filter of the whole trace per tool: the square of
+    the catalog's size (8,000 tools, 2 MB: 26 s, where shrink took 0.4 s; hours near
+    --max-bytes). CPU time, so a loaded machine does not fail it: ~1 s now, ~60 s before."""
+    tools = [{"name": f"t{i}", "description": "Does x. Provides detailed feedback and improvement "
+              "suggestions.", "inputSchema": {"type": "object", "title": "T", "properties": {
+                  "a": {"type": "string", "title": "A"}, "b": {"type": "string", "title": "B"}}}}
+             for i in range(12_000)]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"tools": tools}))
+    before = os.times()
+    proc = subprocess.run([*entry_point(), "lint", str(path), "--json"], capture_output=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [len(tool["changes"]) for tool in report["tools"]] == [3] * 12_000
+    assert report["tools"][7_777]["changes"][0]["path"].startswith("/tools/7777/")
+    used = os.times()
+    cpu = used.children_user + used.children_system - before.children_user - before.children_system
+    assert cpu < 15, f"lint took {cpu:.1f} s of CPU: the square of its input"
+
+
 def test_lint_json_commits_nothing(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     assert run_in_process(["lint", str(catalog), "--json"]) == 0
     report = json.loads(capfdbinary.readouterr().out)
