@@ -651,7 +651,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # said, and what it still holds dropped (its flush at exit would fail again)
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")
-        return _fail(f"cannot write to standard output: {exc.strerror or exc}", 2)
+        why = "it is closed" if exc.errno == errno.EBADF else exc.strerror or exc
+        return _fail(f"cannot write to standard output: {why}", 2)
     except Exception:  # a bug: say so, with the traceback, exit 2
         traceback.print_exc()
         return _fail("internal error (traceback above)", 2)

@@ -975,6 +975,29 @@ def test_a_full_standard_output_is_said_not_a_traceback(command: list[str], tmp_
     assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
 
 
+def test_a_closed_standard_output_or_error_is_said_not_a_traceback(tmp_path: Path) -> None:
+    """Started with stdout closed (>&-): an AttributeError's traceback, exit 2 as a bug; with
+    stderr closed (2>&-): shrink's report raised AttributeError, its traceback went to
+    standard output after the compressed catalog (a catalog no longer JSON), exit 1."""
+    url = f"lmdb://{tmp_path}/l"
+    [handle] = commit(url, AWKWARD)
+    source = tmp_path / "c.json"
+    source.write_bytes(b'{"tools": [{"name": "ping", "description": "Checks the server."}]}')
+    for args in (["recover", handle], ["stats"], ["shrink", str(source)]):
+        done = subprocess.run([*entry_point(), *args, "--store", url], stderr=subprocess.PIPE,
+                              timeout=60, preexec_fn=lambda: os.close(1))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == b"caveman-batch: error: cannot write to standard output: it is closed\n"
+    wanted = run("shrink", str(source), "--store", url).stdout
+    for args, out in ((["shrink", str(source), "--store", url], wanted),
+                      (["recover", handle, "--store", url], AWKWARD),
+                      (["lint", str(source)], None)):
+        done = subprocess.run([*entry_point(), *args], stdout=subprocess.PIPE, timeout=60,
+                              preexec_fn=lambda: os.close(2))
+        assert done.returncode == 0 and b"Traceback" not in done.stdout, done.stdout
+        assert out is None or done.stdout == out
+
+
 @pytest.mark.parametrize("unbuffered", ["1", ""])
 @pytest.mark.parametrize("command", ["recover", "shrink", "payload retrieve"])
 def test_standard_output_that_takes_part_of_an_original_is_an_error_not_a_cut_copy(
