@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -317,26 +318,35 @@ def test_lint_names_each_change_by_its_json_pointer(
     assert report["tools"][0]["changes"][0]["path"] == pointer
 
 
-def test_lint_of_many_tools_takes_linear_time(tmp_path: Path) -> None:
+def _many_tools(count: int) -> bytes:
+    return json.dumps({"tools": [
+        {"name": f"t{i}", "description": "Does x. Provides detailed feedback and improvement "
+         "suggestions.", "inputSchema": {"type": "object", "title": "T", "properties": {
+             "a": {"type": "string", "title": "A"}, "b": {"type": "string", "title": "B"}}}}
+        for i in range(count)]}).encode()
+
+
+def test_lint_of_many_tools_takes_linear_time() -> None:
     """Each tool's changes were found by a filter of the whole trace per tool: the square of
     the catalog's size (8,000 tools, 2 MB: 26 s, where shrink took 0.4 s; hours near
-    --max-bytes). CPU time, so a loaded machine does not fail it: ~1 s now, ~60 s before."""
-    tools = [{"name": f"t{i}", "description": "Does x. Provides detailed feedback and improvement "
-              "suggestions.", "inputSchema": {"type": "object", "title": "T", "properties": {
-                  "a": {"type": "string", "title": "A"}, "b": {"type": "string", "title": "B"}}}}
-             for i in range(12_000)]
-    path = tmp_path / "many.json"
-    path.write_text(json.dumps({"tools": tools}))
-    before = os.times()
-    proc = subprocess.run([*entry_point(), "lint", str(path), "--json"], capture_output=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
-    assert [len(tool["changes"]) for tool in report["tools"]] == [3] * 12_000
-    assert report["tools"][7_777]["changes"][0]["path"].startswith("/tools/7777/")
-    used = os.times()
-    cpu = used.children_user + used.children_system - before.children_user - before.children_system
-    assert cpu < 15, f"lint took {cpu:.1f} s of CPU: the square of its input"
+    --max-bytes). The law as the regexes' (test_describe.assert_linear): 4n tools cost
+    less than 8x n (linear: 4x; quadratic: 16x), CPU time, measured again up to 3 times."""
+    from caveman_batch.single import lint
+
+    small, large = _many_tools(1_000), _many_tools(4_000)
+    report = lint(large, "many.json")
+    assert [len(tool["changes"]) for tool in report["tools"]] == [3] * 4_000
+    assert report["tools"][3_777]["changes"][0]["path"].startswith("/tools/3777/")
+    for _attempt in range(3):
+        before = time.process_time()
+        lint(small, "many.json")
+        t_small = time.process_time() - before
+        before = time.process_time()
+        lint(large, "many.json")
+        t_large = time.process_time() - before
+        if t_large < 8 * t_small + 0.02:
+            break
+    assert t_large < 8 * t_small + 0.02, f"{t_small:.3f}s at 1,000 tools, {t_large:.3f}s at 4,000"
 
 
 def test_lint_json_commits_nothing(catalog: Path, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
