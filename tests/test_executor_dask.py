@@ -166,10 +166,11 @@ def test_an_unreachable_scheduler_is_exit_2_and_publishes_nothing(
 
 
 @contextlib.contextmanager
-def _fleet(tmp_path: Path, *worker_args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A `dask scheduler` and one one-thread `dask worker` (with `worker_args`) as a fleet
-    would run them, the worker joined: (the scheduler's address, its process). Both are
-    stopped on the way out, whatever the test did to them."""
+def _fleet(tmp_path: Path, *worker_args: str, env: dict[str, str] | None = None
+           ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A `dask scheduler` and one one-thread `dask worker` (with `worker_args`, in `env`) as
+    a fleet would run them, the worker joined: (the scheduler's address, its process). Both
+    are stopped on the way out, whatever the test did to them."""
     distributed = _distributed()
     info = tmp_path / "scheduler.json"
     cmd = [sys.executable, "-m", "dask"]
@@ -183,7 +184,7 @@ def _fleet(tmp_path: Path, *worker_args: str) -> Iterator[tuple[str, subprocess.
             time.sleep(0.1)
         worker = subprocess.Popen([*cmd, "worker", "--scheduler-file", str(info), "--nworkers", "1",
                                    "--nthreads", "1", "--no-dashboard", *worker_args],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         address = json.loads(info.read_text())["address"]
         with distributed.Client(address, set_as_default=False) as c:
             c.wait_for_workers(1, timeout=60)
@@ -201,6 +202,51 @@ def test_a_real_dask_scheduler_and_worker(tmp_path: Path) -> None:
     with _fleet(tmp_path) as (address, _):
         out, _ = _run(tmp_path, SAMPLES, "fleet", workers=1, executor=address)
     assert _tree(out) == expected
+
+
+_NO_CAVEMAN = textwrap.dedent("""
+    import sys
+
+    class NoCaveman:  # a worker whose environment lacks caveman-batch
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "caveman_batch":
+                raise ImportError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, NoCaveman())
+""")
+
+
+def test_a_worker_that_cannot_import_caveman_batch_refuses_the_work(tmp_path: Path) -> None:
+    """A `dask worker` whose environment lacks caveman-batch: the run exits 1 at once naming
+    it, and the worker lives on. The task named versioned_work, which the worker failed to
+    unpickle in its stream from the scheduler: it closed, and the run waited for ever."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NO_CAVEMAN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    outcome: list[BaseException | None] = []
+    with _fleet(tmp_path, env=env) as (address, _):
+        config = Config([str(SAMPLES)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
+                        executor=address)
+        runner = threading.Thread(target=lambda: outcome.append(_outcome(config)), daemon=True)
+        runner.start()
+        runner.join(60)
+        assert not runner.is_alive(), "the run hung: its worker closed"
+        distributed = _distributed()
+        with distributed.Client(address, set_as_default=False) as c:
+            assert len(c.nthreads()) == 1  # the worker is still there
+    assert outcome and isinstance(outcome[0], UsageError), outcome
+    assert "cannot import caveman-batch" in str(outcome[0])
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [LOCK_FILE]
+
+
+def _outcome(config: Config) -> BaseException | None:
+    try:
+        run(config)
+    except Exception as exc:  # (what the test looks at)
+        return exc
+    return None
 
 
 SKEWED = """# dask worker --preload: this worker's clock runs 2 days behind (NTP off)
@@ -295,7 +341,7 @@ def _our_tasks(dask_scheduler: Any) -> int:
     """Our batches the scheduler has not computed yet (a batch whose result the run has read
     may stay on it in memory a moment longer: the client's release reaches it afterwards)."""
     return sum(1 for key, task in dask_scheduler.tasks.items()
-               if "versioned_work" in str(key) and task.state not in ("memory", "released",
+               if "loads" in str(key) and task.state not in ("memory", "released",
                                                                       "forgotten", "erred"))
 
 

@@ -16,6 +16,7 @@ on its first batch: a rerun that reuses everything starts no process and no clus
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -164,6 +165,23 @@ def _spool_folder(temps: list[str | None]) -> bool:
     return True
 
 
+class _Call:
+    """A call pickled as the call itself: `pickle.loads` of its bytes, the task a Dask worker
+    runs, imports caveman_batch there and makes the call. A worker that cannot import it
+    then fails the task with that ImportError; a task naming versioned_work itself failed
+    in the worker's stream from the scheduler, which closed the worker (each in turn, the
+    whole fleet), and the run waited for ever for a worker."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.fn, self.args
+
+    def dumps(self) -> bytes:
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 # how often a run waiting for a batch looks whether its Dask client still has a scheduler
 _POLL_S: Final = 1.0
 
@@ -194,7 +212,8 @@ class Dask:
                temps: list[str | None] | None = None) -> Future[Any]:
         if self.executor is None:  # (its workers may be on other hosts: temps ignored)
             self._start()
-        return self.executor.submit(versioned_work, __version__, options, raws, index)
+        return self.executor.submit(pickle.loads, _Call(versioned_work, __version__, options,
+                                                        raws, index).dumps())
 
     def _start(self) -> None:
         distributed = _import_distributed("dask")
@@ -230,6 +249,10 @@ class Dask:
                 # answer will come (a future of its executor may stay pending for ever:
                 # the run hung once its scheduler was killed)
                 self._refuse_lost()
+            except ImportError as exc:  # (raised on the worker, by _Call's pickle.loads)
+                raise UsageError(f"{self}: a worker cannot import caveman-batch ({exc}): install "
+                                 f"caveman-batch {__version__} on every worker of the cluster"
+                                 ) from None
             except (distributed.KilledWorker, CommClosedError, CancelledError, OSError) as exc:
                 if isinstance(exc, CancelledError):  # (as the client cancels every future
                     self._refuse_lost()              # when it loses its scheduler)
