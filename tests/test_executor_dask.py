@@ -165,6 +165,45 @@ def test_an_unreachable_scheduler_is_exit_2_and_publishes_nothing(
     assert [p.name for p in out.iterdir()] == [LOCK_FILE]
 
 
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.0 400 Bad Request\r\n\r\n"])
+def test_a_server_that_is_not_a_dask_scheduler_is_a_one_line_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], answer: bytes | None) -> None:
+    """A port whose server accepts and never answers hung the run for ever (distributed's
+    handshake has no timeout); one that answers as HTTP does was an internal error's
+    traceback (a MemoryError: its answer read as a frame's length) a minute later."""
+    import socket
+
+    import dask
+
+    _distributed()
+    with socket.socket() as server, \
+            dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = server.accept()
+                    if answer is not None:
+                        conn.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+        out = tmp_path / "o"
+        codes: list[int] = []
+        runner = threading.Thread(target=lambda: codes.append(main([
+            "compress", str(SAMPLES), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+            "--executor", f"tcp://127.0.0.1:{port}", "--quiet"])), daemon=True)
+        runner.start()
+        runner.join(15)
+        assert not runner.is_alive(), "the run hung on a server that never answers"
+    err = capsys.readouterr().err
+    assert codes == [2], err
+    assert err.count("\n") == 1 and f"tcp://127.0.0.1:{port}" in err and "Dask scheduler" in err, err
+    assert [p.name for p in out.iterdir()] == [LOCK_FILE]
+
+
 @contextlib.contextmanager
 def _fleet(tmp_path: Path, *worker_args: str, env: dict[str, str] | None = None
            ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:

@@ -15,9 +15,11 @@ on its first batch: a rerun that reuses everything starts no process and no clus
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import re
+import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -165,6 +167,31 @@ def _spool_folder(temps: list[str | None]) -> bool:
     return True
 
 
+def _connect(distributed: Any, address: str) -> distributed.Client:
+    """A client of the scheduler at `address`, or TimeoutError past distributed's connect
+    timeout: its handshake has none, and a server that accepts and never answers (not a
+    Dask scheduler, or one stalled) hung the run for ever. (The client's thread, if stuck,
+    is a daemon: it ends with the run.)"""
+    import dask
+    from dask.utils import parse_timedelta
+
+    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    connected: Future[Any] = Future()
+
+    def connect() -> None:
+        try:
+            connected.set_result(distributed.Client(address, set_as_default=False))
+        except BaseException as exc:  # (handed to the run, without the failed client:
+            connected.set_exception(exc.with_traceback(None))  # its __del__ may wait 60 s
+        gc.collect()  # to close: here then, not in the run)
+
+    threading.Thread(target=connect, name="dask-connect", daemon=True).start()
+    try:
+        return connected.result(timeout + 5)
+    except TimeoutError:
+        raise TimeoutError(f"no answer in {timeout + 5:g} s (is it a Dask scheduler?)") from None
+
+
 class _Call:
     """A call pickled as the call itself: `pickle.loads` of its bytes, the task a Dask worker
     runs, imports caveman_batch there and makes the call. A worker that cannot import it
@@ -219,7 +246,7 @@ class Dask:
         distributed = _import_distributed("dask")
         try:
             if self.address:
-                self.client = distributed.Client(self.address, set_as_default=False)
+                self.client = _connect(distributed, self.address)
                 threads = sum(self.client.nthreads().values())
             else:
                 self.cluster = distributed.LocalCluster(
@@ -229,6 +256,9 @@ class Dask:
                 threads = self.workers
         except (OSError, TimeoutError) as exc:
             raise ExecutorError(f"{self}: cannot start: {exc}") from exc
+        except Exception as exc:  # (a server that is not Dask's: its answer read as a frame)
+            raise ExecutorError(f"{self}: cannot start (is it a Dask scheduler?): "
+                                f"{type(exc).__name__}: {exc}") from exc
         # a scheduler with no worker yet still gets two batches, run when one joins
         self.limit = max(2, IN_FLIGHT_PER_THREAD * threads)
         self.executor = self.client.get_executor(pure=False)
