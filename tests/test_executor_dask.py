@@ -355,6 +355,42 @@ def test_a_scheduler_killed_mid_run_fails_the_run_at_once(tmp_path: Path, regist
     assert _tree(out) == _reference(tmp_path, src)
 
 
+def test_a_scheduler_that_stops_answering_fails_the_run(tmp_path: Path, registry: Path) -> None:
+    """`dask scheduler` SIGSTOPped after the first batch (hung: its connections stay open,
+    the client "running"): the run fails once the scheduler has not answered within the
+    connect timeout (ExecutorError, exit 2), the manifest unpublished. It waited for ever."""
+    import dask
+
+    outcome: list[BaseException | None] = []
+    with _fleet(tmp_path) as (address, scheduler):
+        config = Config([str(registry)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
+                        executor=address)
+
+        def stop_the_scheduler(_summary: Summary) -> None:
+            if not outcome:
+                scheduler.send_signal(signal.SIGSTOP)
+                outcome.append(None)
+
+        def go() -> None:
+            try:
+                run(config, progress=stop_the_scheduler)
+            except BaseException as exc:  # (what the test looks at)
+                outcome.append(exc)
+
+        try:
+            with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+                runner = threading.Thread(target=go, daemon=True)
+                runner.start()
+                runner.join(30)
+                assert not runner.is_alive(), "the run hung once its scheduler stopped answering"
+        finally:
+            scheduler.send_signal(signal.SIGCONT)
+    assert len(outcome) == 2 and isinstance(outcome[1], ExecutorError), outcome
+    assert str(outcome[1]).startswith(f"the Dask scheduler at {address}: the scheduler does not "
+                                      "answer"), outcome
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
 def test_a_worker_killed_mid_run_is_retried(tmp_path: Path, client: Any, address: str,
                                             registry: Path) -> None:
     """A worker SIGKILLed while it runs a batch: Dask runs that batch again on another, and

@@ -211,6 +211,10 @@ class _Call:
 
 # how often a run waiting for a batch looks whether its Dask client still has a scheduler
 _POLL_S: Final = 1.0
+# and how often, while no answer comes, it asks the scheduler itself whether it still
+# answers (within distributed's connect timeout): one stopped or hung keeps its
+# connections open, the client stays "running", and the run waited for ever
+_PING_S: Final = 5.0
 
 
 class Dask:
@@ -269,6 +273,7 @@ class Dask:
         import distributed
         from distributed.comm import CommClosedError
 
+        waited = 0.0
         while True:
             try:
                 return pending.result(timeout=_POLL_S)
@@ -279,6 +284,9 @@ class Dask:
                 # answer will come (a future of its executor may stay pending for ever:
                 # the run hung once its scheduler was killed)
                 self._refuse_lost()
+                waited += _POLL_S
+                if waited % _PING_S == 0:
+                    self._refuse_silent()
             except ImportError as exc:  # (raised on the worker, by _Call's pickle.loads)
                 raise UsageError(f"{self}: a worker cannot import caveman-batch ({exc}): install "
                                  f"caveman-batch {__version__} on every worker of the cluster"
@@ -294,6 +302,18 @@ class Dask:
         status = getattr(self.client, "status", "running")
         if status != "running":
             raise ExecutorError(f"{self}: lost the scheduler (the client is {status})") from None
+
+    def _refuse_silent(self) -> None:
+        """ExecutorError if the scheduler does not answer within the connect timeout."""
+        import dask
+        from dask.utils import parse_timedelta
+
+        client: Any = self.client
+        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=timeout)
+        except (TimeoutError, OSError) as exc:
+            raise ExecutorError(f"{self}: the scheduler does not answer ({exc})") from None
 
     def shutdown(self) -> None:
         import logging
