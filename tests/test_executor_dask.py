@@ -136,7 +136,8 @@ def test_executor_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert scheduler_address("dask://sched.internal:9000") == "tcp://sched.internal:9000"
     assert scheduler_address("dask://sched.internal") == "tcp://sched.internal:8786"
     assert scheduler_address("tcp://10.0.0.7:8786") == "tcp://10.0.0.7:8786"
-    for bad in ("", "ray", "dask:/x", "http://h:1", "tcp://", "tcp://h:1/path"):
+    for bad in ("", "ray", "dask:/x", "http://h:1", "tcp://", "tcp://h:1/path", "tcp://h:99999",
+                "dask://h:0"):
         with pytest.raises(UsageError, match="--executor"):
             scheduler_address(bad)
     out = tmp_path / "o"

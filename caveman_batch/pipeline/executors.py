@@ -75,7 +75,7 @@ def scheduler_address(spec: str) -> str | None:
         return None
     if spec == "dask":
         address = ""
-    elif m := _SCHEDULER.fullmatch(spec):
+    elif (m := _SCHEDULER.fullmatch(spec)) and _port_ok(m.group(2)):
         host = m.group(2)
         address = f"tcp://{host}" if re.search(r":\d+$", host) else f"tcp://{host}:{_DASK_PORT}"
     else:
@@ -83,6 +83,12 @@ def scheduler_address(spec: str) -> str | None:
                          "processes), or dask://HOST:PORT or tcp://HOST:PORT (an existing scheduler)")
     _import_distributed(spec)
     return address
+
+
+def _port_ok(host: str) -> bool:
+    """No port, or one a scheduler can listen on (tcp://h:99999 was tried for 30 s)."""
+    port = re.search(r":(\d+)$", host)
+    return port is None or 0 < int(port.group(1)) < 65536
 
 
 def open_executor(spec: str, workers: int) -> Executor:
