@@ -961,8 +961,9 @@ def prune(
     for r in stale:
         digest = r.handle[len(HANDLE_PREFIX):]
         items += [(_seen_key(digest), b""), (digest.encode("ascii"), b"")]
-    for key in sorted(orphans):
-        items += [(key[len(SEEN_PREFIX):], asked), (key, b"")]
+    for key in sorted(orphans):  # (one naming no record of ours is not asked: LMDB refuses b"")
+        record = key[len(SEEN_PREFIX):]
+        items += [(record, asked)] * _is_digest_key(record) + [(key, b"")]
     store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
     return [r for r in stale if r.handle[len(HANDLE_PREFIX):].encode("ascii") in dropped]
 

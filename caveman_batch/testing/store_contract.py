@@ -393,6 +393,7 @@ class StoreContract:
         busy = ccr.digest_of(b"busy")
         store.put(ccr.SEEN_PREFIX + ccr.digest_of(b"elsewhere").encode(), b"\0" * 8)
         store.put(ccr.SEEN_PREFIX + b"\xff junk", b"")
+        store.put(ccr.SEEN_PREFIX, b"")  # naming nothing at all
         scan = ccr.iter_verified
 
         def scan_then_touch(s: Store, audit: ccr.Audit | None = None) -> Any:
