@@ -773,6 +773,7 @@ class ToolIndex:
     def search(self, query: str, k: int = 5, *,
                servers: Collection[str] | None = None) -> list[Hit]:
         """The k best tools for free text, best first (k <= 0: none)."""
+        query = unicodedata.normalize("NFC", query)  # (embedded too: as match_expression reads it)
         expression = match_expression(query)
         if k <= 0 or (servers is not None and not servers):
             return []

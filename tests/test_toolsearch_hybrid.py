@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -104,6 +105,17 @@ def test_a_query_with_no_word_for_bm25_has_the_dense_ranking(tmp_path: Path,
         assert hybrid.search("🏨", 1)[0].name == "check_in_guest"
         assert hybrid.search("🧾", 1)[0].name == "list_invoices"
         assert hybrid.search("") == hybrid.search(" \n\t") == []
+
+
+@pytest.mark.parametrize("query", ["vérifier la santé du service", "호텔 손님 체크인", "λογαριασμός πελάτη"])
+def test_a_query_written_decomposed_ranks_as_composed(tmp_path: Path, embedder: Embedder,
+                                                     query: str) -> None:
+    """The query is composed (NFC) for BM25 and for the dense ranking alike: only the BM25
+    expression was, and the embedder tokenizes a decomposed word apart (Hangul as jamo: a
+    cosine of 0.14 between the two forms), so the hybrid hits of one form were not the other's."""
+    with _build(tmp_path / "hybrid.db", embedder) as hybrid:
+        composed = hybrid.search(unicodedata.normalize("NFC", query))
+        assert composed and hybrid.search(unicodedata.normalize("NFD", query)) == composed
 
 
 def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedder) -> None:
