@@ -551,12 +551,25 @@ def _registry_prefix(head: bytes, cut: bool = False) -> int | None:
     except (ValueError, RecursionError) as exc:
         # first item incomplete, invalid or nested too deep for json: a plain document (the
         # compressor says why it passes through)
-        return _CUT if cut and not isinstance(exc, RecursionError) else None
+        return _CUT if cut and _cut_short(exc, len(text)) else None
     is_catalog = isinstance(first, list) or (
         isinstance(first, dict) and _tool_of(first) is None
         and any(isinstance(first.get(k), list) for k in ("tools", "functions"))
     )
     return start if is_catalog else None
+
+
+def _cut_short(exc: Exception, end: int) -> bool:
+    """Whether json's error on a text cut at `end` may be the cut's (read on), not bytes
+    that are no JSON however the file goes on (else a file over the cap starting with "["
+    and junk was read whole up to the cap, decoded again at each doubling): a string still
+    open, or an error within the few chars a cut value leaves (`-Infinit`, `\\ud83d`)."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return not isinstance(exc, RecursionError)
+    return exc.msg.startswith("Unterminated string") or end - exc.pos <= _CUT_SLACK
+
+
+_CUT_SLACK: Final = 16
 
 
 class _HashingReader:

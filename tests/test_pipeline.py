@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -409,6 +410,32 @@ def test_array_registry_over_the_cap_whose_first_catalog_is_over_a_chunk_is_spli
     out, _ = _run(tmp_path, src, max_bytes=CHUNK, out_name="small")  # the first item over the cap
     assert [r["status"] for r in _rows(out / "manifest.jsonl")] == ["passthrough"]
     assert (out / "registry.json").read_bytes() == raw
+
+
+@pytest.mark.parametrize("start", [b'[{"tools": [ oops ', b"[\x00", b'[{"tools": [], "x": 1 2'])
+def test_a_file_over_the_cap_starting_with_junk_is_not_read_on_to_the_cap(
+        tmp_path: Path, start: bytes) -> None:
+    """A file over --max-bytes whose first item is read on (doubling) until it ends: one
+    that is no JSON a few bytes in was read whole up to the cap all the same (and decoded
+    again at each doubling: 160 MB held for 32 MiB); it is one passthrough after its first
+    chunk, as before."""
+    from caveman_batch import inputs
+
+    src = tmp_path / "junk.json"
+    src.write_bytes(start + b"x" * (9 * inputs.CHUNK))
+    read: list[int] = []
+
+    class Counting(io.BufferedReader):
+        def read(self, size: int | None = -1) -> bytes:
+            data = super().read(size)
+            read.append(len(data))
+            return data
+
+    with open(src, "rb", buffering=0) as raw, Counting(raw) as fh:  # type: ignore[arg-type]
+        items = list(inputs._json_file(fh, os.fstat(fh.fileno()), str(src), "junk.json",
+                                       8 * inputs.CHUNK, tmp_path))
+    assert sum(read) == inputs.CHUNK
+    assert isinstance(items[0], inputs.Document) and items[0].spill == src
 
 
 def test_bare_array_of_tools_is_one_catalog(tmp_path: Path) -> None:
