@@ -1384,34 +1384,45 @@ def test_pool_workers_ignore_ctrl_c() -> None:
         pool.shutdown()
 
 
+# the CLI with each commit of originals held 0.1 s: a run of this size lasts a few
+# seconds, whatever the machine, so a signal 0.3 s into its streaming lands mid-run
+_SLOW_COMMITS = """
+import sys, time
+from caveman_batch import ccr
+real = ccr.commit
+def commit(*args, **kwargs):
+    time.sleep(0.1)
+    return real(*args, **kwargs)
+ccr.commit = commit
+from caveman_batch.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path: Path) -> None:
     """SIGINT to the run's process group (a terminal's Ctrl-C) in the middle of the work:
     the run stops with 130, no worker's traceback, nothing left running; a rerun completes.
-    A run that ended before the signal landed (it published its manifest: exit 0, or -2
-    in the interpreter's exit) is run again: the run is about 1 s, the signal 0.3 s after
-    its first output, and a loaded machine can run it out meanwhile."""
+    The parent's commits are slowed (0.1 s each) so that the run is still going when the
+    signal lands: a run of about 1 s could end first on a machine faster or slower than the
+    test's author's (CI: five runs in a row ended first, exit 0)."""
     src = tmp_path / "big.jsonl"
     generate_registry(None, seed=11, servers=40, jsonl=src, target_bytes=20_000_000, oversize_bytes=0)
     out = tmp_path / "o"
     args = ("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
             "--workers", "2", "--quiet")
-    for _ in range(5):
-        proc = subprocess.Popen([*_entry_point(), *args], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        deadline = time.time() + 60
-        while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
-            time.sleep(0.02)
-        time.sleep(0.3)  # results streaming back from both workers
-        workers = psutil.Process(proc.pid).children()
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        if not (out / "manifest.jsonl").exists():
-            break
-        shutil.rmtree(out)  # it ended first: again
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_COMMITS, *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
+        time.sleep(0.02)
+    time.sleep(0.3)  # results streaming back from both workers
+    workers = psutil.Process(proc.pid).children()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert b"Traceback" not in err, err
     _gone, alive = psutil.wait_procs(workers, timeout=10)
