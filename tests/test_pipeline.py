@@ -1410,8 +1410,11 @@ def test_ctrl_c_mid_run_exits_130_without_a_traceback(tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = ("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
             "--workers", "2", "--quiet")
+    # (SIGINT as a terminal's process gets it: a shell that ran these tests in the background
+    # (`&`, no job control) had it ignored, and an ignored signal stays ignored across exec)
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_COMMITS, *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
         time.sleep(0.02)
