@@ -36,6 +36,22 @@ def corpora() -> Path:
     return CORPORA
 
 
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bytes | None]]:
+    """Each os.fsync of the test, in order: the path synced and its bytes as they stood then
+    (None for a folder)."""
+    synced: list[tuple[str, bytes | None]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")  # the file as it stands when synced
+        synced.append((path, None if os.path.isdir(path) else Path(path).read_bytes()))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
 def skip_or_fail(reason: str) -> NoReturn:
     """Skip on a developer machine; in CI what a test needs must be there."""
     if IN_CI:

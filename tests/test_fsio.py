@@ -3,7 +3,6 @@ one is on disk, flushed and fsync'd, before its rename, and the rename before it
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -26,20 +25,11 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path: Pa
 
 
 def test_an_atomic_write_is_fsynced_whole_before_its_rename_and_its_folder_after(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, fsyncs: list[tuple[str, bytes | None]]) -> None:
     """What `-o FILE`, the journal and the changes file rely on: the new bytes are on disk
     (flushed, then fsync'd) before the rename publishes them, and the rename is (the folder
     fsync'd) before atomic_write returns."""
-    synced: list[tuple[str, bytes | None]] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        path = os.readlink(f"/proc/self/fd/{fd}")  # the file as it stands when synced
-        synced.append((path, None if os.path.isdir(path) else Path(path).read_bytes()))
-
-    monkeypatch.setattr(os, "fsync", fsync)
     target = tmp_path / "recovered.json"
     fsio.atomic_write(target, b"the original, byte for byte\n")
-    assert [content for _, content in synced] == [b"the original, byte for byte\n", None]
-    assert synced[0][0] != str(target) and synced[1][0] == str(tmp_path)
+    assert [content for _, content in fsyncs] == [b"the original, byte for byte\n", None]
+    assert fsyncs[0][0] != str(target) and fsyncs[1][0] == str(tmp_path)

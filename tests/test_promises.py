@@ -112,20 +112,12 @@ def test_sqlite_commits_are_synced(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_the_manifest_is_fsynced_with_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_manifest_is_fsynced_with_its_rename(tmp_path: Path,
+                                                fsyncs: list[tuple[str, bytes | None]]) -> None:
     """The manifest's bytes are fsync'd before it is renamed into place, and its folder after."""
-    synced: list[tuple[str, bytes | None]] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        path = os.readlink(f"/proc/self/fd/{fd}")  # the file as it stands when synced
-        synced.append((path, None if os.path.isdir(path) else Path(path).read_bytes()))
-
-    monkeypatch.setattr(os, "fsync", fsync)
     out = tmp_path / "out"
     run(Config([str(SAMPLES)], out, f"lmdb://{tmp_path}/ccr", workers=1))
     manifest = (out / "manifest.jsonl").read_bytes()
-    at = [i for i, (_, content) in enumerate(synced) if content == manifest]
+    at = [i for i, (_, content) in enumerate(fsyncs) if content == manifest]
     assert at, "the manifest's bytes were never fsync'd"
-    assert any(path == str(out.resolve()) and content is None for path, content in synced[at[0]:])
+    assert any(path == str(out.resolve()) and content is None for path, content in fsyncs[at[0]:])
