@@ -51,7 +51,7 @@ from . import __version__, ccr, listing, rpc
 from .catalog import Options, compress
 from .embedding import Embedder, choose_embedder
 from .errors import SearchIndexError, StoreError, UpstreamExited, UsageError
-from .proxy import exit_status, open_or_warn
+from .proxy import exit_status, open_or_warn, warn
 from .store import Store
 from .toolsearch import ToolDoc, ToolIndex, split_name
 from .toolspans import ToolEntry, index_entries
@@ -460,11 +460,7 @@ class DeferredProxy:
             self.to_client.append(line)
 
     def _warn(self, message: str) -> None:
-        try:
-            self.err.write(f"caveman-batch proxy: {message}\n")
-            self.err.flush()
-        except (OSError, ValueError):  # stderr gone: the client must still be served
-            pass
+        warn(self.err, message)
 
     def _log(self, message: str) -> None:
         if self.settings.debug:
