@@ -740,17 +740,17 @@ def _digest_to_read(store: Store, handle: str) -> str:
 
 def recover(store: Store, handle: str) -> bytes:
     """The original bytes behind `handle`, verified; never a guess."""
-    digest = _digest_to_read(store, handle)
-    key = digest.encode("ascii")
-    value = store.get(key)
-    read = None if value is None else _settled(store, key, value,
-                                               functools.partial(open_record, digest, store=store))
-    if read is None:  # never stored, or pruned between listing and reading
-        raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    return read[1][1]
+    return _opened(store, handle)[3]
 
 
 def info(store: Store, handle: str) -> RecordInfo:
+    digest, value, header, _ = _opened(store, handle)
+    return _record_info(digest, header, len(value), _seen_ms(store.get(_seen_key(digest))))
+
+
+def _opened(store: Store, handle: str) -> tuple[str, bytes, Header, bytes]:
+    """(digest, record value, header, original) of the record behind `handle`, verified;
+    UnknownHandleError if there is none (never stored, or pruned between listing and reading)."""
     digest = _digest_to_read(store, handle)
     key = digest.encode("ascii")
     value = store.get(key)
@@ -758,8 +758,8 @@ def info(store: Store, handle: str) -> RecordInfo:
                                                functools.partial(open_record, digest, store=store))
     if read is None:
         raise UnknownHandleError(f"unknown handle {handle!r}: no record in {store.url}", handle)
-    value, (header, _) = read
-    return _record_info(digest, header, len(value), _seen_ms(store.get(_seen_key(digest))))
+    value, (header, original) = read
+    return digest, value, header, original
 
 
 def _record_info(digest: str, header: Header, stored: int, seen_ms: int) -> RecordInfo:
