@@ -173,15 +173,20 @@ def _spool_folder(temps: list[str | None]) -> bool:
     return True
 
 
+def _connect_timeout() -> float:
+    """distributed's connect timeout, in seconds (its config: 30 s by default)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+
+
 def _connect(distributed: Any, address: str) -> distributed.Client:
     """A client of the scheduler at `address`, or TimeoutError past distributed's connect
     timeout: its handshake has none, and a server that accepts and never answers (not a
     Dask scheduler, or one stalled) hung the run for ever. (The client's thread, if stuck,
     is a daemon: it ends with the run.)"""
-    import dask
-    from dask.utils import parse_timedelta
-
-    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    timeout = _connect_timeout()
     connected: Future[Any] = Future()
 
     def connect() -> None:
@@ -311,11 +316,8 @@ class Dask:
 
     def _refuse_silent(self) -> None:
         """ExecutorError if the scheduler does not answer within the connect timeout."""
-        import dask
-        from dask.utils import parse_timedelta
-
         client: Any = self.client
-        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+        timeout = _connect_timeout()
         try:
             client.sync(client.scheduler.identity, callback_timeout=timeout)
         except (TimeoutError, OSError) as exc:
