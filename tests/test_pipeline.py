@@ -1375,13 +1375,17 @@ def test_a_registry_tail_past_a_chunk_is_streamed_not_held(tmp_path: Path, case:
 def test_pool_workers_ignore_ctrl_c() -> None:
     """Ctrl-C reaches the whole process group; the parent stops the run and shuts the pool
     down. A worker that took it could be interrupted in the middle of sending a result,
-    and the parent's shutdown then waited for the rest of it forever."""
+    and the parent's shutdown then waited for the rest of it forever. (The workers start
+    from this process's SIGINT as a terminal's process has it: pytest run by a background
+    job has it ignored, which the workers would inherit whatever they do.)"""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     pool = pipeline.executors.ProcessPool(1)
     try:
         assert pool.submit(Options(), [b'{"tools": []}'], False).result(timeout=60)
         assert pool.pool.submit(signal.getsignal, signal.SIGINT).result(timeout=60) == signal.SIG_IGN
     finally:
         pool.shutdown()
+        signal.signal(signal.SIGINT, previous)
 
 
 # the CLI with each commit of originals held 0.1 s: a run of this size lasts a few
