@@ -389,5 +389,7 @@ def test_the_writer_ignores_ctrl_c_from_its_first_import(tmp_path: Path) -> None
         "def _main():\n    print('served')\n")
     done = subprocess.run([sys.executable, "-c", indexwriter._BOOT,
                            json.dumps([str(tmp_path), *sys.path])],
-                          capture_output=True, timeout=60)
+                          capture_output=True, timeout=60,  # (SIGINT as a terminal's process
+                          # has it: pytest run by a background job has it ignored, inherited)
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (done.returncode, done.stdout, done.stderr) == (0, b"served\n", b"")
