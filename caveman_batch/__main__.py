@@ -1,3 +1,3 @@
-from caveman_batch.cli import main
+from caveman_batch._entry import main
 
 raise SystemExit(main())
