@@ -38,6 +38,7 @@ from .errors import OutputError, UsageError
 CHUNK: Final = 1 << 20
 STDIN: Final = "<stdin>"  # the path the documents read from stdin name
 _WRAPPER = re.compile(rb'\A\s*\{\s*"(servers|items|catalogs|registry)"\s*:\s*\[')
+_WRAPPER_KEYS: Final = frozenset({"servers", "items", "catalogs", "registry"})
 # Finds where each value ends; an integer is kept as its text (int() refuses one of over
 # 4,300 digits, a ValueError taken for JSON cut short: the item "not JSON", and the rest of
 # the registry copied through uncompressed)
@@ -641,48 +642,77 @@ def _after_array(prefix: bytes, suffix: bytes, spill: Path | None = None) -> str
     `suffix` from its "]", then `spill`'s), or None: the file with its array emptied must
     parse (a long tail parsed as it streams, never held), and a wrapper must name its list
     once (a second "servers" after it is the list a reader that keeps the last value takes:
-    its catalogs would be neither compressed nor named by any row)."""
+    its catalogs would be neither compressed nor named by any row) and hold no other list
+    that could be one of catalogs (another of the wrapper's keys, "items" beside "servers",
+    naming an array of objects or arrays: copied through, its catalogs never read)."""
     head = (prefix + suffix).removeprefix(codecs.BOM_UTF8)
     wrapper = _WRAPPER.match(head)
     key = wrapper.group(1).decode() if wrapper else None
-    named: int | None
+    found: tuple[int, str | None] | None
     if spill is None:
         try:
             doc = _PAIRS.decode(head.decode("utf-8"))
-            named = sum(name == key for name, _ in doc) if key else 1
+            found = (sum(name == key for name, _ in doc), next(
+                (name for name, value in doc if name != key and name in _WRAPPER_KEYS
+                 and _holds_lists(value)), None)) if key else (1, None)
         except RecursionError:  # nested too deep for json, not broken: ijson keeps no stack
-            named = _streamed(_Joined(head, io.BytesIO()), key)
+            found = _streamed(_Joined(head, io.BytesIO()), key)
         except ValueError:
-            named = None
+            found = None
     else:
         with open(spill, "rb") as fh:
-            named = _streamed(_Joined(head, fh), key)
-    if named is None:
+            found = _streamed(_Joined(head, fh), key)
+    if found is None:
         return "not JSON after the registry's array (trailing data, or a wrapper left unclosed)"
+    named, other = found
     if named > 1:
         return f"the wrapper names {key!r} again after its array (a second list of catalogs, not read)"
+    if other is not None:
+        return (f"the wrapper holds a second list, {other!r}, beside its {key!r} array "
+                f"(catalogs it may hold not read)")
     return None
 
 
-def _streamed(joined: _Joined, key: str | None) -> int | None:
+def _holds_lists(value: object) -> bool:
+    """Whether `value`, as _PAIRS gives it, is an array whose first item is an object or an
+    array (a list of catalogs, maybe; an object is a list of (name, value) tuples there)."""
+    return (isinstance(value, list) and bool(value) and not isinstance(value[0], tuple)
+            and isinstance(value[0], list))
+
+
+def _streamed(joined: _Joined, key: str | None) -> tuple[int, str | None] | None:
     """How many times the top-level object read from `joined` names `key` (1 when it is
-    None), or None if it is not JSON."""
+    None), and the first other wrapper key in it naming an array whose first item is an
+    object or an array (as _holds_lists); None if it is not JSON."""
     import ijson  # type: ignore[import-untyped]  # (only for a tail past CHUNK, or deep)
 
     named = depth = 0
+    other: str | None = None
+    candidate: str | None = None  # a wrapper key just read at the top level
+    step = 0  # events seen since `candidate` (1: its value opened as an array)
     try:
         # basic_parse: parse's prefixes ("n.item.item…") cost the square of the depth
         # (10^5 brackets: a hang)
         for event, value in ijson.basic_parse(joined):
+            if candidate is not None:
+                if step == 0 and event == "start_array":
+                    step = 1
+                else:
+                    if step == 1 and event in _OPENS and other is None:
+                        other = candidate
+                    candidate, step = None, 0
             if event in _OPENS:
                 depth += 1
             elif event in _CLOSES:
                 depth -= 1
-            elif depth == 1 and event == "map_key" and value == key:
-                named += 1
+            elif depth == 1 and event == "map_key":
+                if value == key:
+                    named += 1
+                elif key is not None and value in _WRAPPER_KEYS:
+                    candidate = value
     except (ijson.JSONError, ValueError, ArithmeticError, RecursionError):
         return None
-    return named if key else 1
+    return (named, other) if key else (1, None)
 
 
 _OPENS: Final = frozenset({"start_map", "start_array"})

@@ -392,6 +392,33 @@ def test_array_registry_whose_wrapper_names_its_list_twice_is_an_error(
     assert [r["status"] for r in _registry_out(tmp_path, other)[1]] == ["ok"]
 
 
+@pytest.mark.parametrize("big", [False, True], ids=["in-memory", "past-a-chunk"])
+@pytest.mark.parametrize("second", [b'"items"', b'"c\\u0061talogs"'], ids=["plain", "escaped"])
+def test_array_registry_whose_wrapper_holds_a_second_list_key_is_an_error(
+        tmp_path: Path, big: bool, second: bytes) -> None:
+    """A second of the wrapper's list keys ("items" beside "servers") holding objects was
+    copied through, its catalogs neither compressed nor named by any row, and the run said
+    nothing (the same key twice was already an error row)."""
+    from caveman_batch.inputs import CHUNK
+
+    tool = {"name": "t", "description": "Reads things. " * 30, "inputSchema": {"type": "object"}}
+    good = json.dumps({"tools": [tool]}).encode()
+    pad = b', "pad": "' + b"x" * (3 * CHUNK if big else 10) + b'"'
+    rest = pad + b", " + second + b": [" + good + b"]}"
+    produced, rows = _registry_out(tmp_path, b'{"servers": [' + good + b"]" + rest)
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[1]["source"]["path"].endswith("registry.json")
+    name = "items" if second == b'"items"' else "catalogs"
+    assert rows[1]["reason"] == (f"the wrapper holds a second list, {name!r}, beside its 'servers' "
+                                 "array (catalogs it may hold not read): copied through as written")
+    assert produced.endswith(b"]" + rest)
+    for value in (b"[]", b'["a", 1]', b'{"tools": []}', b'"x"'):  # no catalogs
+        data = b'{"servers": [' + good + b"]" + pad + b", " + second + b": " + value + b"}"
+        assert [r["status"] for r in _registry_out(tmp_path, data)[1]] == ["ok"], value
+    data = b'{"servers": [' + good + b"]" + pad + b", " + second + b": [[]]}"  # an array of arrays
+    assert [r["status"] for r in _registry_out(tmp_path, data)[1]] == ["ok", "error"]
+
+
 def test_array_registry_over_the_cap_whose_first_catalog_is_over_a_chunk_is_split(tmp_path: Path) -> None:
     """Only its first CHUNK was looked at, in which its first item does not end: not a
     registry, the whole file one passthrough over --max-bytes, none of its catalogs done."""
