@@ -131,8 +131,9 @@ def _size(n: int) -> str:
 # A path, not typer's Path: Path("") is ".", and `-o ''` must not mean the current folder.
 OutputOpt = Annotated[
     str | None, typer.Option("-o", "--output", metavar="FILE",
-                             help="Write here instead of stdout: a file is replaced atomically "
-                                  "(its mode kept, a new one 0600); a FIFO or device is written into.")]
+                             help="Write here instead of stdout (- is stdout; ./- a file named -): "
+                                  "a file is replaced atomically (its mode kept, a new one 0600); "
+                                  "a FIFO or device is written into.")]
 
 
 def _output_path(text: str | None, option: str = "-o") -> Path | None:
@@ -141,6 +142,12 @@ def _output_path(text: str | None, option: str = "-o") -> Path | None:
     if not text:
         raise UsageError(f"{option} needs a path, not an empty string")
     return Path(text)
+
+
+def _output_file(text: str | None) -> Path | None:
+    """The file -o names, None for standard output: `-o -` is standard output, as for
+    nearly every Unix tool (it wrote a file named "-"); `./-` names such a file."""
+    return None if text == "-" else _output_path(text)
 
 
 MaxBytesOpt = Annotated[
@@ -159,7 +166,7 @@ def shrink(
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,
 ) -> None:
     """Compress one catalog; commit its original to the store; report (JSON) on stderr."""
-    target = _output_path(output)
+    target = _output_file(output)
     url = minting_store_url(store)
     _refuse_store_file(target, url)
     label, raw = read_source(source, max_bytes)
@@ -397,7 +404,7 @@ def recover(
     store: StoreOpt = None,
 ) -> None:
     """Print the original bytes behind a handle, verified against its sha256."""
-    target = _output_path(output)
+    target = _output_file(output)
     _refuse_store_file(target, store)
     if handle is not None and handle_opt is not None and handle != handle_opt:
         raise UsageError(f"recover was given two handles ({handle} and --handle {handle_opt}): "

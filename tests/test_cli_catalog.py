@@ -168,6 +168,27 @@ def test_shrink_output_file_is_written_whole(catalog: Path, store_url: str, tmp_
     assert str(one_report(captured.err)["handle"]).startswith("ccr_")
 
 
+def test_output_dash_is_standard_output_and_dot_slash_dash_a_file(
+        catalog: Path, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """`-o -` (shrink, recover) wrote a file named "-" in the current folder, where nearly
+    every Unix tool writes to standard output; `./-` is the way to name such a file."""
+    monkeypatch.chdir(tmp_path)
+    assert run_in_process(["shrink", str(catalog), "-o", "-", "--store", store_url]) == 0
+    captured = capfdbinary.readouterr()
+    assert captured.out == compress(CATALOG)[0]
+    handle = str(one_report(captured.err)["handle"])
+    assert run_in_process(["recover", handle, "--output", "-", "--store", store_url]) == 0
+    assert capfdbinary.readouterr().out == CATALOG
+    assert not (tmp_path / "-").exists()
+    assert run_in_process(["recover", handle, "-o", "./-", "--store", store_url]) == 0
+    assert capfdbinary.readouterr().out == b""
+    assert (tmp_path / "-").read_bytes() == CATALOG
+    assert run_in_process(["shrink", str(catalog), "-o", "./-", "--store", store_url]) == 0
+    assert capfdbinary.readouterr().out == b""
+    assert (tmp_path / "-").read_bytes() == compress(CATALOG)[0]
+
+
 def test_shrink_passes_a_bad_catalog_through(tmp_path: Path, store_url: str,
                                              capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     bad = tmp_path / "bad.json"
