@@ -166,6 +166,34 @@ def test_an_unreachable_scheduler_is_exit_2_and_publishes_nothing(
     assert [p.name for p in out.iterdir()] == [LOCK_FILE]
 
 
+def test_a_refused_connection_fails_at_once_not_after_the_connect_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening on the scheduler's port: distributed retries a refused connection
+    for its whole connect timeout (30 s by default) before the run said so; a refusal is
+    final, said within a second or two, the same exit 2 naming the address."""
+    import socket
+
+    import dask
+
+    _distributed()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "o"
+    started = time.monotonic()
+    with dask.config.set({"distributed.comm.timeouts.connect": "20s"}):
+        code = main(["compress", str(SAMPLES), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+                     "--executor", f"tcp://127.0.0.1:{port}", "--quiet"])
+    took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert took < 10, f"{took:.1f} s: the connect timeout waited out"
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert (f"the Dask scheduler at tcp://127.0.0.1:{port}: cannot start: cannot connect to "
+            f"tcp://127.0.0.1:{port}: Connection refused") in err, err
+    assert [p.name for p in out.iterdir()] == [LOCK_FILE]
+
+
 @pytest.mark.parametrize("answer", [None, b"HTTP/1.0 400 Bad Request\r\n\r\n"])
 def test_a_server_that_is_not_a_dask_scheduler_is_a_one_line_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], answer: bytes | None) -> None:

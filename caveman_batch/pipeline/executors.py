@@ -15,10 +15,12 @@ on its first batch: a rerun that reuses everything starts no process and no clus
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
 import re
+import socket
 import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -198,9 +200,44 @@ def _connect(distributed: Any, address: str) -> distributed.Client:
 
     threading.Thread(target=connect, name="dask-connect", daemon=True).start()
     try:
+        # a client that is not connected soon may be retrying a refused connection (for the
+        # whole connect timeout: 30 s with nothing listening); one probe says whether it is
+        # (asked only then: a scheduler logs each probe's connection, closed unanswered)
+        with contextlib.suppress(TimeoutError):
+            return connected.result(min(_PROBE_AFTER_S, timeout))
+        refused = _refused(address, min(_PROBE_S, timeout))
+        if refused is not None:
+            raise ConnectionRefusedError(f"cannot connect to {address}: {refused} "
+                                         "(nothing listens there: is the scheduler running?)")
         return connected.result(timeout + 5)
     except TimeoutError:
         raise TimeoutError(f"no answer in {timeout + 5:g} s (is it a Dask scheduler?)") from None
+
+
+# how long a client may take to connect before the scheduler's port is probed, and how
+# long the probe may take (one that takes longer leaves it to the client, as before)
+_PROBE_AFTER_S: Final = 0.5
+_PROBE_S: Final = 2.0
+
+
+def _refused(address: str, timeout: float) -> str | None:
+    """Why a TCP connection to `address` (tcp://HOST:PORT) is refused, or None if it is not
+    (it connects, or fails otherwise: unreachable, a name not resolved, no answer in
+    `timeout`, which the client retries as distributed does). A refusal is final: every
+    address the host has answered that nothing listens on the port."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme != "tcp":
+        return None
+    host, port = parse_host_port(location)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except ConnectionRefusedError as exc:
+        return exc.strerror or str(exc)
+    except OSError:
+        return None
 
 
 class _Call:
