@@ -24,6 +24,7 @@ from .catalog import DEFAULT_OPTIONS
 from .errors import CavemanError, UsageError, VerificationFailed
 from .fsio import write_target
 from .payload.cli import payload_app
+from .profile import dumps as profile_dumps
 from .profile import profile as selection_profile
 from .sources import DEFAULT_MAX_BYTES, read_source
 from .store import Store, canonical_url, open_store, printable, split_store_url
@@ -229,7 +230,8 @@ def profile(
 ) -> None:
     """The selection profile (names, types, enum, required, default, const) as JSON."""
     _, raw = read_source(source, max_bytes)
-    _echo_json(selection_profile(raw))
+    # (an integer past int()'s 4,300 digits written as it is, as any other)
+    _echo(profile_dumps(selection_profile(raw), indent=2, ensure_ascii=False))
 
 
 @app.command()

@@ -12,6 +12,7 @@ check if the two do not share their mistakes.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -28,7 +29,8 @@ _FIELDS = ("type", "enum", "const", "default", "format", "$ref")
 
 def _canon(value: Any) -> Any:
     """Values compared as their canonical JSON, number literals exactly as written: an
-    integer of any size is itself, a float that reads back as its own text is itself, any
+    integer of any size is itself (one of over int()'s 4,300 digits a BigInteger, `dumps`
+    writing it as it is), a float that reads back as its own text is itself, any
     other literal (1.10, 1e2, 1.0, -0, 1e400) is {"$number": its text}. (Read back through
     orjson, 1.10 was 1.1, 1 was 1.0 and 2**64 + 1 a float: a literal the compressor
     changed went unseen, and `profile` printed 18446744073709551617 as 1.8e19.)
@@ -51,7 +53,53 @@ def _number(text: str) -> Any:
 
 
 def _integer(text: str) -> Any:
-    return {"$number": text} if text == "-0" else int(text)
+    if text == "-0":
+        return {"$number": text}
+    try:
+        return int(text)
+    except ValueError:  # over int()'s digits (4,300): the whole value was {"$json": …}
+        return BigInteger(text)
+
+
+class BigInteger:
+    """An integer literal of more digits than int() reads (sys.get_int_max_str_digits,
+    4,300 by default: a conversion costs the square of the digits, and a 32 MiB literal
+    would take hours): its text, compared as such, and written as that number by `dumps`."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BigInteger) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """json.dumps(value, **kwargs) with each BigInteger written as its digits (json.dumps
+    cannot write an int past the digit limit: it goes through a placeholder string that
+    no input can hold, its random name drawn for this call, replaced in the text)."""
+    import secrets
+
+    found: list[str] = []
+    nonce = secrets.token_hex(8)
+
+    def default(item: Any) -> str:
+        if not isinstance(item, BigInteger):
+            raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        found.append(item.text)
+        return f"\x00{nonce}:{len(found) - 1}\x00"
+
+    text = json.dumps(value, default=default, **kwargs)
+    if not found:
+        return text
+    return re.sub(r'"\\u0000' + nonce + r':(\d+)\\u0000"', lambda m: found[int(m.group(1))], text)
 
 
 def _leaf(item: Any) -> str:

@@ -563,3 +563,23 @@ def test_profile_of_a_lone_surrogate_in_data(schema: bytes) -> None:
     assert out == raw and result.status == "passthrough"
     got = profile(raw)
     assert got["shape"] == "mcp-tools" and got["tools"][0]["name"] == "t"
+
+
+def test_the_profile_prints_an_integer_past_ints_digit_limit_as_it_is(tmp_path: Path) -> None:
+    """An integer of over 4,300 digits (more than int() reads) made the whole value it was
+    in one {"$json": "…"} string (an enum holding it: the enum as text); it is shown as
+    the number it is, as any other integer, and told apart from one digit more."""
+    big = "9" * 5000
+    made = ('{"tools": [{"name": "t", "inputSchema": {"type": "object", "properties": '
+            '{"n": {"type": "integer", "default": %s, "enum": [1, -%s, "x"]}}}}]}')
+    path = tmp_path / "big.json"
+    path.write_text(made % (big, big))
+    done = subprocess.run([sys.executable, "-m", "caveman_batch", "profile", str(path)],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b"$json" not in done.stdout
+    assert f'"default": {big}\n'.encode() in done.stdout
+    assert f"-{big},\n".encode() in done.stdout
+    assert profile((made % (big, big)).encode()) != profile((made % (big + "9", big)).encode())
+    raw = (made % (big, big)).encode()
+    assert profile(raw) == profile(compress(raw)[0])
