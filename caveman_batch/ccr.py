@@ -918,6 +918,12 @@ def prune(
     looked = b"?"  # the value of an item only looked at (a record stale spans lie in)
     asked = b"!"  # the value of an orphan entry's record, only asked whether it is there
     back: set[bytes] = set()  # records of orphan entries committed again since the scan
+    # dropped by an attempt of the transaction the backend ran again (PostgreSQL, after a
+    # dropped connection; LMDB, after the map grew): each attempt decides from clean state
+    # (one that dropped a record a run touched before the retry left it reported dropped,
+    # though the retry kept it), and such a record is counted dropped only if the attempt
+    # that took effect finds it gone (the first may have committed, its answer lost)
+    tried: set[bytes] = set()
 
     def keep(key: bytes) -> None:
         kept.add(key)
@@ -930,6 +936,8 @@ def prune(
                 back.add(key)
             return None
         if old is None:
+            if key in tried:
+                dropped.add(key)
             return None
         if key in orphans:  # (its record removed by another prune, committed again: no orphan)
             return None if key[len(SEEN_PREFIX):] in back else DELETE
@@ -964,7 +972,19 @@ def prune(
     for key in sorted(orphans):  # (one naming no record of ours is not asked: LMDB refuses b"")
         record = key[len(SEEN_PREFIX):]
         items += [(record, asked)] * _is_digest_key(record) + [(key, b"")]
-    store.commit(items, merge=drop_if_stale)  # type: ignore[arg-type]
+    at = 0  # the item the store's merge calls are at: each attempt goes through them in order
+
+    def attempt(key: bytes, old: bytes | None, new: bytes) -> object:
+        nonlocal at
+        if at and (at == len(items) or items[at] != (key, new)) and items[0] == (key, new):
+            tried.update(dropped)  # the transaction run again, from its first item
+            for decided in (fresh, dropped, kept, back):
+                decided.clear()
+            at = 0
+        at += 1
+        return drop_if_stale(key, old, new)
+
+    store.commit(items, merge=attempt)  # type: ignore[arg-type]
     return [r for r in stale if r.handle[len(HANDLE_PREFIX):].encode("ascii") in dropped]
 
 

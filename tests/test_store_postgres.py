@@ -555,6 +555,63 @@ def test_stats_verify_prune_on_a_postgres_store(postgres_url: str,
         assert [k.decode() for k in store.keys()] == [ccr.digest_of(b"new")]
 
 
+def _waiting(conn: object, pid: int, *, row: bool) -> bool:
+    """Whether backend `pid` waits for a lock (`row`: a row's, else an advisory one)."""
+    found = conn.execute(  # type: ignore[attr-defined]
+        "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return found is not None and found[0] == "Lock" and (found[1] in ("transactionid", "tuple")
+                                                          if row else found[1] == "advisory")
+
+
+def _wait_until(check: object, what: str) -> None:
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_prune_retried_on_a_new_connection_reports_only_what_it_dropped(
+        postgres_url: str, postgres_server: str) -> None:
+    """A prune whose transaction is run again (its connection dropped mid-transaction) kept
+    what its first attempt had decided: a record the first attempt dropped, and a run
+    touched before the retry, was kept by the retry yet reported dropped (its handle
+    printed as gone, counted in "dropped N"). The retry starts from clean state."""
+    import psycopg
+
+    originals = [b"record %d" % i for i in range(200)]  # 400 items: two chunks of writes
+    with open_store(postgres_url) as store, open_store(postgres_url) as other:
+        ccr.commit(store, [ccr.prepare(o, now_ms=1_000) for o in originals])
+        digests = sorted(ccr.digest_of(o) for o in originals)
+        first, later = digests[0], digests[150]  # in the first chunk of writes; in the second
+        pid = backend_pid(store)
+        with psycopg.connect(postgres_url) as blocker, admin(postgres_server) as watch:
+            # a row of the second chunk locked: the prune's first attempt waits there, its
+            # first chunk's records (`first` among them) deleted, not yet committed
+            blocker.execute("SELECT 1 FROM caveman_ccr WHERE key = %s FOR UPDATE",
+                            (later.encode(),))
+            dropped: list[list[ccr.RecordInfo]] = []
+            pruning = threading.Thread(target=lambda: dropped.append(
+                ccr.prune(store, 7 * 86400)))
+            pruning.start()
+            _wait_until(lambda: _waiting(watch, pid, row=True), "the prune never reached the lock")
+            # a run touches `first` meanwhile: it waits for the prune's lock on its ~seen key
+            touching = threading.Thread(target=lambda: ccr.touch(other, [first]))
+            touching.start()
+            _wait_until(lambda: _waiting(watch, backend_pid(other), row=False),
+                        "the touch never waited for the prune")
+            watch.execute("SELECT pg_terminate_backend(%s)", (pid,))  # type: ignore[attr-defined]
+            touching.join(CHILD_TIMEOUT_S)
+            blocker.rollback()
+            pruning.join(CHILD_TIMEOUT_S)
+        assert not pruning.is_alive() and not touching.is_alive()
+        assert backend_pid(store) != pid  # retried on a new connection
+        left = [k.decode() for k in store.keys() if not k.startswith(ccr.SEEN_PREFIX)]
+        assert left == [first]  # the retry saw the touch: kept
+        reported = {r.handle for r in dropped[0]}
+        assert ccr.make_handle(first) not in reported
+        assert reported == {ccr.make_handle(d) for d in digests[1:]}
+
+
 def test_a_forked_child_opens_its_own_connection(postgres_url: str) -> None:
     """The pipeline forks workers while the parent holds the store: the child's use (and
     its exit) must leave the parent's session alone."""
