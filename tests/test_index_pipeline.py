@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -146,6 +147,34 @@ def test_an_index_of_an_older_schema_is_rebuilt(tmp_path: Path, schema_2_index: 
     _run(tmp_path, src, incremental=incremental)
     assert _contents(tmp_path / "idx.db") == _contents(tmp_path / "fresh.db")
     assert "old" not in _contents(tmp_path / "idx.db")[0]
+
+
+@pytest.mark.parametrize("edit", [
+    "DELETE FROM tools WHERE id = (SELECT min(id) FROM tools)",
+    "DELETE FROM tools_fts WHERE rowid = (SELECT min(rowid) FROM tools_fts)",
+    "DELETE FROM texts WHERE id = (SELECT max(id) FROM texts)",
+    "UPDATE definitions SET refs = refs + 1 WHERE id = (SELECT min(id) FROM definitions)",
+], ids=["tool", "fts-row", "text", "refs"])
+def test_an_index_edited_by_hand_is_rebuilt_by_the_next_run(tmp_path: Path, edit: str) -> None:
+    """Rows deleted with sqlite3: an incremental rerun that changed no catalog left the
+    index as it was for ever (a tool missing from every search); its counts disagree,
+    and the next `compress --index` rebuilds it whole."""
+    def counts() -> tuple[int, ...]:
+        with contextlib.closing(sqlite3.connect(tmp_path / "idx.db")) as db:
+            return tuple(db.execute(
+                "SELECT (SELECT count(*) FROM tools), (SELECT count(*) FROM texts), "
+                "(SELECT count(*) FROM tools_fts), (SELECT sum(refs) FROM texts), "
+                "(SELECT sum(refs) FROM definitions)").fetchone())
+
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    before, rows = _contents(tmp_path / "idx.db"), counts()
+    with contextlib.closing(sqlite3.connect(tmp_path / "idx.db")) as db, db:
+        db.execute(edit)
+    assert counts() != rows
+    _run(tmp_path, src, incremental=True)
+    assert counts() == rows
+    assert _contents(tmp_path / "idx.db") == before
 
 
 def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
