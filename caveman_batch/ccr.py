@@ -988,6 +988,13 @@ def prune(
     return [r for r in stale if r.handle[len(HANDLE_PREFIX):].encode("ascii") in dropped]
 
 
+def _unverified(report: Audit, original_length: int, stored_length: int) -> None:
+    """A record the scan counted verified taken out of `report`'s totals (not copied)."""
+    report.verified -= 1
+    report.original_bytes -= original_length
+    report.stored_bytes -= stored_length
+
+
 def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
     """Copy every verified record of `source` into `target` (times preserved: a later
     ~seen time is written into the copy's header). Span records go last, each only if
@@ -995,7 +1002,7 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
     report = Audit(source.url)
     seen = _seen_entries(source)
     copied: set[str] = set()
-    spans: list[tuple[bytes, bytes, str]] = []
+    spans: list[tuple[bytes, bytes, str, int]] = []  # (key, value, record it lies in, length)
     batch: list[tuple[bytes, bytes]] = []
     for digest, header, value in iter_verified(source, report):
         later = seen.get(digest, 0)
@@ -1004,14 +1011,14 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
                               value[_LAST_SEEN_AT + _LAST_SEEN.size:]))
         whole = span_of(header, value)
         if whole is not None:
-            spans.append((digest.encode("ascii"), value, whole[0]))
+            spans.append((digest.encode("ascii"), value, whole[0], header.original_length))
             continue
         copied.add(digest)
         batch.append((digest.encode("ascii"), value))
         if len(batch) >= batch_size:
             target.commit(batch, merge=merge_record)
             batch = []
-    for key, value, lies_in in spans:
+    for key, value, lies_in, length in spans:
         if lies_in in copied:
             batch.append((key, value))
             continue
@@ -1021,12 +1028,12 @@ def migrate(source: Store, target: Store, batch_size: int = 512) -> Audit:
             read = _settled(source, key, value,
                             functools.partial(open_record, key.decode("ascii"), store=source))
         except IntegrityError as exc:  # changed since the scan
-            report.verified -= 1
+            _unverified(report, length, len(value))
             report.fail(exc.handle, exc.reason)
             continue
         if read is None:  # pruned since the scan, with the record it lay in
             report.records -= 1
-            report.verified -= 1
+            _unverified(report, length, len(value))
             continue
         header, original = read[1]
         payload = _codecs.compressor(ZSTD_LEVEL).compress(original)

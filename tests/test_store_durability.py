@@ -19,13 +19,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backends import lmdb_store
 from caveman_batch import ccr, cli
 from caveman_batch.errors import IntegrityError, StoreError, UnknownHandleError
-from caveman_batch.store import Store, open_store
+from caveman_batch.store import DELETE, Store, open_store
 
 SCRIPT = Path(__file__).resolve()
 CHILD_TIMEOUT_S = 60.0
@@ -620,3 +621,34 @@ def test_a_store_made_by_another_process_meanwhile_is_not_taken_for_a_lost_one(
     lmdb_store.data_file(path).unlink()
     with pytest.raises(StoreError, match="data.mdb is missing"):
         lmdb_store._refuse_lost(path, url)
+
+
+def test_migrate_totals_leave_out_a_span_pruned_during_the_run(tmp_path: Path) -> None:
+    """A span whose record fails verification goes over whole, read again after the scan;
+    one pruned meanwhile was taken out of `records` and `verified` but its bytes stayed in
+    `original_bytes` and `stored_bytes` (`migrate --json`: totals of a record not copied)."""
+    from caveman_batch.memory_store import MemoryStore
+
+    head, tail = b'{"tools":[{"name":"a"}]}', b"x" * 200
+    whole = ccr.prepare(head + tail)
+    span = ccr.prepare_span(ccr.digest_of(head), len(head), whole.digest, 0)
+    plain = next(p for p in (ccr.prepare(b"plain %d" % i) for i in range(100))
+                 if p.key > span.key)  # scanned after the span: copied while the scan runs
+    with open_store(f"sqlite://{tmp_path}/source.db") as source:
+        ccr.commit(source, [whole, span, plain])
+        # the record the span lies in tampered past the span (same length, other bytes)
+        source.commit([(whole.key, ccr.prepare(head + b"y" * 200).value)])
+
+        class PrunedMeanwhile(MemoryStore):
+            """The target; its first commit comes once the span is scanned: a prune of
+            the source removes the span and its record then."""
+
+            def commit(self, items: Any, merge: Any = None) -> None:
+                source.commit([(span.key, b""), (whole.key, b"")], merge=lambda *_: DELETE)
+                super().commit(items, merge)
+
+        target = PrunedMeanwhile()
+        report = ccr.migrate(source, target, batch_size=1)
+    assert (report.records, report.verified) == (2, 1)
+    assert sorted(target.keys()) == [plain.key]
+    assert (report.original_bytes, report.stored_bytes) == (plain.original_length, len(plain.value))
