@@ -42,7 +42,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from caveman_batch.errors import StoreError
+from caveman_batch.errors import StoreError, StoreURLError
 from caveman_batch.store import (
     DELETE,
     SECRET_PARAMS,
@@ -85,6 +85,17 @@ def printable_url(location: str) -> str:
     the last `@` before the query, so that a `/` in a password that libpq would not read
     as one is not printed either; `password=` and `sslpassword=` parameters)."""
     return redacted(f"postgresql://{location}")
+
+
+def _check_user_part(location: str, url: str) -> None:
+    """Refuse a second `@` before the first `/`: libpq ends the user part at the first `@`
+    and reads the rest as the host, so a password spelled `p@ss` would be sent as `p`, and
+    libpq's error quote its tail as the host name (`failed to resolve host 'ss@db...'`)."""
+    _, rest, _ = _split_location(location)
+    if "@" in rest.partition("/")[0]:
+        raise StoreURLError(f"store URL {url!r} has an '@' in its user name or password: "
+                            "write it as %40 (libpq ends the user part at the first '@', "
+                            "and would take the rest for the host)")
 
 
 def _passwords(location: str) -> list[str]:
@@ -176,6 +187,7 @@ class PostgresStore(Store):
     @classmethod
     def open(cls, location: str, create: bool = True, readonly: bool = False) -> PostgresStore:
         url = printable_url(location)
+        _check_user_part(location, url)
         conn = _connect(location, url, _passwords(location))
         try:
             with _translated(url, _passwords(location), "open"):
@@ -187,7 +199,9 @@ class PostgresStore(Store):
 
     @classmethod
     def canonical_url(cls, location: str) -> str:
-        return printable_url(location)
+        url = printable_url(location)
+        _check_user_part(location, url)
+        return url
 
     @property
     def url(self) -> str:

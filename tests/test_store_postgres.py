@@ -109,6 +109,19 @@ def test_a_store_url_refused_is_named_without_its_password(url: str) -> None:
     assert "s3cret" not in str(exc.value) and "app" in str(exc.value)
 
 
+@pytest.mark.parametrize("url", ["postgresql://app:p@ss-s3cret@nohost.invalid/ccr",
+                                 "postgresql://app:p@ss-s3cret@h1,h2:5433/ccr?sslmode=require"])
+def test_an_at_sign_in_the_password_is_refused_before_libpq_quotes_its_tail(url: str) -> None:
+    """libpq ends the user part at the first `@`: it sent `p` as the password and named
+    `ss-s3cret@nohost.invalid` as the host it could not resolve, in the message we print."""
+    for attempt in (lambda: canonical_url(url), lambda: open_store(url)):
+        with pytest.raises(StoreURLError) as exc:
+            attempt()
+        assert "s3cret" not in str(exc.value) and "%40" in str(exc.value)
+        assert exc.value.exit_code == 1
+    assert canonical_url(url.replace("p@ss", "p%40ss")).startswith("postgresql://app@")
+
+
 def test_no_command_prints_the_password(postgres_url: str, tmp_path: Path) -> None:
     """The summary of compress (text, --json; the URL given or from CAVEMAN_CCR_STORE) and
     shrink's report named the store by the URL as given, password and all."""
