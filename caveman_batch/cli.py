@@ -145,6 +145,15 @@ def _output_path(text: str | None, option: str = "-o") -> Path | None:
     return Path(text)
 
 
+def _file_path(text: str | None, option: str) -> Path | None:
+    """A file a run writes and keeps (--manifest, --changes): `-` is refused, not taken as
+    a file named "-" (as it was) nor standard output, where the summary goes."""
+    if text == "-":
+        raise UsageError(f"{option} - : {option} takes a file, not standard output (where "
+                         "the summary goes); write ./- for a file named -")
+    return _output_path(text, option)
+
+
 def _output_file(text: str | None) -> Path | None:
     """The file -o names, None for standard output: `-o -` is standard output, as for
     nearly every Unix tool (it wrote a file named "-"); `./-` names such a file."""
@@ -251,7 +260,7 @@ def compress(
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if any document is in error.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
-    index: Annotated[Path | None, typer.Option("--index", metavar="PATH", help="Build or refresh a tool-search index here (SQLite); each tool's original is stored too.")] = None,
+    index: Annotated[str | None, typer.Option("--index", metavar="PATH", help="Build or refresh a tool-search index here (SQLite); each tool's original is stored too.")] = None,
     embed: EmbedOpt = None,
 ) -> None:
     """Compress catalogs in bulk: originals committed first, outputs published atomically."""
@@ -259,14 +268,15 @@ def compress(
         raise UsageError("--checksum goes with --incremental")
     if embed is not None and index is None:
         raise UsageError("--embed/--no-embed go with --index")
+    index_path = _file_path(index, "--index")
     config = pipeline.Config(
         sources=sources, out=_output_path(out), store_url=minting_store_url(store),  # type: ignore[arg-type]
-        manifest=_output_path(manifest, "--manifest"),
-        workers=workers or default_workers(index is not None), executor=executor,
+        manifest=_file_path(manifest, "--manifest"),
+        workers=workers or default_workers(index_path is not None), executor=executor,
         max_bytes=max_bytes,
-        incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index,
+        incremental=incremental, checksum=checksum, options=DEFAULT_OPTIONS, index=index_path,
         follow_symlinks=follow_symlinks, keep_removed=keep_removed,
-        changes=_output_path(changes, "--changes"), embed=embed,
+        changes=_file_path(changes, "--changes"), embed=embed,
     )
     show = not quiet and sys.stderr.isatty()
     summary = pipeline.run(config, progress=_progress_line if show else None)

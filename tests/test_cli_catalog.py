@@ -189,6 +189,21 @@ def test_output_dash_is_standard_output_and_dot_slash_dash_a_file(
     assert (tmp_path / "-").read_bytes() == compress(CATALOG)[0]
 
 
+@pytest.mark.parametrize("option", ["--manifest", "--changes", "--index"])
+def test_compress_refuses_dash_for_the_files_it_keeps(
+        catalog: Path, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        option: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """`--manifest -`, `--changes -` and `--index -` wrote a file named "-" here; the
+    summary is what goes to standard output. `./-` still names such a file."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["compress", str(catalog), "-o", "out", "--store", store_url]
+    assert run_in_process([*argv, option, "-"]) == 1
+    assert f"{option} takes a file" in capfdbinary.readouterr().err.decode()
+    assert not (tmp_path / "-").exists() and not (tmp_path / "out").exists()
+    assert run_in_process([*argv, option, "./-"]) == 0
+    assert (tmp_path / "-").is_file()
+
+
 def test_shrink_passes_a_bad_catalog_through(tmp_path: Path, store_url: str,
                                              capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     bad = tmp_path / "bad.json"
