@@ -140,6 +140,11 @@ class SearchIndexOutdatedError(UsageError, SearchIndexError):
     `compress --index`, which only a reader refuses; a newer one needs a newer version."""
 
 
+class SearchIndexInconsistentError(UsageError, SearchIndexError):
+    """A search index whose rows disagree (edited by hand): a reader refuses it, since its
+    searches would miss tools; `compress --index` rebuilds it."""
+
+
 class NotASearchIndexError(UsageError, SearchIndexError):
     """The path given as a search index is a file of something else (another SQLite
     database, not a database at all): refused, and the file left as it was."""

@@ -37,6 +37,7 @@ from .catalog import NAME_MAPS, ONE_SCHEMA, SCHEMA_KEYS, SCHEMA_LIST
 from .errors import (
     NotASearchIndexError,
     SearchIndexError,
+    SearchIndexInconsistentError,
     SearchIndexNotFoundError,
     SearchIndexOutdatedError,
 )
@@ -444,9 +445,15 @@ class ToolIndex:
                                                f"database)", self.location)
             if found is not None and found != str(SCHEMA_VERSION):
                 self._refuse_outdated(found, create)
-            # a writer rebuilds an index whose rows disagree (edited by hand): a rerun
-            # that changed no catalog never looked at them again, however wrong
-            broken = create and found == str(SCHEMA_VERSION) and self._inconsistency() is not None
+            # rows that disagree (edited by hand): a writer rebuilds the index (a rerun that
+            # changed no catalog never looked at them again, however wrong), a reader
+            # refuses it (its searches would miss tools, as if no catalog had them)
+            disagree = self._inconsistency() if found == str(SCHEMA_VERSION) else None
+            if disagree is not None and not create:
+                raise SearchIndexInconsistentError(
+                    f"search index {self.location}: its rows disagree ({disagree}; edited by "
+                    f"hand?): rebuild it with `caveman-batch compress --index`")
+            broken = disagree is not None
             current = found == str(SCHEMA_VERSION) and not broken and (
                 self._vectors is None or self._vectors.adopted(self._db))
             unembedded = (self._vectors.missing(self._db) if self._vectors is not None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -70,6 +72,29 @@ def test_an_index_of_an_older_schema_is_a_user_error(schema_2_index: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, "search", "old tool", "--index", str(schema_2_index))
     assert code == 1 and "schema 2" in err and "compress --index" in err
+
+
+@pytest.mark.parametrize("edit", [
+    "DELETE FROM tools WHERE name = 'send_email'",
+    "DELETE FROM tools_fts WHERE rowid = (SELECT text_id FROM tools WHERE name = 'send_email')",
+    "DELETE FROM definitions WHERE id = (SELECT definition_id FROM tools WHERE name = 'send_email')",
+], ids=["tool", "fts-row", "definition"])
+def test_an_index_edited_by_hand_is_a_user_error(index_path: Path, tmp_path: Path, edit: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Rows deleted with sqlite3: `search` and `eval search` answered from what was left (a
+    tool missing from every search, exit 0, as if it were not in the catalog); they refuse
+    the index, which `compress --index` rebuilds, and leave it as it was."""
+    with contextlib.closing(sqlite3.connect(index_path)) as db, db:
+        db.execute(edit)
+    before = index_path.read_bytes()
+    code, out, err = _main(capsys, "search", "send an email", "--index", str(index_path), "--json")
+    assert (code, out) == (1, "")
+    assert str(index_path) in err and "rows disagree" in err and "compress --index" in err
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "send an email", "tools": ["send_email"]}\n')
+    code, out, err = _main(capsys, "eval", "search", str(queries), "--index", str(index_path))
+    assert (code, out) == (1, "") and "rows disagree" in err
+    assert index_path.read_bytes() == before
 
 
 @pytest.mark.parametrize("line", ['{"query": "x"}', "not json", '{"query": 3, "tools": ["a"]}',
