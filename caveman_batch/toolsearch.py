@@ -542,9 +542,11 @@ class ToolIndex:
     def _inconsistency(self) -> str | None:
         """What disagrees among the index's rows, or None: every tool's text and definition
         are counted in their `refs` (none is 0), and every text has its one FTS row. A row
-        deleted by hand (sqlite3's DELETE FROM tools …) breaks one of these counts; the
+        deleted by hand (sqlite3's DELETE FROM tools …) breaks one of these counts, or
+        leaves tools of a catalog the `servers` table does not have; the
         writer never makes such a state (each change is one transaction)."""
-        # one pass over each table (9 ms for 49k tools, 26k texts; FTS5 keeps one
+        # one pass over each table (9 ms for 49k tools, 26k texts, on a quiet machine; 18
+        # for 51k tools on a busy one, 6 of them the servers' lookup; FTS5 keeps one
         # `_docsize` row per row it holds: counted, not its content scanned)
         tools, = self._db.execute("SELECT count(*) FROM tools").fetchone()
         texts, text_refs, text_least = self._db.execute(
@@ -552,11 +554,17 @@ class ToolIndex:
         definition_refs, definition_least = self._db.execute(
             "SELECT coalesce(sum(refs), 0), coalesce(min(refs), 1) FROM definitions").fetchone()
         fts, = self._db.execute("SELECT count(*) FROM tools_fts_docsize").fetchone()
-        if (tools, tools, texts) == (text_refs, definition_refs, fts) and min(
+        # a catalog's `servers` row deleted: a rerun would add its tools again beside
+        # those left (every hit twice); its servers, read off the tools' index, each looked up
+        unlisted, = self._db.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT server FROM tools) t "
+            "LEFT JOIN servers s ON s.server = t.server WHERE s.server IS NULL").fetchone()
+        if (tools, tools, texts, 0) == (text_refs, definition_refs, fts, unlisted) and min(
                 text_least, definition_least) > 0:
             return None
         return (f"{tools:,} tools, their texts counted {text_refs:,} times and their definitions "
-                f"{definition_refs:,}, {texts:,} texts and {fts:,} full-text rows")
+                f"{definition_refs:,}, {texts:,} texts and {fts:,} full-text rows, "
+                f"{unlisted:,} catalogs of tools not in its servers table")
 
     # transactions ------------------------------------------------------------------
 

@@ -78,7 +78,8 @@ def test_an_index_of_an_older_schema_is_a_user_error(schema_2_index: Path,
     "DELETE FROM tools WHERE name = 'send_email'",
     "DELETE FROM tools_fts WHERE rowid = (SELECT text_id FROM tools WHERE name = 'send_email')",
     "DELETE FROM definitions WHERE id = (SELECT definition_id FROM tools WHERE name = 'send_email')",
-], ids=["tool", "fts-row", "definition"])
+    "DELETE FROM servers WHERE server = 'mail'",
+], ids=["tool", "fts-row", "definition", "server"])
 def test_an_index_edited_by_hand_is_a_user_error(index_path: Path, tmp_path: Path, edit: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """Rows deleted with sqlite3: `search` and `eval search` answered from what was left (a

@@ -154,7 +154,8 @@ def test_an_index_of_an_older_schema_is_rebuilt(tmp_path: Path, schema_2_index: 
     "DELETE FROM tools_fts WHERE rowid = (SELECT min(rowid) FROM tools_fts)",
     "DELETE FROM texts WHERE id = (SELECT max(id) FROM texts)",
     "UPDATE definitions SET refs = refs + 1 WHERE id = (SELECT min(id) FROM definitions)",
-], ids=["tool", "fts-row", "text", "refs"])
+    "DELETE FROM servers WHERE server = 'github'",
+], ids=["tool", "fts-row", "text", "refs", "server"])
 def test_an_index_edited_by_hand_is_rebuilt_by_the_next_run(tmp_path: Path, edit: str) -> None:
     """Rows deleted with sqlite3: an incremental rerun that changed no catalog left the
     index as it was for ever (a tool missing from every search); its counts disagree,
@@ -164,7 +165,7 @@ def test_an_index_edited_by_hand_is_rebuilt_by_the_next_run(tmp_path: Path, edit
             return tuple(db.execute(
                 "SELECT (SELECT count(*) FROM tools), (SELECT count(*) FROM texts), "
                 "(SELECT count(*) FROM tools_fts), (SELECT sum(refs) FROM texts), "
-                "(SELECT sum(refs) FROM definitions)").fetchone())
+                "(SELECT sum(refs) FROM definitions), (SELECT count(*) FROM servers)").fetchone())
 
     src = _tree(tmp_path / "src")
     _run(tmp_path, src, incremental=True)
