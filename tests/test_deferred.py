@@ -452,6 +452,11 @@ def test_a_dead_server_leaves_the_search(tmp_path: Path, scripted: list[str]) ->
     assert best(3) == ["b__echo"]  # a's tools are out of the index, not just hidden
     listed = [t["name"] for t in wire.call(4, "tools/list")["result"]["tools"]]
     assert listed == ["search_tools", "call_tool", "b__echo"]
+    via = wire.call(5, "tools/call", {"name": "call_tool", "arguments": {
+        "name": "a__echo", "arguments": {"text": "hi"}}})["result"]
+    assert via["isError"] and "upstream 'a'" in via["content"][0]["text"]
+    direct = wire.call(6, "tools/call", {"name": "a__echo", "arguments": {"text": "hi"}})
+    assert direct["error"]["code"] == -32000 and "upstream 'a'" in direct["error"]["message"]
     code, err = wire.close()
     assert code == 0 and "[a] crashing on request" in err
 
