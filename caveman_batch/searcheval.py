@@ -5,8 +5,9 @@ Each query is searched for its first DEPTH hits. recall@k is the share of its ex
 tools found in the first k hits, MRR the reciprocal rank of the first hit that is an
 expected tool (0 if none in the first DEPTH); both averaged over the queries.
 
-An expected "server/name" (split at the last "/") must be that tool of that server if the
-index knows the server; otherwise the whole string is a tool name, found in any server.
+An expected "server/name" (split at the last "/" whose left is a server the index knows)
+must be that tool of that server; otherwise the whole string is a tool name, found in any
+server.
 
 `compare_original`: the index's search text is built from each tool's original object;
 the same queries are run again over an index, in memory, whose search text is built from
@@ -76,9 +77,14 @@ Matcher = Callable[[Hit], bool]
 
 
 def _matcher(spec: str, servers: set[str]) -> Matcher:
-    server, _, name = spec.rpartition("/")
-    if server and server in servers:
-        return lambda hit: hit.server == server and hit.name == name
+    # split at the last "/" whose left is a server: a tool name may hold "/" too
+    # (MCP's SEP-986 allows it), as catalog ids do ("team/chat")
+    at = spec.rfind("/")
+    while at > 0:
+        server, name = spec[:at], spec[at + 1:]
+        if server in servers:
+            return lambda hit: hit.server == server and hit.name == name
+        at = spec.rfind("/", 0, at)
     return lambda hit: hit.name == spec
 
 

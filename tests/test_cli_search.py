@@ -121,6 +121,20 @@ def test_scores_by_hand() -> None:
                                               "recall@10": 1.0, "mrr": 1.0}
 
 
+def test_server_and_name_split_where_a_server_is_known() -> None:
+    """A tool name may hold "/" (MCP's SEP-986: `user-profile/update`), as catalog ids do:
+    "team/chat/user-profile/update" is team/chat's user-profile/update. Split at its last
+    "/" alone, the server "team/chat/user-profile" was unknown, the whole string taken for
+    a tool name, and the tool counted as not found."""
+    hits = [Hit("team/chat", "user-profile/update", 2.0, None, ""),
+            Hit("team", "chat/user-profile/update", 1.0, None, "")]
+    servers = {"team/chat", "team"}
+    assert scores(hits, ["team/chat/user-profile/update"], servers)["mrr"] == 1.0
+    assert scores(hits, ["team/chat/user-profile/update"], {"team"})["mrr"] == 0.5
+    assert scores(hits, ["other/user-profile/update"], servers)["mrr"] == 0.0
+    assert scores(hits, ["user-profile/update"], servers)["mrr"] == 1.0  # a name: any server
+
+
 def test_eval_by_hand(index_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     queries = tmp_path / "q.jsonl"
     queries.write_text(
