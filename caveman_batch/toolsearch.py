@@ -826,11 +826,12 @@ class ToolIndex:
                 return self._hybrid_search(query, expression, k, servers)
             if expression is None:
                 return []
+            cut = None
             if servers is None:
-                best = self._best_texts(expression, k + _TIE_MARGIN)
-                if best is not None:
+                best, cut = self._best_texts(expression, k + _TIE_MARGIN)
+                if cut is None:
                     return self._tools_of(best, k)
-            return self._hits(expression, k, servers)
+            return self._hits(expression, k, servers, cut)
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -850,16 +851,17 @@ class ToolIndex:
             with contextlib.suppress(sqlite3.Error):  # (a read that failed may have ended it)
                 self._db.execute("COMMIT")  # nothing written: it ends the snapshot
 
-    def _best_texts(self, expression: str, limit: int) -> dict[int, float] | None:
-        """The best `limit` texts' scores by id, or None if the last of them ties with the
-        ones before the margin (then which texts make the cut would depend on their ids,
-        which depend on the order the index was built in: the caller ranks every match)."""
+    def _best_texts(self, expression: str, limit: int) -> tuple[dict[int, float], float | None]:
+        """The best `limit` texts' scores by id, and None; or, if the last of them ties with
+        the ones before the margin, the score they tie at (then which of the tied texts make
+        the cut would depend on their ids, which depend on the order the index was built
+        in: the caller ranks every match that scores as much)."""
         rows = self._read(f"SELECT rowid, -bm25(tools_fts, {_WEIGHTS}) AS score FROM tools_fts "
                           f"WHERE tools_fts MATCH ? ORDER BY score DESC LIMIT ?",
                           (expression, limit))
         if len(rows) == limit and rows[-1][1] == rows[-_TIE_MARGIN - 1][1]:
-            return None
-        return dict(rows)
+            return {}, rows[-1][1]
+        return dict(rows), None
 
     def _tools_of(self, scores: dict[int, float], k: int) -> list[Hit]:
         """The k best tools of these texts (each text has one tool at least)."""
@@ -870,19 +872,29 @@ class ToolIndex:
         rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
 
-    def _hits(self, expression: str, k: int, servers: Collection[str] | None) -> list[Hit]:
-        """The k best tools of every match (of these servers)."""
+    def _hits(self, expression: str, k: int, servers: Collection[str] | None,
+              at_least: float | None = None) -> list[Hit]:
+        """The k best tools of every match (of these servers; scoring `at_least`: the scores
+        are the same, bit for bit, as those of another query in the same snapshot).
+
+        (The tools of the matches below a tie at the k + _TIE_MARGIN-th text were joined
+        and sorted too, for nothing: 18-75 ms a search of the bench registry's 51k tools,
+        where most searches tie, its servers sharing tools.)"""
         params: list[Any] = [expression]
-        where = ""
+        where = []
         if servers is not None:
-            where = f"WHERE t.server IN ({', '.join('?' * len(servers))}) "
+            where.append(f"t.server IN ({', '.join('?' * len(servers))})")
             params.extend(sorted(servers))
+        if at_least is not None:
+            where.append("m.score >= ?")
+            params.append(at_least)
         sql = (f"WITH m AS (SELECT rowid AS text_id, -bm25(tools_fts, {_WEIGHTS}) AS score "
                f"FROM tools_fts WHERE tools_fts MATCH ?) "
                f"SELECT t.server, t.name, m.score, t.handle, d.body "
                f"FROM m JOIN tools t ON t.text_id = m.text_id "
-               f"JOIN definitions d ON d.id = t.definition_id {where}"
-               f"ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
+               f"JOIN definitions d ON d.id = t.definition_id "
+               + (f"WHERE {' AND '.join(where)} " if where else "")
+               + "ORDER BY m.score DESC, t.server, t.name, t.position LIMIT ?")
         params.append(k)
         return [Hit(*row) for row in self._read(sql, params)]
 
@@ -902,7 +914,9 @@ class ToolIndex:
         limit = FUSION_DEPTH + _TIE_MARGIN
         bm25 = self._read(f"{sql} LIMIT ?", [*params, limit]) if expression is not None else []
         if len(bm25) == limit and bm25[-1][1] == bm25[FUSION_DEPTH - 1][1]:
-            bm25 = self._read(sql, params)  # ties past the margin: every match, as _best_texts
+            # ties past the margin: every match that scores as much, as _best_texts
+            bm25 = self._read(f"SELECT rowid, score FROM ({sql}) WHERE score >= ?",
+                              [*params, bm25[-1][1]])
         allowed = None if servers is None else {row[0] for row in self._read(
             f"SELECT DISTINCT t.text_id FROM tools t WHERE {in_servers}", sorted(servers))}
         try:

@@ -215,6 +215,22 @@ def test_the_fast_path_ranks_as_every_match_would(index: ToolIndex) -> None:
             assert index.search(query, k) == index._hits(match_expression(query), k, None)
 
 
+def test_a_tie_past_the_margin_ranks_as_every_match_would() -> None:
+    """Texts better than a tie of 40 (more than the margin), the tie, and worse ones: the
+    tools of the matches scoring as much as the tie are ranked, as every match's would be."""
+    tools = {f"s{i:02d}": [{"name": f"t{i:02d}", "description": "a widget"}] for i in range(40)}
+    tools |= {f"b{i}": [{"name": f"widget{i}", "description": "a widget"}] for i in range(4)}
+    tools |= {f"w{i}": [{"name": f"u{i}", "description": "a widget, " + "and more " * i}]
+              for i in range(1, 30)}
+    with ToolIndex.open(":memory:") as index:
+        for server in sorted(tools, reverse=True):
+            index.replace_server(server, tool_docs(server, tools[server], tools[server], [None]))
+        for k in (1, 3, 4, 5, 20, 44, 45, 60, 100):
+            assert index.search("widget", k) == index._hits(match_expression("widget"), k, None)
+        assert [h.server for h in index.search("widget", 6)] == ["b0", "b1", "b2", "b3", "s00",
+                                                                 "s01"]
+
+
 def _segments(index: ToolIndex) -> int:
     """How many segments an index's FTS5 table has (its 'integrity-check' would say too)."""
     return sum(1 for _ in index._db.execute(
