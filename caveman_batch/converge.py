@@ -5,8 +5,9 @@ compared with the new manifest's, document by document:
 
 - A document is known by its source file, and within a stream (a JSONL line, a registry
   item) first by its content (sha256: lines that only moved when another was removed or
-  added stay the same documents), then, for those left, by where they lie among those (a
-  line edited in place is changed, whatever moved around it); a one-document file is
+  added stay the same documents), then, for those left, by where they lie among those
+  that kept their order (a line edited in place is changed, whatever moved around it); a
+  one-document file is
   known by its path alone.
 - Paired, it is *unchanged* if its status, handle, output path and output bytes are as
   before, else *changed*; one the previous manifest lacks is *added*, one this run lacks
@@ -30,6 +31,7 @@ they are skipped on both sides, never parsed; the rest are held one small record
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import hashlib
@@ -162,29 +164,44 @@ def _position(source: dict[str, Any]) -> int:
 
 def classify(old: list[Doc], new: list[Doc], changes: Changes) -> None:
     """One source file's documents: paired by content first; those left, by where they lie
-    among the ones that paired (as a diff aligns lines): after the same paired document,
-    in order. A one-document file's old and new document pair up so."""
+    among the ones that paired and stayed in order (as a diff aligns lines: the longest
+    run of them in the same order on both sides, see _aligned): between the same two
+    such documents, in order. A one-document file's old and new document pair up so."""
     by_content: dict[bytes, deque[int]] = {}
     for i, doc in enumerate(old):
         if doc.sha256 is not None:
             by_content.setdefault(doc.sha256, deque()).append(i)
-    paired = [False] * len(old)
-    new_left: dict[int, list[Doc]] = {}  # by the old index of the last paired document before
-    anchor = -1
-    for doc in new:
+    # each new document's old index if paired by content (_MOVED once it is not aligned), or _LEFT
+    match = [_LEFT] * len(new)
+    paired: list[int] = []  # the old indexes paired, in the new order
+    taken = [False] * len(old)
+    for j, doc in enumerate(new):
         same = by_content.get(doc.sha256) if doc.sha256 is not None else None
         if same:
-            anchor = same.popleft()
-            paired[anchor] = True
-            changes.pair(old[anchor], doc)
-        else:
+            match[j] = i = same.popleft()
+            taken[i] = True
+            paired.append(i)
+            changes.pair(old[i], doc)
+    anchors = [False] * len(old)  # the old documents paired and aligned
+    moved = set(_unaligned(paired))
+    for j, i in enumerate(match):
+        if i in moved:
+            match[j] = _MOVED
+        elif i >= 0:
+            anchors[i] = True
+    new_left: dict[int, list[Doc]] = {}  # by the old index of the last aligned document before
+    anchor = -1
+    for j, doc in enumerate(new):
+        if match[j] >= 0:
+            anchor = match[j]
+        elif match[j] == _LEFT:
             new_left.setdefault(anchor, []).append(doc)
     old_left: dict[int, list[Doc]] = {}
     anchor = -1
     for i, doc in enumerate(old):
-        if paired[i]:
+        if anchors[i]:
             anchor = i
-        else:
+        elif not taken[i]:
             old_left.setdefault(anchor, []).append(doc)
     for at in sorted(new_left.keys() | old_left.keys()):
         olds, news = old_left.get(at, []), new_left.get(at, [])
@@ -194,6 +211,37 @@ def classify(old: list[Doc], new: list[Doc], changes: Changes) -> None:
             changes.add(doc)
         for doc in olds[len(news):]:
             changes.remove(doc)
+
+
+_LEFT: Final = -1  # (classify) a new document not paired by content
+_MOVED: Final = -2  # paired by content, but out of order with the aligned ones
+
+
+def _unaligned(olds: list[int]) -> list[int]:
+    """Of these old indexes (of documents paired by content, in their new order), those a
+    diff would not align: all but a longest increasing run (none when they are in order,
+    as when lines were only inserted or removed). The documents that moved across others
+    are then no landmarks: a line edited where it lies, with the lines before it reordered,
+    lies between the same landmarks on both sides (and is changed, not removed and added)."""
+    if all(a < b for a, b in zip(olds, olds[1:])):
+        return []
+    tails: list[int] = []  # tails[k]: the least last value of an increasing run of k + 1
+    ends: list[int] = []  # where in olds that run ends
+    before = [-1] * len(olds)  # the run's element before each
+    for at, value in enumerate(olds):
+        k = bisect.bisect_left(tails, value)
+        before[at] = ends[k - 1] if k else -1
+        if k == len(tails):
+            tails.append(value)
+            ends.append(at)
+        else:
+            tails[k], ends[k] = value, at
+    aligned = [False] * len(olds)
+    at = ends[-1]
+    while at >= 0:
+        aligned[at] = True
+        at = before[at]
+    return [value for value, kept in zip(olds, aligned) if not kept]
 
 
 @dataclass

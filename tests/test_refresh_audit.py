@@ -203,7 +203,11 @@ def _lines() -> list[bytes]:
     (lambda L: L[1:3] + [L[3].replace(b'"', b' "', 1)] + L[4:], [("removed", 1), ("changed", 3)]),
     # two lines swapped: each the same document, moved
     (lambda L: [L[4]] + L[1:4] + [L[0]] + L[5:], []),
-], ids=["insert", "remove", "duplicate", "edit-after-removal", "swap"])
+    # the lines before one reversed, and it edited in place: changed (not removed, added)
+    (lambda L: L[2::-1] + [L[3].replace(b'"', b' "', 1)] + L[4:], [("changed", 4)]),
+    (lambda L: [L[1], L[0], L[2].replace(b'"', b' "', 1)] + L[3:], [("changed", 3)]),
+], ids=["insert", "remove", "duplicate", "edit-after-removal", "swap", "edit-after-reversal",
+        "edit-after-swap"])
 def test_jsonl_changes_pair_lines_by_content_then_by_where_they_lie(
         tmp_path: Path, edit: Any, expected: list[tuple[str, int]]) -> None:
     source = tmp_path / "r.jsonl"
@@ -232,6 +236,22 @@ def test_a_registry_whose_items_are_reordered_is_the_same_documents_in_a_new_ord
     source.write_bytes(_registry([items[2], items[0], items[3], items[1]]))
     again = job.run()
     assert (again.reused, again.changes.unchanged, job.changes()) == (4, 4, [])
+    job.assert_as_full_rebuild()
+
+
+def test_a_registry_reordered_with_an_item_edited_in_place_says_it_changed(tmp_path: Path) -> None:
+    """A registry sorted anew each night (by popularity, say), one server updated: the items
+    that moved are the same, the one edited where it lies is changed, old handle to new."""
+    items = [raw.strip() for raw in _catalogs()[:5]]
+    source = tmp_path / "registry.json"
+    source.write_bytes(_registry(items))
+    job = Job(tmp_path, [source])
+    job.run()
+    edited = items[4].replace(b'"', b' "', 1)
+    source.write_bytes(_registry([items[3], items[1], items[0], items[2], edited]))
+    again = job.run()
+    assert (again.changes.changed, again.changes.unchanged) == (1, 4)
+    assert job.changes() == [("changed", {"path": str(source), "item": 4})]
     job.assert_as_full_rebuild()
 
 
