@@ -7,8 +7,7 @@ compared with the new manifest's, document by document:
   item) first by its content (sha256: lines that only moved when another was removed or
   added stay the same documents), then, for those left, by where they lie among those
   that kept their order (a line edited in place is changed, whatever moved around it); a
-  one-document file is
-  known by its path alone.
+  one-document file is known by its path alone.
 - Paired, it is *unchanged* if its status, handle, output path and output bytes are as
   before, else *changed*; one the previous manifest lacks is *added*, one this run lacks
   *removed*.
