@@ -322,6 +322,8 @@ class Converger:
         self.carried_over: list[bytes] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
+        self.staged: list[tuple[Path, Path]] = []  # (temp file, target): see stage()
+        self.write_into: tuple[Path, bytes] | None = None
 
     def knows_streams(self, streams: Any) -> None:
         """The last run's fingerprint's "streams", as the run parsed it (a rerun reads the
@@ -503,18 +505,48 @@ class Converger:
         for folder in sorted(emptied, key=len, reverse=True):  # the deepest first
             _rmdir_empty(self.out, folder)
 
-    def published(self, changes: Changes, changes_file: Path | None) -> None:
-        """After the new manifest is published: the journal goes, the changes file comes."""
-        self.close()
+    def stage(self, changes: Changes, changes_file: Path | None) -> None:
+        """Before the new manifest is published: the journal's next content and the
+        --changes file written whole beside them, to be renamed into place once it is
+        (published). A disk that fills, or a file size limit, fails the run here, with the
+        last run's manifest in place, so a rerun reports these changes again; after the
+        manifest, the report was lost for good (the rerun compared with this run's
+        manifest). A --changes file that is not a regular file (a FIFO, a device,
+        /dev/stdout) is written into after the manifest: nothing can be staged there."""
         if self.held or self.carried_over:
-            # outputs in OUT, and rows, that no manifest names now: the next run's to judge
-            fsio.atomic_write(self.journal, self._kept_lines())
-        else:
+            self.staged.append((fsio.staged_write(self.journal, self._kept_lines()), self.journal))
+        if changes_file is None:
+            return
+        data = b"".join(orjson.dumps(line) + b"\n" for line in changes.sorted_lines())
+        if not fsio.regular_or_absent(changes_file):
+            self.write_into = (changes_file, data)
+            return
+        target = changes_file  # (a symlink stays one, its file replaced)
+        if os.path.islink(changes_file):
+            target = Path(os.path.realpath(changes_file))
+        self.staged.append((fsio.staged_write(target, data), target))
+
+    def published(self) -> None:
+        """After the new manifest is published: the journal goes (or is left naming only
+        what the next run must judge), the changes file comes."""
+        self.close()
+        if not (self.held or self.carried_over):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal)
-        if changes_file is not None:
-            data = b"".join(orjson.dumps(line) + b"\n" for line in changes.sorted_lines())
-            fsio.atomic_write(changes_file, data)
+        while self.staged:
+            tmp, target = self.staged.pop(0)
+            fsio.publish_staged(tmp, target)
+        if self.write_into is not None:
+            fsio.write_target(*self.write_into)
+            self.write_into = None
+
+    def abandon(self) -> None:
+        """A run that fails before published(): what it staged goes."""
+        for tmp, _ in self.staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self.staged = []
+        self.close()
 
     def close(self) -> None:
         if self.journal_fd is not None:

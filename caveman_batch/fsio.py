@@ -110,6 +110,55 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True, new_mode: int
         fh.write(data)
 
 
+def staged_write(path: Path, data: bytes) -> Path:
+    """`data` whole in a temp file beside `path` (fsync'd, with the mode `path` will have),
+    for publish_staged to rename over it later: what can fail for want of space fails
+    here, before whatever must come first is published. OutputError naming `path` (the
+    temp file removed)."""
+    path = Path(path)
+    mode = _mode_of(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        raise
+    return Path(tmp)
+
+
+def publish_staged(tmp: Path, path: Path) -> None:
+    """A staged_write's temp file renamed over `path`, the rename fsync'd."""
+    try:
+        os.replace(tmp, path)
+        fsync_dir(Path(path).parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+
+
+def regular_or_absent(path: Path) -> bool:
+    """Whether `path` (a symlink followed) is a regular file or nothing: what may be
+    replaced by rename. A FIFO, a device or /dev/stdout is written into instead (a rename
+    would put a regular file in its place: as root, over /dev/null for the whole machine)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return True  # (the write says why)
+
+
 def write_target(path: Path, data: bytes) -> None:
     """What `-o FILE` does with the user's FILE. Something that is not a regular file (a FIFO,
     a device, a terminal, /proc/self/fd/1) is written into as it is: replacing it would put a

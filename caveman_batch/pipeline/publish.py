@@ -71,7 +71,7 @@ class _Publisher:
         for fh in [*(fh for fh, _ in self.streams.values()), self.manifest]:
             with contextlib.suppress(OSError):
                 fh.close()
-        self.converge.close()
+        self.converge.abandon()  # (after published(): nothing left to abandon)
         self.manifest_tmp.unlink(missing_ok=True)  # published by finish(), or abandoned
 
     def publish(self, batch: list[Any], results: list[Result | None], summary: Summary,
@@ -380,9 +380,10 @@ class _Publisher:
             # stale outputs go before the manifest that no longer names them is published
             changes = self.converge.settle(self.manifest_tmp, self.written | self.records.keys(),
                                            summary.documents)
+            self.converge.stage(changes, self.config.changes)  # (a full disk fails here)
             os.replace(self.manifest_tmp, self.config.manifest_path)
             fsio.fsync_dir(self.config.manifest_path.parent)  # the rename too
-            self.converge.published(changes, self.config.changes)
+            self.converge.published()
         summary.changes = changes
         # After the manifest, and tied to it by its sha256 (a stale one is ignored), the
         # fingerprint, then the stat cache tied to the fingerprint. Only shortcuts for the

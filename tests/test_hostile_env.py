@@ -1,0 +1,171 @@
+"""The CLI in a hostile environment, end to end through a real `python -m caveman_batch`: a
+file size limit (RLIMIT_FSIZE, which makes write() fail with EFBIG as a full disk fails it
+with ENOSPC), /dev/full, too few file descriptors (RLIMIT_NOFILE), folders it may not write.
+Each run must end with a clear error naming the file and a non-zero exit (or a working run),
+never a traceback, never a half-written file in place of a good one, and a rerun with room
+must finish the job."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "caveman_batch"]
+
+# a catalog whose description compresses (and whose original zstd shrinks to a few hundred
+# bytes): many copies make a large manifest, changes file or output beside a tiny store
+CATALOG = json.dumps({"tools": [{"name": "t", "description": "Do a thing. " * 30, "inputSchema": {
+    "type": "object", "properties": {"a": {"type": "string", "title": "A"}}}}]})
+
+
+def run(*args: str, preexec: Callable[[], None] | None = None,
+        stdout: int | None = subprocess.PIPE) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*CLI, *args], env=dict(os.environ), stdout=stdout,
+                          stderr=subprocess.PIPE, timeout=60, check=False, preexec_fn=preexec)
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """For preexec_fn: no file written past `limit` bytes; write() then fails with EFBIG
+    (SIGXFSZ ignored: it would kill the process instead)."""
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return limited
+
+
+def open_files_limit(limit: int) -> Callable[[], None]:
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return limited
+
+
+def clean_failure(done: subprocess.CompletedProcess[bytes], code: int = 2) -> str:
+    """The run failed with `code` and one line of error, no traceback; that line."""
+    err = done.stderr.decode()
+    assert done.returncode == code, (done.returncode, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("caveman-batch: error: "), err
+    return lines[0]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compress(tmp_path: Path, src: Path, *args: str,
+             preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[bytes]:
+    return run("compress", str(src), "-o", str(tmp_path / "out"), "--store",
+               f"lmdb://{tmp_path}/ccr", "--workers", "1", "--quiet", *args, preexec=preexec)
+
+
+def registry(tmp_path: Path, lines: int) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "reg.jsonl").write_text((CATALOG + "\n") * lines)
+    return src
+
+
+def changes_of(path: Path) -> list[str]:
+    return [json.loads(line)["change"] for line in path.read_text().splitlines()]
+
+
+# -- a full disk or a file size limit --------------------------------------------------------
+
+
+def test_a_changes_file_that_cannot_be_written_leaves_the_last_manifest_so_a_rerun_reports(
+        tmp_path: Path) -> None:
+    """599 lines removed make a 120 KB --changes file beside a manifest of one row: with no
+    room for it, the manifest was published first and then the changes file failed (exit 2),
+    so the rerun compared with that manifest and reported nothing: the removals were lost
+    for good. Now the changes file is written whole before the manifest is published."""
+    src = registry(tmp_path, 600)
+    changes = tmp_path / "changes.jsonl"
+    assert compress(tmp_path, src, "--changes", str(changes)).returncode == 0
+    manifest = tmp_path / "out" / "manifest.jsonl"
+    before = digest(manifest), digest(changes)
+    registry(tmp_path, 1)
+    failed = compress(tmp_path, src, "--changes", str(changes), preexec=file_size_limit(40_000))
+    assert clean_failure(failed).endswith(f"{changes}: cannot write: File too large")
+    assert (digest(manifest), digest(changes)) == before  # the last good ones, both
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    done = compress(tmp_path, src, "--changes", str(changes))
+    assert done.returncode == 0, done.stderr
+    assert changes_of(changes) == ["removed"] * 599
+
+
+# -- /dev/full, /dev/stdout, FIFOs where a path is asked for ---------------------------------
+
+
+def test_a_changes_file_on_a_device_is_written_into_not_replaced(tmp_path: Path) -> None:
+    """`--changes` naming a device (/dev/full, /dev/stdout) was replaced by a regular file by
+    rename: as root, /dev/stdout itself, for the whole machine. The links here stand for
+    them (the old code replaced the link, not the device): written into, as -o is."""
+    src = registry(tmp_path, 3)
+    full = tmp_path / "full"
+    full.symlink_to("/dev/full")
+    failed = compress(tmp_path, src, "--changes", str(full))
+    assert clean_failure(failed).endswith(f"{full}: cannot write: No space left on device")
+    assert full.is_symlink() and full.is_char_device()
+    registry(tmp_path, 2)
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
+    done = compress(tmp_path, src, "--changes", str(stdout))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith(b"{")]  # (and the summary)
+    assert [json.loads(line)["change"] for line in lines] == ["removed"]
+    assert stdout.is_symlink()
+
+
+# -- too few file descriptors --------------------------------------------------------------
+
+
+def _jsonl_tree(tmp_path: Path, files: int) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(files):
+        line = CATALOG.replace('"t"', f'"t{k}"')
+        (src / f"r{k:03}.jsonl").write_text(line + "\n" + line + "\n")
+    return src
+
+
+# -- folders it may not write -----------------------------------------------------------------
+
+_PR_CAPBSET_DROP = 24
+_DAC_CAPS = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+
+
+def _bound_by_modes() -> None:
+    """For preexec_fn: as root, drop the capabilities by which root ignores file modes."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in _DAC_CAPS:
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _modes_bind() -> bool:
+    try:
+        subprocess.run(["true"], preexec_fn=_bound_by_modes, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+MODES_BIND = pytest.mark.skipif(not _modes_bind(), reason="cannot drop CAP_DAC_OVERRIDE here")
+
+
