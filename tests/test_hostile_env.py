@@ -130,6 +130,22 @@ def test_a_changes_file_on_a_device_is_written_into_not_replaced(tmp_path: Path)
     assert stdout.is_symlink()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused(kind: str, tmp_path: Path) -> None:
+    """The manifest is replaced by rename and its hidden files made beside it: one that is a
+    device or a link (/dev/null, /dev/stdout) was replaced, as root for the whole machine."""
+    src = registry(tmp_path, 1)
+    manifest = tmp_path / "manifest.jsonl"
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to("/dev/full" if kind == "device" else tmp_path / "real.jsonl")
+    failed = compress(tmp_path, src, "--manifest", str(manifest))
+    assert "is not a regular file" in clean_failure(failed, 1)
+    assert not (tmp_path / "out").exists()
+    assert manifest.is_fifo() if kind == "fifo" else manifest.is_symlink()
+
+
 # -- too few file descriptors --------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from .. import ccr
 from ..converge import journal_path
 from ..errors import CavemanError, OutputError, SearchIndexError, StoreError, UsageError
+from ..fsio import regular_or_absent
 from ..inputs import STDIN, discover, refuse_not_there
 from ..store import Store, open_store
 from .commit import _commit, _index, _Touches
@@ -90,6 +91,12 @@ def _refuse_out_over_sources(config: Config) -> None:
     for option, given in files:
         if given is not None and given.is_dir():
             raise UsageError(f"{option} {given} is a folder: give a file path")
+    if config.manifest is not None and (config.manifest.is_symlink() or not regular_or_absent(
+            config.manifest)):
+        # it is replaced by rename, its hidden files made beside it: over /dev/stdout or
+        # /dev/null (a link, a device) as root, for the whole machine
+        raise UsageError(f"--manifest {config.manifest} is not a regular file (a symbolic "
+                         "link, a FIFO, a device): give the path of a file of its own")
     if config.changes is not None:
         own = {path.resolve(): what for path, what in _kept_files(config, with_changes=False).items()}
         what = own.get(config.changes.resolve())
