@@ -107,6 +107,51 @@ def test_a_changes_file_that_cannot_be_written_leaves_the_last_manifest_so_a_rer
     assert changes_of(changes) == ["removed"] * 599
 
 
+def test_a_manifest_that_cannot_be_written_leaves_the_last_one(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    long = "x" * 150  # 120 small outputs, a ~90 KB manifest (two long paths a row), one original
+    for i in range(120):
+        (src / f"d{i % 10}").mkdir(parents=True, exist_ok=True)
+        (src / f"d{i % 10}" / f"c{i}{long}.json").write_text(CATALOG)
+    assert compress(tmp_path, src).returncode == 0
+    manifest = tmp_path / "out" / "manifest.jsonl"
+    before = digest(manifest)
+    (src / "d0" / f"c0{long}.json").write_text(CATALOG.replace("thing", "task"))
+    failed = compress(tmp_path, src, preexec=file_size_limit(60_000))
+    assert clean_failure(failed).endswith(f"{manifest}: cannot write: File too large")
+    assert digest(manifest) == before
+    done = compress(tmp_path, src, "--incremental")
+    assert done.returncode == 0, done.stderr
+    assert digest(manifest) != before
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_output_that_cannot_be_written_is_named(tmp_path: Path, workers: str) -> None:
+    """The write of a JSONL output (or of a catalog file's, by the parent when a worker
+    could not write it) names no file: the error named OUT, not the output."""
+    src = tmp_path / "src"
+    src.mkdir()
+    tools = [{"name": f"tool_{i}", "description": f"Fetch widget {i} from the warehouse. "
+              + "Prose about nothing. " * 3, "inputSchema": {"type": "object"}} for i in range(600)]
+    big = json.dumps({"tools": tools})
+    limit = len(big) * 13 // 10  # over one catalog's output, under two's
+    out = tmp_path / "out"
+    args = ["compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+            "--workers", workers, "--quiet"]
+    (src / "reg.jsonl").write_text(big + "\n" + big.replace("widget", "gadget") + "\n")
+    (src / "one.json").write_text(big.replace("widget", "gizmo"))
+    failed = run(*args, preexec=file_size_limit(limit))
+    assert clean_failure(failed).endswith(f"{out}/reg.jsonl: cannot write output: File too large")
+    assert not (out / "reg.jsonl").exists() and not (out / "manifest.jsonl").exists()
+    (src / "reg.jsonl").write_text(big + "\n")
+    (src / "one.json").write_text(json.dumps({"tools": tools * 2}))
+    failed = run(*args, preexec=file_size_limit(limit))
+    assert clean_failure(failed).endswith(f"{out}/one.json: cannot write output: File too large")
+    done = run(*args)
+    assert done.returncode == 0, done.stderr
+    assert (out / "reg.jsonl").is_file() and (out / "manifest.jsonl").is_file()
+
+
 # -- /dev/full, /dev/stdout, FIFOs where a path is asked for ---------------------------------
 
 

@@ -100,7 +100,8 @@ class _Publisher:
             self.rows += span.rows
 
         for item, result in zip(batch, results):
-            with _as_output_error(self.out):
+            sink = getattr(item, "sink", None)  # (a write with no file name names its output)
+            with _as_output_error(self.out, None if sink is None else sink.rel):
                 if isinstance(item, ReusedRun):
                     if item.adjacent:
                         self._carry_adjacent(item, copying, copy)
@@ -451,19 +452,21 @@ def _manifest_temp(target: Path, out: Path, tmp: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _as_output_error(out: Path) -> Iterator[None]:
+def _as_output_error(out: Path, rel: str | None = None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
         if isinstance(exc, OutputError):
             raise
-        raise OutputError(f"{_user_path(exc, out)}: cannot write output: {exc.strerror or exc}") from exc
+        raise OutputError(f"{_user_path(exc, out, rel)}: cannot write output: "
+                          f"{exc.strerror or exc}") from exc
 
 
-def _user_path(exc: OSError, out: Path) -> object:
-    """What an error names: the output it was about (a rename's target), never a temp file of
-    ours (the user never asked for it), else OUT."""
+def _user_path(exc: OSError, out: Path, rel: str | None = None) -> object:
+    """What an error names: the output it was about (a rename's target, else `rel`, the
+    output being written: a write that fails, the disk full, names no file), never a temp
+    file of ours (the user never asked for it), else OUT."""
     for name in (exc.filename2, exc.filename):
         if name is not None and TMP_DIR not in Path(os.fsdecode(name)).parts:
             return name
-    return out
+    return out / rel if rel else out
