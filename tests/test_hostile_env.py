@@ -203,6 +203,21 @@ def _jsonl_tree(tmp_path: Path, files: int) -> Path:
     return src
 
 
+def test_a_rerun_reusing_many_jsonl_outputs_line_by_line_works_under_ulimit_n_64(
+        tmp_path: Path) -> None:
+    """Reused document by document (its fingerprint lost), each JSONL output was held open
+    to the end of the run: 150 of them, and under `ulimit -n 64` the run died with a
+    traceback."""
+    src = _jsonl_tree(tmp_path, 150)
+    out = tmp_path / "out"
+    assert compress(tmp_path, src, "--workers", "2").returncode == 0
+    (out / ".manifest.streams.json").unlink()
+    done = compress(tmp_path, src, "--workers", "2", "--incremental", preexec=open_files_limit(64))
+    assert done.returncode == 0, done.stderr
+    summary = compress(tmp_path, src, "--incremental", "--json")
+    assert json.loads(summary.stdout)["unchanged"] == 300
+
+
 # -- folders it may not write -----------------------------------------------------------------
 
 _PR_CAPBSET_DROP = 24

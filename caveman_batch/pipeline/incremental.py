@@ -534,15 +534,25 @@ def _reuse(doc: Document, previous: _Previous, config: Config) -> Result | None:
     return Result(data, fresh, touch=digest, in_place=in_place)
 
 
+# JSONL and array outputs held open while their documents are reused one by one: a few,
+# not one per output (a rerun of a tree of 150 JSONL files, its fingerprint lost, held 150
+# and then failed, with a traceback, under `ulimit -n 64`); documents come in input order,
+# so each output's are read one after another
+_OPEN_OUTPUTS: Final = 8
+
+
 def _read_output(out: Path, where: Any, digest: Any,
                  fds: dict[str, int]) -> tuple[bytes, list[int] | None] | None:
     """The previous run's output bytes if still in place and intact, and for an output
     file of its own its identity (fstat of what was read)."""
     try:
         if "offset" in where:  # a JSONL/array output: one open file for all its documents
-            fd = fds.get(where["path"])
+            fd = fds.pop(where["path"], None)
             if fd is None:
-                fd = fds[where["path"]] = os.open(out / where["path"], os.O_RDONLY)
+                if len(fds) >= _OPEN_OUTPUTS:  # the least recently read one closed
+                    os.close(fds.pop(next(iter(fds))))
+                fd = os.open(out / where["path"], os.O_RDONLY)
+            fds[where["path"]] = fd  # (last: the most recently read)
             data, identity = os.pread(fd, where["length"], where["offset"]), None
         else:
             fd = os.open(out / where["path"], os.O_RDONLY)
