@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import re
+import resource
 import sys
 import traceback
 from collections.abc import Sequence
@@ -663,6 +664,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stderr.close()  # the reader went away (| head): nothing to report
         return 0
     except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return _fail(_out_of_descriptors(exc), 2)
         if exc.filename is not None or exc.errno not in _STREAM_FULL:
             traceback.print_exc()
             return _fail("internal error (traceback above)", 2)
@@ -676,6 +679,17 @@ def _main(argv: Sequence[str] | None) -> int:
         traceback.print_exc()
         return _fail("internal error (traceback above)", 2)
     return 0
+
+
+def _out_of_descriptors(exc: OSError) -> str:
+    """A run out of file descriptors (`ulimit -n` too low for a process pool, an index
+    writer and the store): said so, with the limit, not as a bug's traceback."""
+    where = f" ({exc.filename})" if exc.filename is not None else ""
+    if exc.errno == errno.ENFILE:
+        return f"the system ran out of open files{where}: {exc.strerror}; close some and run again"
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (f"too many open files{where}: this process may open {soft:,} (ulimit -n); "
+            "raise the limit (ulimit -n 1024) and run again")
 
 
 # what writing to a full standard output raises (no file name: ours name theirs)

@@ -197,6 +197,18 @@ def refuse_not_there(sources: Sequence[str]) -> None:
             raise UsageError(f"{src}: {missing}: nothing was read or written")
 
 
+# what opening a file or folder fails with for want of this process's (or the system's)
+# resources, not the file's: the run fails (exit 2). As an error row, a cron job under a low
+# `ulimit -n` marked every source unreadable and exited 0.
+_OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def _not_the_sources(exc: OSError) -> None:
+    """Raises `exc` if it says nothing about the source (see _OUT_OF_RESOURCES)."""
+    if exc.errno in _OUT_OF_RESOURCES:
+        raise exc
+
+
 def _not_there(path: Path) -> str | None:
     """Why a SRC named on the command line cannot be looked at (a symlink followed), or None
     if it can (reading it may still fail: its error row says why)."""
@@ -242,7 +254,8 @@ def _walk(root: Path, base: str, skip: Path, follow: bool = False) -> Iterator[t
                 continue
             with os.scandir(folder) as it:
                 found = list(it)
-        except OSError:
+        except OSError as exc:
+            _not_the_sources(exc)
             # unreadable: an error row of its own (os.walk would skip it in silence), and
             # its outputs of the last run stay (they are not stale: their sources are unknown)
             yield folder.rstrip("/") or folder, rel, "folder"
@@ -341,6 +354,7 @@ def _open_then(path: str, rel: str, body: object, small: object = None) -> Itera
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
+        _not_the_sources(exc)
         yield from _unread(path, rel, f"cannot read: {exc.strerror or exc}",
                            keep=not isinstance(exc, FileNotFoundError))
         return

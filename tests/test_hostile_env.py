@@ -218,6 +218,25 @@ def test_a_rerun_reusing_many_jsonl_outputs_line_by_line_works_under_ulimit_n_64
     assert json.loads(summary.stdout)["unchanged"] == 300
 
 
+def test_too_few_file_descriptors_for_the_pool_is_a_clear_error(tmp_path: Path) -> None:
+    src = _jsonl_tree(tmp_path, 20)
+    failed = compress(tmp_path, src, "--workers", "2", preexec=open_files_limit(16))
+    line = clean_failure(failed)
+    assert "too many open files" in line and "may open 16 (ulimit -n)" in line
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert compress(tmp_path, src, "--workers", "2").returncode == 0
+
+
+def test_sources_that_cannot_be_opened_for_want_of_descriptors_fail_the_run(tmp_path: Path) -> None:
+    """EMFILE is this process's limit, not the source's: each source became an error row
+    ("cannot read: Too many open files") and the run exited 0, its manifest all errors."""
+    src = _jsonl_tree(tmp_path, 20)
+    failed = compress(tmp_path, src, preexec=open_files_limit(8))
+    line = clean_failure(failed)
+    assert "too many open files" in line and str(src / "r000.jsonl") in line
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
 # -- folders it may not write -----------------------------------------------------------------
 
 _PR_CAPBSET_DROP = 24
