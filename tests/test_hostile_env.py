@@ -152,6 +152,44 @@ def test_an_output_that_cannot_be_written_is_named(tmp_path: Path, workers: str)
     assert (out / "reg.jsonl").is_file() and (out / "manifest.jsonl").is_file()
 
 
+@pytest.mark.parametrize("command", ["recover", "shrink"])
+def test_dash_o_that_cannot_take_the_bytes_keeps_the_file_it_had(command: str, tmp_path: Path) -> None:
+    src = registry(tmp_path, 1)
+    catalog = tmp_path / "big.json"
+    catalog.write_text(json.dumps({"tools": [json.loads(CATALOG)["tools"][0] | {"name": f"t{i}"}
+                                             for i in range(200)]}))
+    url = f"lmdb://{tmp_path}/ccr"
+    shrunk = run("shrink", str(catalog), "--store", url)
+    handle = json.loads(shrunk.stderr.decode())["handle"]
+    target = tmp_path / "target.bin"
+    target.write_bytes(b"the good file")
+    args = ["recover", handle] if command == "recover" else ["shrink", str(catalog)]
+    failed = run(*args, "-o", str(target), "--store", url, preexec=file_size_limit(20_000))
+    assert failed.returncode == 2, failed.stderr
+    assert f"{target}: cannot write: File too large" in failed.stderr.decode()
+    assert "Traceback" not in failed.stderr.decode()
+    assert target.read_bytes() == b"the good file"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert src.is_dir()
+
+
+def test_an_index_that_cannot_be_written_fails_the_run_and_a_rerun_builds_it(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    tools = [{"name": f"tool_{i}_alpha", "description": f"Fetch widget {i} from the warehouse.",
+              "inputSchema": {"type": "object", "properties": {f"p{i}": {"type": "string"}}}}
+             for i in range(400)]
+    (src / "big.json").write_text(json.dumps({"tools": tools}))
+    index = tmp_path / "index.db"
+    failed = compress(tmp_path, src, "--index", str(index), preexec=file_size_limit(200_000))
+    assert f"search index {index}" in clean_failure(failed)
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert compress(tmp_path, src, "--index", str(index)).returncode == 0
+    found = run("search", "widget 7", "--index", str(index), "--json", "--no-embed")
+    assert found.returncode == 0, found.stderr
+    assert any(hit["name"] == "tool_7_alpha" for hit in json.loads(found.stdout))
+
+
 # -- /dev/full, /dev/stdout, FIFOs where a path is asked for ---------------------------------
 
 
@@ -264,3 +302,33 @@ def _modes_bind() -> bool:
 MODES_BIND = pytest.mark.skipif(not _modes_bind(), reason="cannot drop CAP_DAC_OVERRIDE here")
 
 
+@MODES_BIND
+@pytest.mark.parametrize("where", ["out", "out-parent", "out-subfolder", "index-folder"])
+def test_a_folder_it_may_not_write_is_a_clear_error_and_nothing_is_published(
+        where: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "one.json").write_text(CATALOG)
+    (src / "two.json").write_text(CATALOG.replace("thing", "task"))
+    out = tmp_path / "box" / "out" if where == "out-parent" else tmp_path / "out"
+    locked = {"out": out, "out-parent": out.parent, "out-subfolder": out / "a",
+              "index-folder": tmp_path / "ix"}[where]
+    if where == "out-subfolder":
+        assert compress(tmp_path, src).returncode == 0
+        (src / "a" / "one.json").write_text(CATALOG.replace("thing", "chore"))
+    locked.mkdir(parents=True, exist_ok=True)
+    manifest = out / "manifest.jsonl"
+    before = manifest.read_bytes() if manifest.exists() else None
+    extra = ["--index", str(locked / "index.db")] if where == "index-folder" else []
+    locked.chmod(0o555)
+    try:
+        failed = run("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+                     "--quiet", *extra, preexec=_bound_by_modes)
+    finally:
+        locked.chmod(0o755)
+    line = clean_failure(failed)
+    assert "Permission denied" in line and str(locked) in line, line
+    assert (manifest.read_bytes() if manifest.exists() else None) == before
+    done = run("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+               "--quiet", *extra)
+    assert done.returncode == 0, done.stderr
