@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -273,6 +274,37 @@ def test_sources_that_cannot_be_opened_for_want_of_descriptors_fail_the_run(tmp_
     line = clean_failure(failed)
     assert "too many open files" in line and str(src / "r000.jsonl") in line
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_pool_cut_short_by_the_limit_beside_the_index_writer_fails_and_does_not_hang(
+        tmp_path: Path) -> None:
+    """Just short of enough descriptors, the pool forked its first worker and failed on its
+    second; its shutdown left that worker running, holding the index writer's stdin open,
+    so the writer never ended and the run hung for ever. Where that limit lies depends on
+    the machine: found by bisection, every attempt on the way a clean failure or a run."""
+    src = _jsonl_tree(tmp_path, 3)
+    out, index = tmp_path / "out", tmp_path / "index.db"
+
+    def works(limit: int) -> bool:
+        shutil.rmtree(out, ignore_errors=True)
+        for stale in tmp_path.glob("index.db*"):
+            stale.unlink()
+        done = subprocess.run(
+            [*CLI, "compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
+             "--workers", "2", "--quiet", "--index", str(index)], env=dict(os.environ),
+            capture_output=True, timeout=20, preexec_fn=open_files_limit(limit))
+        if done.returncode:
+            assert "too many open files" in clean_failure(done)
+        return done.returncode == 0
+
+    fails, runs = 16, 48  # (a bound not probed unless need be: each run costs ~0.8 s)
+    while runs - fails > 1:
+        middle = (fails + runs) // 2
+        if works(middle):
+            runs = middle
+        else:
+            fails = middle
+    assert runs < 48 or works(48)  # (the last attempt that failed was the limit just short)
 
 
 # -- folders it may not write -----------------------------------------------------------------

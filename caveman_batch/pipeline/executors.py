@@ -161,7 +161,16 @@ class ProcessPool:
 
     def shutdown(self) -> None:
         if self.pool is not None:
+            # A pool whose start failed part-way (EMFILE forking its second worker, under
+            # a low `ulimit -n`) has a worker its shutdown does not stop: forked, it held
+            # the index writer's stdin open, so the writer never saw it closed and the run
+            # hung for ever. Every worker started is gone when this returns.
+            started = list((getattr(self.pool, "_processes", None) or {}).values())
             self.pool.shutdown(cancel_futures=True)
+            for process in started:
+                if process.is_alive():
+                    process.kill()
+                process.join()
 
 
 def _spool_folder(temps: list[str | None]) -> bool:
