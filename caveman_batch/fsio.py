@@ -118,6 +118,7 @@ def staged_write(path: Path, data: bytes) -> Path:
     path = Path(path)
     mode = _mode_of(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # (as atomic_writer)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc

@@ -364,3 +364,11 @@ def test_a_folder_it_may_not_write_is_a_clear_error_and_nothing_is_published(
     done = run("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
                "--quiet", *extra)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_changes_file_in_a_folder_not_made_yet_gets_its_folder(tmp_path: Path) -> None:
+    src = registry(tmp_path, 2)
+    changes = tmp_path / "hooks" / "changes.jsonl"
+    done = compress(tmp_path, src, "--changes", str(changes))
+    assert done.returncode == 0, done.stderr
+    assert changes_of(changes) == ["added", "added"]
