@@ -372,3 +372,12 @@ def test_a_changes_file_in_a_folder_not_made_yet_gets_its_folder(tmp_path: Path)
     done = compress(tmp_path, src, "--changes", str(changes))
     assert done.returncode == 0, done.stderr
     assert changes_of(changes) == ["added", "added"]
+
+
+def test_an_index_in_a_folder_not_made_yet_gets_its_folder(tmp_path: Path) -> None:
+    """As OUT's and the store's: it was exit 2, "No such file or directory"."""
+    src = registry(tmp_path, 2)
+    index = tmp_path / "search" / "index.db"
+    done = compress(tmp_path, src, "--index", str(index))
+    assert done.returncode == 0, done.stderr
+    assert index.is_file()

@@ -129,6 +129,11 @@ def _index_locked(index: Path | None) -> Iterator[None]:
         yield
         return
     lock = index.with_name(index.name + ".lock")
+    try:  # its folder made, as OUT's and the store's are ("No such file or directory", exit 2)
+        index.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SearchIndexError(f"cannot open search index {index}: cannot create its folder: "
+                               f"{exc.strerror or exc}") from exc
     with _flocked(lock, lambda exc: SearchIndexError(f"cannot open search index {index}: {exc}"),
                   f"is building the search index {index}; wait for it to end, or give another index"):
         yield
