@@ -34,6 +34,7 @@ from caveman_batch.store import (
     local_path,
     missing_store,
     path_url,
+    sqlite_folder_hint,
 )
 
 BUSY_TIMEOUT_S = 60.0
@@ -51,7 +52,8 @@ def _translated(path: Path, action: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise StoreError(f"sqlite://{path}: {action} failed: {exc}") from exc
+        raise StoreError(f"sqlite://{path}: {action} failed: {exc}{sqlite_folder_hint(path)}"
+                         ) from exc
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:

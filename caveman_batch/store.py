@@ -371,6 +371,18 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
+def sqlite_folder_hint(path: Path | str) -> str:
+    """What to add to SQLite's "attempt to write a readonly database" (or "unable to open
+    database file") for a file this process may write in a folder it may not: the folder
+    is at fault, where SQLite makes the file's -wal and -shm (the message blamed the file,
+    whose mode was fine)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.access(path, os.W_OK) and not os.access(folder, os.W_OK):
+        return (f" (its folder {folder} is not writable here, and SQLite makes the file's "
+                f"-wal and -shm beside it)")
+    return ""
+
+
 def local_path(location: str) -> Path:
     """A store location as an absolute path (`~` expanded)."""
     if not location:

@@ -41,6 +41,7 @@ from .errors import (
     SearchIndexNotFoundError,
     SearchIndexOutdatedError,
 )
+from .store import sqlite_folder_hint
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 
 if TYPE_CHECKING:
@@ -413,6 +414,7 @@ class ToolIndex:
                     hint = (" (its tools have no vectors of this embedder yet, and it is "
                             "read-only here: search it with --no-embed, or build it with the "
                             "embed extra installed)")
+                hint = sqlite_folder_hint(location) or hint  # (--no-embed would not help)
                 raise SearchIndexError(f"cannot open search index {location}: {exc}{hint}"
                                        ) from exc
             raise

@@ -381,3 +381,29 @@ def test_an_index_in_a_folder_not_made_yet_gets_its_folder(tmp_path: Path) -> No
     done = compress(tmp_path, src, "--index", str(index))
     assert done.returncode == 0, done.stderr
     assert index.is_file()
+
+
+@MODES_BIND
+@pytest.mark.parametrize("kind", ["store", "index"])
+def test_an_sqlite_file_in_a_folder_it_may_not_write_names_the_folder(kind: str, tmp_path: Path) -> None:
+    """SQLite makes a WAL database's -wal and -shm beside it: in a folder this process may
+    not write, the message was "attempt to write a readonly database", blaming the file,
+    whose mode was fine."""
+    src = registry(tmp_path, 1)
+    folder = tmp_path / "db"
+    url = f"sqlite://{folder}/ccr.db" if kind == "store" else f"lmdb://{tmp_path}/ccr"
+    index = folder / "index.db"
+    args = ["compress", str(src), "-o", str(tmp_path / "out"), "--store", url, "--quiet"]
+    assert run(*args, "--index", str(index)).returncode == 0
+    folder.chmod(0o555)
+    try:
+        if kind == "store":
+            failed = run(*args, preexec=_bound_by_modes)
+        else:
+            failed = run("search", "thing", "--index", str(index), "--no-embed",
+                         preexec=_bound_by_modes)
+    finally:
+        folder.chmod(0o755)
+    assert clean_failure(failed).endswith(
+        f"(its folder {folder} is not writable here, and SQLite makes the file's -wal and "
+        "-shm beside it)")
