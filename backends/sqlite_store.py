@@ -35,6 +35,7 @@ from caveman_batch.store import (
     missing_store,
     path_url,
     sqlite_folder_hint,
+    sqlite_io_hint,
 )
 
 BUSY_TIMEOUT_S = 60.0
@@ -52,8 +53,8 @@ def _translated(path: Path, action: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise StoreError(f"sqlite://{path}: {action} failed: {exc}{sqlite_folder_hint(path)}"
-                         ) from exc
+        hint = sqlite_io_hint(exc) or sqlite_folder_hint(path)
+        raise StoreError(f"sqlite://{path}: {action} failed: {exc}{hint}") from exc
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:

@@ -383,6 +383,14 @@ def sqlite_folder_hint(path: Path | str) -> str:
     return ""
 
 
+def sqlite_io_hint(exc: BaseException) -> str:
+    """What to add to SQLite's plain "disk I/O error": a write past a file size limit
+    (EFBIG) is reported so, where a full disk is "database or disk is full"."""
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    return " (a full disk or a file size limit is reported so too)" if name.startswith(
+        "SQLITE_IOERR") else ""
+
+
 def local_path(location: str) -> Path:
     """A store location as an absolute path (`~` expanded)."""
     if not location:

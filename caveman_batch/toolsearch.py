@@ -41,7 +41,7 @@ from .errors import (
     SearchIndexNotFoundError,
     SearchIndexOutdatedError,
 )
-from .store import sqlite_folder_hint
+from .store import sqlite_folder_hint, sqlite_io_hint
 from .toolvectors import FUSION_DEPTH, VECTOR_SCHEMA, ToolVectors, fuse_weighted, top
 
 if TYPE_CHECKING:
@@ -414,7 +414,8 @@ class ToolIndex:
                     hint = (" (its tools have no vectors of this embedder yet, and it is "
                             "read-only here: search it with --no-embed, or build it with the "
                             "embed extra installed)")
-                hint = sqlite_folder_hint(location) or hint  # (--no-embed would not help)
+                hint = (sqlite_folder_hint(location) or sqlite_io_hint(exc)
+                        or hint)  # (the folder first: --no-embed would not help)
                 raise SearchIndexError(f"cannot open search index {location}: {exc}{hint}"
                                        ) from exc
             raise
@@ -617,7 +618,8 @@ class ToolIndex:
                 db.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
                 self._merge_settings(db, _MERGE_DEFAULTS)
         except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}"
+                                   f"{sqlite_io_hint(exc)}") from None
 
     def merge_as_usual(self) -> None:
         """FTS5's own merge settings again, after a build that left few segments (they are
@@ -626,7 +628,8 @@ class ToolIndex:
             with self._transaction() as db:
                 self._merge_settings(db, _MERGE_DEFAULTS)
         except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}"
+                                   f"{sqlite_io_hint(exc)}") from None
 
     def defer_merges(self) -> None:
         """For a build of many transactions, ended by `optimize`: segments are merged
@@ -636,7 +639,8 @@ class ToolIndex:
             with self._transaction() as db:
                 self._merge_settings(db, _MERGE_DEFERRED)
         except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}"
+                                   f"{sqlite_io_hint(exc)}") from None
 
     @staticmethod
     def _merge_settings(db: sqlite3.Connection, settings: Iterable[tuple[str, int]]) -> None:
@@ -680,7 +684,8 @@ class ToolIndex:
                     db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
             self._forget_vectors()
         except sqlite3.Error as exc:
-            raise SearchIndexError(f"cannot write search index {self.location}: {exc}") from None
+            raise SearchIndexError(f"cannot write search index {self.location}: {exc}"
+                                   f"{sqlite_io_hint(exc)}") from None
 
     @staticmethod
     def _unfile_moved(db: sqlite3.Connection, replace: Sequence[tuple[Any, ...]]) -> None:

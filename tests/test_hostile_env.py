@@ -183,12 +183,31 @@ def test_an_index_that_cannot_be_written_fails_the_run_and_a_rerun_builds_it(tmp
     (src / "big.json").write_text(json.dumps({"tools": tools}))
     index = tmp_path / "index.db"
     failed = compress(tmp_path, src, "--index", str(index), preexec=file_size_limit(200_000))
-    assert f"search index {index}" in clean_failure(failed)
+    line = clean_failure(failed)  # (SQLite says only "disk I/O error" of EFBIG)
+    assert f"search index {index}" in line
+    assert line.endswith("(a full disk or a file size limit is reported so too)"), line
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
     assert compress(tmp_path, src, "--index", str(index)).returncode == 0
     found = run("search", "widget 7", "--index", str(index), "--json", "--no-embed")
     assert found.returncode == 0, found.stderr
     assert any(hit["name"] == "tool_7_alpha" for hit in json.loads(found.stdout))
+
+
+def test_an_sqlite_store_that_cannot_be_written_says_why_and_a_rerun_commits(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    tools = [{"name": f"tool_{i}", "description": f"Fetch widget {i} from the warehouse.",
+              "inputSchema": {"type": "object"}} for i in range(400)]
+    (src / "big.json").write_text(json.dumps({"tools": tools}))
+    url = f"sqlite://{tmp_path}/ccr.db"
+    args = ["compress", str(src), "-o", str(tmp_path / "out"), "--store", url, "--quiet"]
+    failed = run(*args, preexec=file_size_limit(12_000))
+    line = clean_failure(failed)  # (SQLite says only "disk I/O error" of EFBIG)
+    assert line.startswith(f"caveman-batch: error: {url}: ") and line.endswith(
+        "failed: disk I/O error (a full disk or a file size limit is reported so too)"), line
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert run(*args).returncode == 0
+    assert run("verify", "--store", url).returncode == 0
 
 
 # -- /dev/full, /dev/stdout, FIFOs where a path is asked for ---------------------------------
