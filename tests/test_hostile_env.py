@@ -354,7 +354,8 @@ MODES_BIND = pytest.mark.skipif(not _modes_bind(), reason="cannot drop CAP_DAC_O
 
 
 @MODES_BIND
-@pytest.mark.parametrize("where", ["out", "out-parent", "out-subfolder", "index-folder"])
+@pytest.mark.parametrize("where", ["out", "out-parent", "out-subfolder", "out-written-before",
+                                   "index-folder"])
 def test_a_folder_it_may_not_write_is_a_clear_error_and_nothing_is_published(
         where: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
@@ -363,8 +364,8 @@ def test_a_folder_it_may_not_write_is_a_clear_error_and_nothing_is_published(
     (src / "two.json").write_text(CATALOG.replace("thing", "task"))
     out = tmp_path / "box" / "out" if where == "out-parent" else tmp_path / "out"
     locked = {"out": out, "out-parent": out.parent, "out-subfolder": out / "a",
-              "index-folder": tmp_path / "ix"}[where]
-    if where == "out-subfolder":
+              "out-written-before": out, "index-folder": tmp_path / "ix"}[where]
+    if where in ("out-subfolder", "out-written-before"):  # (its lock file there already)
         assert compress(tmp_path, src).returncode == 0
         (src / "a" / "one.json").write_text(CATALOG.replace("thing", "chore"))
     locked.mkdir(parents=True, exist_ok=True)
@@ -379,6 +380,7 @@ def test_a_folder_it_may_not_write_is_a_clear_error_and_nothing_is_published(
         locked.chmod(0o755)
     line = clean_failure(failed)
     assert "Permission denied" in line and str(locked) in line, line
+    assert "cannot create output folder" not in line or not out.is_dir(), line  # (it was there)
     assert (manifest.read_bytes() if manifest.exists() else None) == before
     done = run("compress", str(src), "-o", str(out), "--store", f"lmdb://{tmp_path}/ccr",
                "--quiet", *extra)

@@ -298,8 +298,9 @@ def _prepare_out(out: Path) -> Path:
         tmp = out / TMP_DIR
         shutil.rmtree(tmp, ignore_errors=True)  # debris of a killed run
         tmp.mkdir()
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
+    except OSError as exc:  # (OUT there, its lock file too, but OUT not ours to write)
+        what = "write to the output folder" if out.is_dir() else "create output folder"
+        raise OutputError(f"{out}: cannot {what}: {exc.strerror or exc}") from exc
     return out
 
 
