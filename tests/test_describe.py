@@ -424,6 +424,9 @@ def test_custom_thresholds() -> None:
     "You mustn’t retry.", "Deactivating is a prerequisite for deleting.",
     "Prerequisites: set the key.", "O campo não pode ser vazio.", "Le champ est requis.",
     "Dieses Feld ist erforderlich.", "El campo es necesario.",
+    # each holds one rule word or signal only (a mutant deleting it from `rules` survived)
+    "This is the legacy endpoint.", "Ratings run 1–5.", "Pass the run id.",
+    "Scores > 20 are flagged.", "TIP: the cache is shared.",
 ])
 def test_is_rule_positive(sentence: str) -> None:
     assert is_rule(sentence)
@@ -431,10 +434,32 @@ def test_is_rule_positive(sentence: str) -> None:
 
 
 @pytest.mark.parametrize("sentence", [F1, F2, "Returns the weather report for a city.", "Lists files.",
-                                      "Gets the current user.", "Creates a new issue in a repository."])
+                                      "Gets the current user.", "Creates a new issue in a repository.",
+                                      "Plays a piano tune."])  # "no" ends "piano": whole words only
 def test_is_rule_negative(sentence: str) -> None:
     assert not is_rule(sentence)
     assert rules.rule_category(sentence) is None
+
+
+def test_rule_category_of_a_signal_alone_is_warning() -> None:
+    assert rules.rule_category("⚠ Readings lag by a day.") == "warning"
+    assert rules.rule_category("Pass the run id.") == "instruction"
+
+
+def test_an_instruction_on_a_later_line_in_lower_case() -> None:
+    """A list item opening with the verb on the second line makes the unit an instruction."""
+    assert rules.opens_with_instruction("Steps\n- pass the run id")
+    assert rules.opens_with_instruction("Steps\nfirst a name\n- pass the run id")
+    assert not rules.opens_with_instruction("Steps\n- the run id")
+
+
+def test_rule_scan_offsets_survive_a_lower_that_lengthens() -> None:
+    """"İ".lower() is two characters: the scan's offsets stay those of the text."""
+    text = "İİİİİİİİ İzmir. Wind is never."
+    start = text.index("Wind")
+    scan = rules.RuleScan(text)
+    assert not scan.states_rule(0, start - 1)
+    assert scan.states_rule(start, len(text))
 
 
 # -- linear time: probes against every regex ---------------------------------------------------
