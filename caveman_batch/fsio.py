@@ -65,11 +65,11 @@ def write_stdout(data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path, *, durable: bool = True, new_mode: int | None = None) -> Iterator[BinaryIO]:
-    """Write to a temp file beside `path`; rename over it only if the block succeeds. The
-    file keeps the mode of the regular file it replaces; a new one gets `new_mode` (default:
-    0666 less the umask, as open() would)."""
-    path = Path(path)
+def _temp_beside(path: Path, *, durable: bool, new_mode: int | None) -> Iterator[tuple[BinaryIO, Path]]:
+    """A temp file beside `path` and its name: once the block succeeds, flushed (fsync'd if
+    `durable`) and given the mode of the regular file at `path` (a new one: `new_mode`,
+    default 0666 less the umask, as open() would); removed if anything fails. OutputError
+    naming `path`."""
     mode = _mode_of(path)
     if mode is None:
         mode = 0o666 & ~_umask() if new_mode is None else new_mode
@@ -80,20 +80,35 @@ def atomic_writer(path: Path, *, durable: bool = True, new_mode: int | None = No
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
-            yield fh
+            yield fh, Path(tmp)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        if durable:
-            fsync_dir(path.parent)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
             raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
         raise
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, *, durable: bool = True, new_mode: int | None = None) -> Iterator[BinaryIO]:
+    """Write to a temp file beside `path`; rename over it only if the block succeeds. The
+    file keeps the mode of the regular file it replaces; a new one gets `new_mode` (default:
+    0666 less the umask, as open() would)."""
+    path = Path(path)
+    with _temp_beside(path, durable=durable, new_mode=new_mode) as (fh, tmp):
+        yield fh
+    try:
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
 
 
 def _mode_of(path: Path) -> int | None:
@@ -115,26 +130,9 @@ def staged_write(path: Path, data: bytes) -> Path:
     for publish_staged to rename over it later: what can fail for want of space fails
     here, before whatever must come first is published. OutputError naming `path` (the
     temp file removed)."""
-    path = Path(path)
-    mode = _mode_of(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # (as atomic_writer)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-        raise
-    return Path(tmp)
+    with _temp_beside(Path(path), durable=True, new_mode=None) as (fh, tmp):
+        fh.write(data)
+    return tmp
 
 
 def publish_staged(tmp: Path, path: Path) -> None:
