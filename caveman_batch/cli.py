@@ -147,7 +147,7 @@ def _output_path(text: str | None, option: str = "-o") -> Path | None:
 
 
 def _file_path(text: str | None, option: str) -> Path | None:
-    """A file a run writes and keeps (--manifest, --changes): `-` is refused, not taken as
+    """A file a run writes and keeps (--manifest, --changes, --index): `-` is refused, not taken as
     a file named "-" (as it was) nor standard output, where the summary goes."""
     if text == "-":
         raise UsageError(f"{option} - : {option} takes a file, not standard output (where "
