@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .errors import QueryFileError
+from .errors import QueryFileError, SearchIndexInconsistentError
 from .toolsearch import Hit, ToolDoc, ToolIndex, search_fields
 from .toolspans import replace_surrogates
 
@@ -119,11 +119,29 @@ def compressed_copy(index: ToolIndex) -> ToolIndex:
     by_server: dict[str, list[ToolDoc]] = {}
     for doc in index.docs():
         fields = {key: replace_surrogates(text)  # (as the build has them: toolspans)
-                  for key, text in search_fields(json.loads(doc.definition)).items()}
+                  for key, text in search_fields(_definition(index, doc)).items()}
         by_server.setdefault(doc.server, []).append(
             ToolDoc(doc.server, doc.name, doc.handle, doc.definition, fields))
     copy.apply((server, docs, servers.get(server), None, None) for server, docs in by_server.items())
     return copy
+
+
+def _definition(index: ToolIndex, doc: ToolDoc) -> dict[str, Any]:
+    """A tool's compressed definition, parsed: what a build wrote is always a JSON object,
+    so anything else is a row edited by hand, refused as the reader refuses rows that
+    disagree (naming the tool, not a traceback)."""
+    try:
+        tool = json.loads(doc.definition)
+    except (ValueError, TypeError) as exc:  # (not JSON text, bytes of no UTF, NULL)
+        problem = f"not JSON ({exc})"
+    else:
+        if isinstance(tool, dict):
+            return tool
+        problem = f"a JSON {type(tool).__name__}, not an object"
+    raise SearchIndexInconsistentError(
+        f"search index {index.location}: the compressed definition of "
+        f"{json.dumps(f'{doc.server}/{doc.name}')} "
+        f"is {problem} (edited by hand?): rebuild it with `caveman-batch compress --index`")
 
 
 def compare_original(index: ToolIndex, queries: Sequence[Query]) -> dict[str, Any]:

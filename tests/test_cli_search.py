@@ -167,6 +167,30 @@ def test_compare_original(index_path: Path, tmp_path: Path, capsys: pytest.Captu
     assert report["compressed"] == report["original"] and report["delta"]["mrr"] == 0.0
 
 
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]", b"\xff{}"], ids=["not-json", "array", "bytes"])
+def test_compare_original_over_a_definition_edited_by_hand(index_path: Path, tmp_path: Path,
+                                                          body: str | bytes,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A definition row made something no build writes: --compare-original ended in a
+    traceback (a JSONDecodeError, an AttributeError of a list); it refuses the index as the
+    reader does, naming the tool, and leaves the file as it was."""
+    with contextlib.closing(sqlite3.connect(index_path)) as db, db:
+        db.execute("UPDATE definitions SET body = ? WHERE id = (SELECT definition_id FROM tools "
+                   "WHERE server = 'mail' AND name = 'send_email')", (body,))
+    before = _dump(index_path)
+    queries = _write(tmp_path, "send an email", "send_email")
+    code, out, err = _main(capsys, "eval", "search", str(queries), "--index", str(index_path),
+                           "--compare-original", "--no-embed")  # (one would add its vectors)
+    assert (code, out) == (1, "")
+    assert str(index_path) in err and '"mail/send_email"' in err and "compress --index" in err
+    assert "Traceback" not in err and _dump(index_path) == before
+
+
+def _dump(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return list(db.iterdump())
+
+
 def test_compare_original_over_a_tool_with_a_lone_surrogate(tmp_path: Path) -> None:
     """Its definition holds the \\ud800 as written: the copy's search text has U+FFFD in
     its place, as the build's (a UnicodeEncodeError ended the eval)."""
