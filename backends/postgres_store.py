@@ -90,12 +90,21 @@ def printable_url(location: str) -> str:
 def _check_user_part(location: str, url: str) -> None:
     """Refuse a second `@` before the first `/`: libpq ends the user part at the first `@`
     and reads the rest as the host, so a password spelled `p@ss` would be sent as `p`, and
-    libpq's error quote its tail as the host name (`failed to resolve host 'ss@db...'`)."""
-    _, rest, _ = _split_location(location)
+    libpq's error quote its tail as the host name (`failed to resolve host 'ss@db...'`).
+    Refuse an `@` after the first `/` when none comes before it: a password spelled `p/ss`."""
+    userinfo, rest, _ = _split_location(location)
     if "@" in rest.partition("/")[0]:
         raise StoreURLError(f"store URL {url!r} has an '@' in its user name or password: "
                             "write it as %40 (libpq ends the user part at the first '@', "
                             "and would take the rest for the host)")
+    if not userinfo and "@" in rest.partition("/")[2]:
+        # `app:pa/ss@db/ccr`: libpq ends the host part at the first `/`, so it would connect
+        # to host `app` (port `pa`) and send `ss@db/ccr`, the password's tail, as the
+        # database name, which a server there would quote back in its error
+        raise StoreURLError(f"store URL {url!r} has an '@' after its first '/': a '/' in a "
+                            "user name or password is written %2F, an '@' in a database name "
+                            "%40 (libpq ends the host part at the first '/', and would take "
+                            "the rest, password and all, for the database name)")
 
 
 def _passwords(location: str) -> list[str]:

@@ -122,6 +122,23 @@ def test_an_at_sign_in_the_password_is_refused_before_libpq_quotes_its_tail(url:
     assert canonical_url(url.replace("p@ss", "p%40ss")).startswith("postgresql://app@")
 
 
+@pytest.mark.parametrize("url", ["postgresql://app:pa/ss-s3cret@nohost.invalid/ccr",
+                                 "postgresql://app:12/ss-s3cret@nohost.invalid",
+                                 "postgresql://nohost.invalid/my@db"])
+def test_a_slash_in_the_password_is_refused_before_libpq_sends_its_tail(url: str) -> None:
+    """libpq ends the host part at the first `/`: it connected to host `app` (port `pa`)
+    and sent `ss-s3cret@nohost.invalid/ccr` as the database name, which a server there
+    quotes back (`database "ss-s3cret@..." does not exist`). An `@` in a database name
+    reads the same, so it is asked for as %40."""
+    for attempt in (lambda: canonical_url(url), lambda: open_store(url)):
+        with pytest.raises(StoreURLError) as exc:
+            attempt()
+        assert "s3cret" not in str(exc.value) and "%2F" in str(exc.value)
+        assert "%40" in str(exc.value) and exc.value.exit_code == 1
+    assert canonical_url(url.replace("pa/ss", "pa%2Fss").replace("12/ss", "12%2Fss")
+                         .replace("my@db", "my%40db")).startswith("postgresql://")
+
+
 def test_no_command_prints_the_password(postgres_url: str, tmp_path: Path) -> None:
     """The summary of compress (text, --json; the URL given or from CAVEMAN_CCR_STORE) and
     shrink's report named the store by the URL as given, password and all."""
