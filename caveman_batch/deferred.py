@@ -82,7 +82,8 @@ DEFAULT_SERVERS_STARTUP_TIMEOUT: Final = 15.0
 # one that lingers: every other upstream is served meanwhile)
 EXIT_WAIT: Final = 0.2
 # after a signal forwarded to the upstreams, the proxy ends once they have, or after this
-# long (each one left is then sent SIGTERM, then SIGKILL: stop_all)
+# long (each one left is then sent SIGKILL, or SIGTERM and SIGKILL if the signal was
+# another: stop_all)
 STOP_GRACE: Final = 5.0
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -1250,6 +1251,7 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     store = open_or_warn(store_url, err, without="tools are listed uncompressed")
     servers: list[Server] = []
     previous: dict[int, Any] = {}
+    proxy: DeferredProxy | None = None
     try:
         servers = _start(specs, settings, events, err)
         proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err, embedder)
@@ -1259,7 +1261,8 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for server, status in zip(servers, stop_all([s.up for s in servers])):
+        signalled = proxy.stopping if proxy is not None else None
+        for server, status in zip(servers, stop_all([s.up for s in servers], signalled=signalled)):
             server.status = exit_status(status)
         if store is not None:
             store.close()

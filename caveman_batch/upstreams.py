@@ -17,6 +17,7 @@ import os
 import queue
 import re
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -321,13 +322,22 @@ class Upstream:
             self.proc.send_signal(signum)
 
 
-def stop_all(upstreams: Sequence[Upstream], grace: float = 5.0) -> list[int]:
+def stop_all(upstreams: Sequence[Upstream], grace: float = 5.0,
+             signalled: int | None = None) -> list[int]:
     """Each one's exit status once all have exited: every stdin closed, then SIGTERM to
     those still running after `grace`, then SIGKILL; the waits run side by side (one
-    after another, three upstreams that ignore their end of file took 15 s)."""
+    after another, three upstreams that ignore their end of file took 15 s).
+
+    `signalled`: the signal each was sent a grace ago (a proxy's, forwarded), so none is
+    waited for again on its end of file: SIGKILL at once after a SIGTERM, else SIGTERM
+    first (an upstream that ignores the SIGTERM it was sent took 15 s to stop)."""
     for up in upstreams:
         up.close_stdin()
-    for ask in (None, Upstream.terminate, Upstream.kill):
+    asks: tuple[Callable[[Upstream], None] | None, ...] = (
+        (None, Upstream.terminate, Upstream.kill) if signalled is None
+        else (Upstream.kill,) if signalled == signal.SIGTERM
+        else (Upstream.terminate, Upstream.kill))
+    for ask in asks:
         running = [up for up in upstreams if up.proc.poll() is None]
         if not running:
             break

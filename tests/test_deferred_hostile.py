@@ -34,6 +34,8 @@ UPSTREAM = r'''
 import json, os, signal, subprocess, sys, time
 if os.environ.get("DEAF") == "term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ.get("DEAF") == "int":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 TOOLS = os.environ.get("TOOLS") or json.dumps([
     {"name": "echo", "description": "Echo a message back.", "inputSchema": {"type": "object"}}])
 log = open(os.environ["UPSTREAM_LOG"], "a") if os.environ.get("UPSTREAM_LOG") else None
@@ -375,15 +377,22 @@ def test_upstreams_that_ignore_their_end_of_input_are_stopped_side_by_side(
     assert time.monotonic() - began < 10
 
 
+@pytest.mark.parametrize(("signum", "deaf"), [(signal.SIGTERM, "term"), (signal.SIGINT, "int")],
+                         ids=["term", "int"])
 def test_a_signal_ends_the_proxy_even_if_an_upstream_ignores_it(
-        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
-    """SIGTERM goes to every upstream; one that ignores it is killed after 5 s (the proxy
-    waited for it for ever), and the proxy exits 128+15."""
-    w = wire(["--servers", _servers_file(tmp_path, upstream, {"a": {"DEAF": "term"}, "b": {}})])
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], signum: int,
+        deaf: str) -> None:
+    """The signal goes to every upstream; one that ignores it is stopped 5 s later (the
+    proxy waited for it for ever), and the proxy exits 128+N. Not waited for again on its
+    end of file: after a SIGTERM it is killed at once, after a SIGINT sent SIGTERM, which
+    it heeds (it took 15 s, as if it had never been signalled)."""
+    w = wire(["--servers", _servers_file(tmp_path, upstream, {"a": {"DEAF": deaf}, "b": {}})])
     w.start()
     assert text(w.call(1, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
-    w.proc.send_signal(signal.SIGTERM)
-    assert w.proc.wait(30) == 128 + signal.SIGTERM
+    began = time.monotonic()
+    w.proc.send_signal(signum)
+    assert w.proc.wait(30) == 128 + signum
+    assert time.monotonic() - began < 9
 
 
 @pytest.mark.parametrize("unbuffered", ["1", None], ids=["unbuffered", "buffered"])
