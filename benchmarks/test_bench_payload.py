@@ -28,8 +28,7 @@ TARGET_MB_PER_S = 60
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> list[po.Output]:
-    tmp = tmp_path_factory.mktemp("bench-payload")
-    real, _ = po.corpus(tmp)
+    real, _ = po.shared_corpus(lambda: tmp_path_factory.mktemp("payload-corpus"))
     return real + [po.api_json(), po.service_log(), po.tsc_output(), po.gcc_output(), po.eslint_output(),
                    po.ruff_output(), po.cargo_output()]
 

@@ -96,10 +96,11 @@ def test_has_is_in_behind_a_newline(pieces: list[str]) -> None:
         assert doc.has(needle) == (needle in "\n" + text)
 
 
-def test_fast_detection_is_the_plain_one_on_real_outputs(tmp_path: Path) -> None:
+def test_fast_detection_is_the_plain_one_on_real_outputs(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every detecting cut, on every real output of the corpus (colours stripped, as reduce
     reads it) and on a random mix of their lines, decides as the plain rule does."""
-    made, _ = po.corpus(tmp_path)
+    made, _ = po.shared_corpus(lambda: tmp_path_factory.mktemp("payload-corpus"))
     if len(made) < 20:
         pytest.skip(f"only {len(made)} real outputs made here")
     texts = [plain(o.data.decode("utf-8", "replace")) for o in made]

@@ -34,7 +34,7 @@ ROUTE_WAITING: tuple[str, ...] = ()
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, po.Output]:
-    made, skipped = po.corpus(tmp_path_factory.mktemp("payload-real"))
+    made, skipped = po.shared_corpus(lambda: tmp_path_factory.mktemp("payload-corpus"))
     corpus = {o.name: o for o in made}
     corpus.update({f"skipped:{name}": why for name, why in skipped.items()})  # type: ignore[misc]
     return corpus

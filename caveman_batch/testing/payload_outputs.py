@@ -1067,3 +1067,16 @@ def corpus(tmp: Path) -> tuple[list[Output], dict[str, str]]:
         except Missing as exc:
             skipped[name] = str(exc)
     return made, skipped
+
+
+_SHARED: list[tuple[list[Output], dict[str, str]]] = []
+
+
+def shared_corpus(folder: Callable[[], Path]) -> tuple[list[Output], dict[str, str]]:
+    """`corpus`, made once per process, in the folder `folder()` gives the first caller: the
+    tests and benchmarks that read it share one making (each made its own: ~13 s apiece)."""
+    if not _SHARED:
+        _SHARED.append(corpus(folder()))
+    made, skipped = _SHARED[0]
+    return list(made), dict(skipped)
+
