@@ -18,6 +18,7 @@ original line instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -41,6 +42,9 @@ MAX_REQUEST_BYTES: Final = 1 << 20
 MAX_RESPONSE_BYTES: Final = 256 << 20
 MAX_PENDING: Final = 4096
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+# after a signal forwarded to the upstream, how long it has to exit before the proxy stops
+# it: SIGKILL after a SIGTERM; after a SIGINT or SIGHUP, SIGTERM, then SIGKILL as long again
+STOP_GRACE: Final = 5.0
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -401,19 +405,46 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
             proc.kill()
 
 
-def _forward_signals(proc: subprocess.Popen[bytes]) -> dict[int, Any]:
-    """A signal to the proxy goes to the upstream; the proxy exits when it does."""
+@dataclass
+class _Stopping:
+    """The first signal forwarded to the upstream, and whether the proxy had to stop it."""
+
+    signum: int | None = None
+    forced: bool = False
+
+
+def _forward_signals(proc: subprocess.Popen[bytes]) -> tuple[dict[int, Any], _Stopping]:
+    """A signal to the proxy goes to the upstream; the proxy exits when it does, or once it
+    has stopped one that has not exited STOP_GRACE later (an upstream that ignored the
+    signal kept the proxy running for ever, and one killed with it left behind)."""
+    stopping = _Stopping()
     if threading.current_thread() is not threading.main_thread():
-        return {}
+        return {}, stopping
 
     def forward(signum: int, _frame: object) -> None:
         if proc.poll() is None:
             proc.send_signal(signum)
+            if stopping.signum is None:
+                stopping.signum = signum
+                threading.Thread(target=_stop_after_grace, args=(proc, stopping),
+                                 name="proxy-stop", daemon=True).start()
         else:  # it has exited (a child of its own holds its stdout): the signal is ours
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-    return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
+    return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}, stopping
+
+
+def _stop_after_grace(proc: subprocess.Popen[bytes], stopping: _Stopping) -> None:
+    for ask in ((proc.kill,) if stopping.signum == signal.SIGTERM
+                else (proc.terminate, proc.kill)):
+        try:
+            proc.wait(STOP_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            stopping.forced = True
+            with contextlib.suppress(OSError):
+                ask()
 
 
 def run(command: Sequence[str], store_url: str | None, *, debug: bool = False,
@@ -428,7 +459,7 @@ def run(command: Sequence[str], store_url: str | None, *, debug: bool = False,
     store = open_or_warn(store_url, err)
     try:
         proc = _spawn(command)
-        previous = _forward_signals(proc)
+        previous, stopping = _forward_signals(proc)
         try:
             status = _relay(proc, stdin_fd, stdout_fd, store, debug, err)
         finally:
@@ -437,6 +468,11 @@ def run(command: Sequence[str], store_url: str | None, *, debug: bool = False,
     finally:
         if store is not None:
             store.close()
+    if stopping.forced and stopping.signum is not None:  # (the exit is ours: 128+N)
+        raise UpstreamExited(
+            f"upstream {command[0]!r} had not exited {STOP_GRACE:g} s after the "
+            f"{signal.Signals(stopping.signum).name} forwarded to it: the proxy stopped it",
+            128 + stopping.signum)
     if status.code:
         raise UpstreamExited(_exit_message(command[0], proc.returncode), status.code)
     return status.stats

@@ -366,6 +366,34 @@ def test_signal_to_the_proxy_reaches_the_upstream(upstream: Upstream) -> None:
         proc.wait()
 
 
+DEAF_UPSTREAM = ("import signal, sys, time; signal.signal(signal.{}, signal.SIG_IGN); "
+                 "print('ready', flush=True); time.sleep(60)")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["term", "int"])
+def test_signal_to_the_proxy_stops_an_upstream_that_ignores_it(upstream: Upstream,
+                                                               signum: int) -> None:
+    """It is stopped 5 s later (SIGKILL after a SIGTERM; SIGTERM, which it heeds, after a
+    SIGINT) and the proxy exits 128+N saying so: it ran on for ever, and a client's own
+    SIGKILL of the proxy then left the upstream running."""
+    argv = [*entry_point(), "proxy", "--store", upstream.store, "--", sys.executable, "-c",
+            DEAF_UPSTREAM.format(signal.Signals(signum).name)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        began = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signum
+        assert 4 < time.monotonic() - began < 9
+        assert f"had not exited 5 s after the {signal.Signals(signum).name}".encode() in err
+        assert b"Traceback" not in err
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_signal_to_the_proxy_once_the_upstream_has_exited(upstream: Upstream) -> None:
     """The upstream is gone but a child of its own holds its stdout: a signal stops the
     proxy (it was swallowed, and the proxy ran on until that child ended)."""
