@@ -12,6 +12,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import sys
 import traceback
 from collections.abc import Sequence
@@ -553,6 +554,11 @@ def proxy_command(
                  [--startup-timeout SECONDS] (-- UPSTREAM... | --servers FILE)
     """
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}
+    if ctx.args and ctx.args[0].startswith("-") and shutil.which(ctx.args[0]) is None:
+        # (click drops the `--`: a mistyped option of ours reads as the upstream's name,
+        # and failed as "cannot start the upstream '--deffered'")
+        raise UsageError(f"no such option of proxy: {ctx.args[0]!r} (the upstream command "
+                         "comes after its options and --; see caveman-batch proxy --help)")
     store_url = minting_store_url(store)
     if not deferred:
         if always or servers is not None or embed is not None or startup_timeout is not None:

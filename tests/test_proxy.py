@@ -366,6 +366,17 @@ def test_signal_to_the_proxy_reaches_the_upstream(upstream: Upstream) -> None:
         proc.wait()
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["relay", "deferred"])
+def test_a_mistyped_option_is_named_not_started_as_the_upstream(deferred: bool) -> None:
+    """click drops the `--`, so `--deffered` read as the upstream's name: "cannot start
+    the upstream '--deffered'"; it is named as an option proxy does not have (exit 1)."""
+    argv = [*entry_point(), "proxy", *(["--deferred"] if deferred else []), "--stroe", "x",
+            "--", sys.executable, "-c", "pass"]
+    proc = subprocess.run(argv, input=b"", capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert b"no such option of proxy: '--stroe'" in proc.stderr and b"--help" in proc.stderr
+
+
 DEAF_UPSTREAM = ("import signal, sys, time; signal.signal(signal.{}, signal.SIG_IGN); "
                  "print('ready', flush=True); time.sleep(60)")
 
