@@ -102,6 +102,21 @@ def test_unknown_handle_and_bad_budget(capsysbinary: pytest.CaptureFixture[bytes
     assert _run(capsysbinary, "payload", "compress", str(src), "--max-chars", "10")[0] == 1
 
 
+@pytest.mark.parametrize(("option", "value", "least"), [("--max-chars", "399", 400),
+                                                   ("--max-lines", "4", 5),
+                                                   ("--max-line-chars", "255", 256)])
+def test_a_budget_below_its_floor_names_the_option(
+        capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, store_url: str,
+        option: str, value: str, least: int) -> None:
+    src = tmp_path / "small.txt"
+    src.write_bytes(b"fits\n")
+    code, out, err = _run(capsysbinary, "payload", "compress", str(src), option, value,
+                          "--store", store_url)
+    assert code == 1 and out == b""
+    assert f"{option} {value}: must be at least {least}" in err
+    assert not (tmp_path / "ccr.lmdb").exists()  # refused before the store is opened
+
+
 def _entry_point() -> Path:
     found = Path(sys.executable).parent / "caveman-batch"
     if not found.exists():

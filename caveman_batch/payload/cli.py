@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .. import fsio
+from ..errors import UsageError
 from ..sources import DEFAULT_MAX_BYTES, read_source
 from ..store import open_store
 from ..storeurl import minting_store_url, store_url
@@ -42,8 +43,14 @@ def compress(
 ) -> None:
     """Print a view of the output that fits the budget; the original goes to the store first."""
     from .core import reduce
-    from .model import Budget, Hint
+    from .model import MIN_CHARS, MIN_LINE_CHARS, MIN_LINES, Budget, Hint
 
+    for option, value, least in (("--max-chars", max_chars, MIN_CHARS),
+                                 ("--max-lines", max_lines, MIN_LINES),
+                                 ("--max-line-chars", max_line_chars, MIN_LINE_CHARS)):
+        if value is not None and value < least:  # (Budget says "max chars": name the option)
+            raise UsageError(f"{option} {value}: must be at least {least} (a view must hold "
+                             "its footer)")
     budget = Budget(max_chars, max_lines, max_line_chars)
     url = minting_store_url(store)
     label, raw = read_source(source, max_bytes)
