@@ -137,8 +137,8 @@ def parse_handle(text: str) -> str:
     hexpart = raw.lower()
     if not _HEX_RE.fullmatch(hexpart):
         raise InvalidHandleError(
-            f"invalid handle {text!r}: expected ccr_ followed by "
-            f"{MIN_PREFIX_HEX} to 64 hex digits",
+            f"invalid handle {text!r}: expected {MIN_PREFIX_HEX} to 64 hex digits, bare or "
+            f"after ccr_ or ccr://",
             text,
         )
     return hexpart

@@ -212,7 +212,10 @@ def test_recover_handle_forms(lmdb_url: str, capfdbinary: pytest.CaptureFixture[
 @pytest.mark.parametrize("bad", ["0" * 65, "xyz12345", "0" * 7, "", "ccr_", "ccr_../../x"])
 def test_malformed_handles(bad: str, lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     assert run_in_process(["recover", "--handle", bad, "--store", lmdb_url]) == 1
-    assert f"invalid handle {bad!r}".encode() in capfdbinary.readouterr().err
+    err = capfdbinary.readouterr().err
+    assert f"invalid handle {bad!r}".encode() in err
+    # every form recover takes is named (a bare hex prefix too short was told to add ccr_)
+    assert b"8 to 64 hex digits, bare or after ccr_ or ccr://" in err
 
 
 def test_unknown_handle(lmdb_url: str, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
