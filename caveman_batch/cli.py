@@ -550,7 +550,7 @@ def proxy_command(
     """Run an MCP stdio server behind a proxy that compresses its list responses.
 
     Usage: caveman-batch proxy [--store URL] [--debug] -- UPSTREAM_COMMAND [ARGS...]
-    or:    caveman-batch proxy --deferred [--always NAME ...] [--embed|--no-embed]
+    or:    caveman-batch proxy --deferred [--always NAME]... [--embed|--no-embed]
                  [--startup-timeout SECONDS] (-- UPSTREAM... | --servers FILE)
     """
     debug = debug or os.environ.get("CAVEMAN_SHRINK_DEBUG", "").strip().lower() in {"1", "true", "yes"}

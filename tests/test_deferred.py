@@ -240,6 +240,16 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "is not JSON" in capsys.readouterr().err
 
 
+def test_help_shows_always_once_per_name(capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--always a b -- CMD` takes b for the upstream command: the usage line must not
+    # read as one --always taking several names (it said `[--always NAME ...]`)
+    monkeypatch.setenv("COLUMNS", "200")  # (the usage line unwrapped)
+    assert main(["proxy", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert "[--always NAME]..." in out and "NAME ...]" not in out
+
+
 # -- on the wire --------------------------------------------------------------------------------
 
 
