@@ -38,7 +38,8 @@ def minting_store_url(url: str | None) -> str:
     handle named could never be recovered; unless $CAVEMAN_ALLOW_MEMORY_STORE is 1."""
     chosen = store_url(url)
     if split_store_url(chosen)[0] == "memory" and os.environ.get(ALLOW_MEMORY_ENV, "").strip() != "1":
-        raise UsageError(f"--store {chosen}: a memory:// store ends with this process, so no "
+        given = f"--store {chosen}" if url is not None else f"CAVEMAN_CCR_STORE={chosen}"
+        raise UsageError(f"{given}: a memory:// store ends with this process, so no "
                          f"handle this command names could ever be recovered; use lmdb:// or "
                          f"sqlite:// ({ALLOW_MEMORY_ENV}=1 allows it, for tests)")
     return chosen

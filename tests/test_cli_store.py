@@ -614,6 +614,9 @@ def test_memory_store_is_refused_where_handles_are_minted(tmp_path: Path) -> Non
             done = run(*args, env=env)
             assert done.returncode == 1, (args, done.stderr)
             assert b"memory://" in done.stderr and b"could ever be recovered" in done.stderr
+            # named where it was given: not --store when it came from the environment
+            given = b"CAVEMAN_CCR_STORE=memory://" if env else b"--store memory://"
+            assert given in done.stderr, (args, done.stderr)
             assert done.stdout == b"" and b"Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
     allowed = run("shrink", str(catalog), "--store", "memory://",
