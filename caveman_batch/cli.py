@@ -353,7 +353,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as a JSON array.")] = False,
     embed: EmbedOpt = None,
 ) -> None:
-    """The tools that best match QUERY, best first (bm25 over name, description, parameters)."""
+    """The tools that best match QUERY, best first (BM25 over name, description, parameters; hybrid: see --embed)."""
     from . import toolsearch  # the search commands' own imports: not every command's start-up
     from .embedding import choose_embedder
 

@@ -58,6 +58,14 @@ def test_search_text(index_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and out.splitlines()[0].split()[1] == "files/write_file"
 
 
+def test_search_help_says_it_is_hybrid_by_default(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # with the embed extra, search is hybrid unless --no-embed: its help said "bm25" alone
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = _main(capsys, "search", "-h")
+    assert code == 0 and "parameters; hybrid: see --embed" in out
+
+
 def test_missing_index_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, "search", "x", "--index", str(tmp_path / "none.db"))
     assert code == 1 and "none.db" in err
