@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import UsageError
-from .store import split_store_url
+from .errors import StoreURLError, UsageError
+from .store import canonical_url, split_store_url
 
 
 def default_store_url() -> str:
@@ -24,7 +24,12 @@ def store_url(url: str | None) -> str:
     """--store as given (an empty one is refused as such, never the default), else the
     default; checked before anything is opened or read."""
     chosen = default_store_url() if url is None else url
-    split_store_url(chosen)
+    try:
+        canonical_url(chosen)  # (the scheme known, and what its backend refuses in a URL)
+    except StoreURLError as exc:  # (one from the environment: named as such, not as a URL given)
+        if url is None and os.environ.get("CAVEMAN_CCR_STORE", "").strip():
+            raise StoreURLError(f"CAVEMAN_CCR_STORE: {exc}") from None
+        raise
     return chosen
 
 

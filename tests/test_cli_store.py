@@ -100,6 +100,19 @@ def test_recover_to_stdout_is_binary_safe_with_store_from_env(sqlite_url: str) -
     assert done.stdout == AWKWARD
 
 
+def test_a_bad_store_url_from_the_environment_is_named_as_such(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The message named the URL alone, as if it had been given as --store."""
+    handle = "ccr_" + "0" * 64
+    for url in ("lmbd:///tmp/x", "postgresql://app:s3cret@db/ccr#frag"):
+        monkeypatch.setenv("CAVEMAN_CCR_STORE", url)
+        assert run_in_process(["recover", handle]) == 1
+        err = capsys.readouterr().err
+        assert "CAVEMAN_CCR_STORE: " in err and "s3cret" not in err
+        assert run_in_process(["recover", handle, "--store", url]) == 1
+        assert "CAVEMAN_CCR_STORE" not in capsys.readouterr().err
+
+
 def test_store_option_overrides_env_and_output_file(lmdb_url: str, tmp_path: Path) -> None:
     [handle] = commit(lmdb_url, AWKWARD)
     decoy = f"sqlite://{tmp_path}/decoy.db"  # an empty store the env points at
