@@ -164,9 +164,11 @@ class IndexWriter:
     def __init__(self, path: str, embed: bool) -> None:
         self.path = path
         # the child's import path is this process's (as multiprocessing's spawn does): it
-        # imports this very package, wherever it was found
+        # imports this very package, wherever it was found; and its UTF-8 mode (the CLI's,
+        # under a locale that is not UTF-8: the paths it is sent are encoded as ours are)
+        utf8 = ["-X", "utf8"] if sys.flags.utf8_mode else []
         self._child = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
+            [sys.executable, *utf8, "-c", _BOOT, json.dumps(sys.path)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, close_fds=True)
         assert self._child.stdin is not None and self._child.stdout is not None
         _widen(self._child.stdin)

@@ -14,6 +14,7 @@ import os
 import resource
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -428,3 +429,37 @@ def test_an_sqlite_file_in_a_folder_it_may_not_write_names_the_folder(kind: str,
     assert clean_failure(failed).endswith(
         f"(its folder {folder} is not writable here, and SQLite makes the file's -wal and "
         "-shm beside it)")
+
+
+# -- a locale whose file names are not UTF-8 --------------------------------------------------
+
+
+def test_a_locale_that_is_not_utf8_names_files_as_a_utf8_one_does(tmp_path: Path) -> None:
+    """Under LC_ALL=C with Python's UTF-8 mode off (or any Latin-1 locale), Python decodes file
+    names by the locale: every UTF-8 name that is not ASCII (`é.json`) was an error row, "file
+    name is not UTF-8: skipped", with no output, and a store in a folder so named a traceback
+    (in a Latin-1 locale: mojibake in the manifest and the index's ids instead, and a name
+    truly not UTF-8 compressed). The CLI now runs itself in UTF-8 mode: the OUT, manifest and
+    index a UTF-8 locale gives (those below)."""
+    src = tmp_path / "src"
+    for name in ("é.json", "日本/ü.json", "a.json"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(CATALOG)
+    with open(os.fsencode(src) + b"/\xff.json", "w") as fh:  # not UTF-8: an error row
+        fh.write(CATALOG)
+    (tmp_path / "ü").mkdir()  # OUT, store and index under a name not ASCII
+    done = subprocess.run(
+        [*CLI, "compress", "src", "-o", "ü/out", "--store", "lmdb://ü/ccr", "--index",
+         "ü/index.db", "--no-embed", "--workers", "1", "--quiet"],
+        env={**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0"}, cwd=tmp_path,
+        capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    out = tmp_path / "ü" / "out"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("[!.]*.json")) == [
+        "a.json", "é.json", "日本/ü.json"]
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text("utf-8").splitlines()]
+    assert [(r["source"]["path"], r["status"]) for r in rows] == [
+        ("src/a.json", "ok"), ("src/é.json", "ok"), ("src/\\xff.json", "error"),
+        ("src/日本/ü.json", "ok")]
+    with sqlite3.connect(tmp_path / "ü" / "index.db") as db:
+        assert sorted(db.execute("SELECT server FROM servers")) == [("a",), ("é",), ("日本/ü",)]
