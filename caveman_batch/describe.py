@@ -362,7 +362,7 @@ def _enclose_pairs(glued: list[Sentence], marks: markup.Markup) -> list[Sentence
     out: list[Sentence] = []
     i = 0
     while i < len(glued):
-        last = j = reach.get(i, i)
+        j, last = i, reach.get(i, i)
         while j < last:  # a unit merged in may reach further
             j += 1
             last = max(last, reach.get(j, j))

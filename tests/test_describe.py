@@ -692,6 +692,15 @@ def test_a_pair_not_alone_on_its_lines_keeps_what_it_spans_together() -> None:
     assert reduce(f"Lists files. {F1} <tip>{F2} {F1}</tip>") == "Lists files."
 
 
+def test_pairs_in_running_text_that_share_a_unit_hold_together_as_one() -> None:
+    # the <i> pair joins the first two sentences, the <b> pair opens in the second: all
+    # three are one unit, and a rule in the third keeps the <b> that opens it
+    assert unit_texts("See <i>One. Two</i> <b>Three. Four</b> Five. Six.") == [
+        "See <i>One. Two</i> <b>Three. Four</b> Five.", "Six."]
+    text = f"Fetches data. See <i>One. Two</i> <b>Three. You must never delete it</b> here. {F1} {F2}"
+    assert reduce(text) == "Fetches data. See <i>One. Two</i> <b>Three. You must never delete it</b> here."
+
+
 def test_the_lead_is_not_cut_through_a_pair() -> None:
     text = f"<b>{F1}</b> {F2}\n\nLists files. Must be set."
     assert reduce(text) == "Lists files. Must be set."  # the first unit could lead only cut
