@@ -63,6 +63,8 @@ def test_fillers_state_no_rule() -> None:
     ("a\n- b", "a\n- b"),
     ("a\n 1. b", "a\n1. b"),
     ("a\n* b\n+ c\n• d\n2) e\n(iv) f\na) g", "a\n* b\n+ c\n• d\n2) e\n(iv) f\na) g"),
+    ("a\n100. b\n(viii) c", "a\n100. b\n(viii) c"),  # the longest numbers a list marker takes
+    ("a\n1000. b\n(viiii) c", "a 1000. b (viiii) c"),
     ("a\n-b", "a -b"),
     ("\n- a\n- b\n", "- a\n- b"),
     ("x", "x"),
@@ -108,9 +110,33 @@ def test_fold_idempotent_on_an_empty_list_item(text: str) -> None:
     ("Wait… Next one.", ["Wait…", "Next one."]),
     ("Lower case. after a period stays.", ["Lower case. after a period stays."]),
     ("At most 10. Use less.", ["At most 10. Use less."]),
+    ('Use "fast". Then wait.', ['Use "fast".', "Then wait."]),
+    ("It ends [see (here.)] Next one.", ["It ends [see (here.)]", "Next one."]),
+    ("It ends (see ‘here…’) Next one.", ["It ends (see ‘here…’)", "Next one."]),
+    ("First part\n\nsecond part starts lower.", ["First part", "second part starts lower."]),
+    ("Go to step 1. Then wait. Next one.", ["Go to step 1. Then wait.", "Next one."]),
+    ("Some fruit (e.g. Apples) is here. Next one.", ["Some fruit (e.g. Apples) is here.", "Next one."]),
+    ("Ask Dr. Who now. Next one.", ["Ask Dr. Who now.", "Next one."]),
+    ("Press A! Then go? Try 2? Next one.", ["Press A!", "Then go?", "Try 2?", "Next one."]),
 ])
 def test_split_sentences(text: str, expected: list[str]) -> None:
     assert sentences(text) == expected
+
+
+# Written out here, not read from describe._ABBREVIATIONS: a word dropped from that set
+# must fail this test.
+FROZEN_ABBREVIATIONS = """e.g i.e etc vs v cf approx incl excl esp ca resp fig no nos vol pp p
+    mr mrs ms dr prof st jr sr inc ltd co corp dept est min max sec hr hrs
+    jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun
+    a.m p.m u.s u.k e.u n.b al""".split()
+
+
+@pytest.mark.parametrize("word", FROZEN_ABBREVIATIONS)
+def test_a_period_after_an_abbreviation_ends_no_sentence(word: str) -> None:
+    text = f"Take {word}. Five of them here. Next one."
+    assert sentences(text) == [f"Take {word}. Five of them here.", "Next one."]
+    capital = word[0].upper() + word[1:]
+    assert sentences(f"Take {capital}. Five of them here. Next one.")[0] == f"Take {capital}. Five of them here."
 
 
 def test_sentence_offsets_index_the_folded_text() -> None:
@@ -125,6 +151,9 @@ def test_sentence_offsets_index_the_folded_text() -> None:
     ("Must be one of:\n- a/b\n- c (d)\n\nDone.", ["Must be one of:\n- a/b\n- c (d)\n\nDone."]),
     ("Heading\n\nParagraph one. Two.", ["Heading\n\nParagraph one.", "Two."]),
     ("Ends.\n- a\n- b", ["Ends.", "- a\n- b"]),
+    ("Ends…\n- a\n- b", ["Ends…", "- a\n- b"]),
+    ("Ends?\n- a\n- b", ["Ends?", "- a\n- b"]),
+    ('Ends (see "here.")\n- a\n- b', ['Ends (see "here.")', "- a\n- b"]),
     ("Steps:\n1. Open it.\n2. Close it.", ["Steps:\n1. Open it.", "2. Close it."]),
     # an item's own sentences stay with it, also the item a unit runs into: none hangs on
     # to the next item's head (a rule ended up under the item before it)
@@ -133,6 +162,10 @@ def test_sentence_offsets_index_the_folded_text() -> None:
       "Done."]),
     ("Signals:\n- A: ready! Ask user.\n- B: gone! Use a plan.",
      ["Signals:\n- A: ready! Ask user.", "- B: gone! Use a plan."]),
+    # the same where the text holds markup (a heading)
+    ("# Deploy\n\nSignals:\n- A: you must confirm first! Ask user, then deploy\n- B: gone! Use a plan.\n\nDone.",
+     ["# Deploy\n\nSignals:\n- A: you must confirm first! Ask user, then deploy\n- B: gone! Use a plan.",
+      "Done."]),
 ])
 def test_units_glue_an_unterminated_line_to_what_follows(text: str, expected: list[str]) -> None:
     assert unit_texts(text) == expected
@@ -156,6 +189,29 @@ def test_short_is_measured_in_utf8_bytes() -> None:
     text = f"Zählt Dateien. {F1} Größe: {'ü' * 70}"
     assert len(text) <= 160 < len(text.encode())
     assert reduce(text) == "Zählt Dateien."
+
+
+def test_one_byte_over_the_short_limit_is_reduced_though_the_characters_fit() -> None:
+    text = f"Zählt Dateien. {F1} {'x' * 81}"
+    assert len(text) == 160 and len(text.encode()) == 161
+    assert reduce(text) == "Zählt Dateien."
+    assert reduce(text[:-1]) == text[:-1]  # 160 bytes: short
+
+
+def test_explain_lists_what_every_pass_dropped() -> None:
+    # a quote makes explain re-split the text made, over 160 bytes: a second pass, which
+    # drops nothing
+    rules = ('Lists files. Must be "set". Paths must be absolute and must never contain spaces or tabs. '
+             "Never delete the root folder of the disk here, you must ask the user first.")
+    why = explain(f"{rules} {F1} {F2} Done.")
+    assert why.text == rules and len(rules.encode()) > 160
+    assert why.dropped == [F1, F2, "Done."]
+
+
+def test_few_characters_of_four_bytes_each_are_not_short() -> None:
+    text = "A" + "😀" * 20 + ". B" + "😀" * 25 + "."  # 50 characters, 185 bytes
+    assert len(text) <= 160 // 3 and len(text.encode()) > 160
+    assert reduce(text) == "A" + "😀" * 19 + ELLIPSIS
 
 
 def test_lead_and_rules_kept_in_order() -> None:
@@ -277,6 +333,22 @@ def test_cut_lead_keeps_what_fits_and_drops_trailing_punctuation() -> None:
     assert cut_lead("word, " * 20) == "word, " * 12 + "word…"
     assert cut_lead("a (b" + " c" * 50).endswith("c…")
     assert cut_lead("x" * 90) == "x" * 77 + ELLIPSIS  # one long word: cut inside it
+
+
+def test_a_cut_lead_is_its_first_line() -> None:
+    lead = "Choose one of these:\n- first option here\n- second option here\n- third option"
+    assert cut_lead(lead, 40) == "Choose one of these…"
+
+
+@pytest.mark.parametrize("marker", ["*", "+", "•", "- *"])
+def test_a_cut_lead_is_never_a_list_marker_alone(marker: str) -> None:
+    cut = cut_lead(f"{marker} https://example.com/" + "a" * 100, 40)
+    assert cut.startswith(f"{marker} https://example.com/aaa") and cut.endswith("a" + ELLIPSIS)
+
+
+def test_a_cut_lead_never_ends_with_an_open_parenthesis() -> None:
+    lead = "x" * 75 + " ( and a few more words after it"
+    assert cut_lead(lead) == "x" * 75 + ELLIPSIS
 
 
 @pytest.mark.parametrize("char", ["é", "€", "日", "😀"])
@@ -704,6 +776,52 @@ def test_pairs_in_running_text_that_share_a_unit_hold_together_as_one() -> None:
 def test_the_lead_is_not_cut_through_a_pair() -> None:
     text = f"<b>{F1}</b> {F2}\n\nLists files. Must be set."
     assert reduce(text) == "Lists files. Must be set."  # the first unit could lead only cut
+
+
+def test_a_lead_whose_first_line_holds_no_tag_is_cut_though_later_lines_do() -> None:
+    text = f"Lists every file in the folder, sorted by name:\n- <b>a</b> one\n- two\n\n{F1} {F2}"
+    assert reduce(text) == "Lists every file in the folder, sorted by name…"
+
+
+@pytest.mark.parametrize("fence", ["```", "~~~"])
+def test_a_cut_that_would_open_a_fenced_block_is_no_lead(fence: str) -> None:
+    text = f"Must be set. {fence} The output is shown in the terminal window and {F2} {F1}"
+    assert reduce(text) == f"Must be set. {F1}"
+
+
+def test_a_kept_list_item_keeps_its_line_break_in_a_text_with_markup() -> None:
+    text = f"# Tool\n\nLists files. {F1}\nMust be set.\n- Never delete it. {F2}"
+    assert reduce(text) == f"# Tool\n\nLists files. Must be set.\n- Never delete it. {F2}"
+
+
+def test_a_kept_piece_after_a_kept_block_starts_a_line_of_its_own() -> None:
+    text = f"Lists files. You must run:\n```\nls\n```\n{F2} Must be set. {F1}"
+    assert reduce(text) == "Lists files. You must run:\n```\nls\n```\nMust be set."  # the fence ends its line
+
+
+def test_a_piece_opening_with_a_fence_runs_on_after_a_lone_tag() -> None:
+    # on a line of its own the fence would open a block the text never had
+    text = f"Lists files.\n<tip>\nMust be set.\n</tip>\n{F1} ``` Never delete it. {F2}"
+    reduced = reduce(text)
+    assert reduced == "Lists files.\n<tip>\nMust be set. </tip> ``` Never delete it."
+    assert markup.fenced_blocks(reduced) == []
+
+
+def test_a_text_whose_quotes_pair_anew_once_reduced_is_reduced_again() -> None:
+    # (found by fuzzing) dropping units moves which quote pairs with which: the text
+    # made is split again, and its second reduction is the answer
+    text = ("“a. B” o```The output is ly table in the terminal windo” Signals\n```\nls\n```\n`a. B` "
+            "\"q\"`</b>Ne!“x”~~~ “a. B” Two …<note>oneExample:Use it.Must be set. `a.")
+    once = reduce(text)
+    assert reduce(once) == once
+    assert once.endswith("Use it.Must be set.")
+
+
+def test_a_unit_opening_mid_line_with_a_fence_keeps_the_unit_before_it() -> None:
+    # the unit before cannot lead (its cut would part the pair of tags), and the kept rule
+    # alone would start the text with a fence: a block the text never had
+    text = f"Lists <tag>\n{F1}\n</tag> and {F2} ~~~ Must be set."
+    assert reduce(text) == f"Lists <tag> {F1} </tag> and {F2} ~~~ Must be set."
 
 
 MARKUP_PIECES = ["```", "```yaml", "~~~", "~~~~", "````", "    ```", "  ~~~ py", "```a`b", "#", "## Title",
