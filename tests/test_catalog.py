@@ -356,6 +356,12 @@ def test_options_change_thresholds() -> None:
     assert Options().key() != Options(lead_bytes=20).key() != Options(drop_annotations=False).key()
 
 
+def test_options_key_differs_for_every_option_that_changes_the_output() -> None:
+    variants = [Options(), Options(short_bytes=1000), Options(lead_bytes=20), Options(drop_annotations=False),
+                Options(short_bytes=1000, lead_bytes=20, drop_annotations=False)]
+    assert len({o.key() for o in variants}) == len(variants)
+
+
 def test_count_tokens_off_leaves_counts_unknown() -> None:
     _, result = ok(doc(SHAPES["mcp-tools"][0]), Options(count_tokens=False))
     assert (result.tokens_before, result.tokens_after, result.ratio) == (None, None, 0.0)
@@ -419,6 +425,97 @@ def test_fail_open_byte_for_byte(case: str) -> None:
     assert result.reason is not None and reason in result.reason, result.reason
     assert result.bytes_before == result.bytes_after == len(raw)
     assert result.ratio == 0.0
+
+
+# The passthroughs whose input is itself bad (not UTF-8, not JSON, duplicate keys):
+# a batch reports them as errors. The others are sound JSON left alone.
+BROKEN = {"malformed", "trailing comma", "second value", "second value after newline", "not utf-8",
+          "utf-16", "empty", "blank", "duplicate keys", "nested duplicate keys", "NaN", "Infinity",
+          "-Infinity", "control character"}
+
+
+@pytest.mark.parametrize("case", list(PASSTHROUGH))
+def test_a_passthrough_is_broken_only_when_the_document_is_bad(case: str) -> None:
+    _, result = compress(PASSTHROUGH[case][0])
+    assert result.broken is (case in BROKEN)
+    assert result.as_dict()["broken"] is (case in BROKEN)
+
+
+def test_json_nested_too_deep_to_parse_is_not_broken() -> None:
+    raw = b'{"tools": [{"name": "t", "description": "x", "inputSchema": {"default": ' + b"[" * 3000 + b"]" * 3000 + b"}}]}"
+    out, result = compress(raw)
+    assert out == raw and result.reason == "nesting too deep to parse" and result.broken is False
+
+
+def test_a_description_left_as_it_was_is_not_counted_as_reduced() -> None:
+    raw = doc('{"tools": [{"name": "t", "description": "@LONG@", "inputSchema": {"type": "object", '
+              '"properties": {"a": {"type": "string", "description": "Short and folded."}}}}]}')
+    _, result = ok(raw)
+    assert result.descriptions_reduced == 1
+
+
+@pytest.mark.parametrize("raw", [
+    doc('{"tools": [{"description": "@LONG@"}, {"name": 3, "description": "@LONG@"}]}'),  # no str name
+    doc('{"name": "pkg", "description": "@LONG@", "version": "1.0"}'),  # a package.json, not a tool
+    doc('{"tools": [{"name": "a", "note": "@LONG@"}]}'),  # a name, but no description or schema
+    doc('[{"name": "t", "description": "@LONG@", "inputSchema": {"type": "object"}}, {"foo": 1}]'),  # untyped other
+])
+def test_what_is_not_a_tool_passes_through_as_unknown(raw: bytes) -> None:
+    out, result = compress(raw)
+    assert out == raw and result.status == "passthrough"
+    assert result.reason is not None and result.reason.startswith("unknown shape"), result.reason
+
+
+F1 = "The output is shown as a friendly table in the terminal window."
+F2 = "This is a friendly helper for people who like gardens and flowers."
+
+
+def test_the_trace_names_each_change_by_its_pointer_in_key_order() -> None:
+    spaced = LONG.replace("Searches the", "Searches   the")  # the lead folded, not cut
+    params = {"type": "object", "title": "T", "description": LONG,
+              "properties": {"a/~b": {"anyOf": [{"type": "string"},
+                                                {"type": "integer", "description": spaced, "examples": [1]}]}},
+              "allOf": [{"description": OWNER}], "not": {"description": LONG}}
+    tool = {"type": "function", "function": {"name": "s", "description": OWNER, "parameters": params}}
+    for document, base in [(tool, "/function"), ([{"type": "web_search"}, tool], "/1/function")]:
+        trace: list[dict[str, object]] = []
+        shape, _, _ = catalog.rewrite(json.loads(json.dumps(document)), trace=trace)
+        assert [(c["path"], c["kind"], c.get("lead_cut")) for c in trace] == [
+            (f"{base}/description", "description", True),
+            (f"{base}/parameters/title", "annotation", None),
+            (f"{base}/parameters/description", "description", False),
+            (f"{base}/parameters/properties/a~1~0b/anyOf/1/examples", "annotation", None),
+            (f"{base}/parameters/properties/a~1~0b/anyOf/1/description", "description", False),
+            (f"{base}/parameters/allOf/0/description", "description", True),
+            (f"{base}/parameters/not/description", "description", False),
+        ], shape
+        assert trace[2]["dropped"] == [F1, F2]
+
+
+def test_a_schema_nested_deeper_than_the_limit_through_properties_passes_through() -> None:
+    deep: dict[str, object] = {"type": "object"}
+    for _ in range(catalog.MAX_DEPTH + 5):  # (under orjson's 255 levels)
+        deep = {"type": "object", "properties": {"p": deep}}
+    raw = json.dumps({"tools": [{"name": "t", "description": LONG, "inputSchema": deep}]}).encode()
+    out, result = compress(raw)
+    assert out == raw and result.reason == f"schema nested deeper than {catalog.MAX_DEPTH} levels"
+
+
+def test_an_empty_tool_list_is_a_catalog_of_no_tools() -> None:
+    out, result = ok(b'{"tools": []}')
+    assert out == b'{"tools":[]}' and (result.shape, result.tools) == ("mcp-tools", 0)
+
+
+def test_fewer_bytes_in_as_many_tokens_is_still_compressed() -> None:
+    out, result = ok(b'{"tools":[{"name":"t","description":"Lists files. "}]}')
+    assert out == b'{"tools":[{"name":"t","description":"Lists files."}]}'
+    assert result.tokens_after == result.tokens_before
+
+
+def test_ratio_stays_in_zero_to_one() -> None:
+    more = CompressResult("ok", None, "mcp-tools", 1, 10, 9, tokens_before=10, tokens_after=12)
+    assert more.ratio == 0.0
+    assert CompressResult("ok", None, "mcp-tools", 1, 10, 9, tokens_before=10, tokens_after=4).ratio == 0.6
 
 
 def test_passthrough_reasons_say_where() -> None:
