@@ -114,6 +114,7 @@ def test_fold_idempotent_on_an_empty_list_item(text: str) -> None:
     ("It ends [see (here.)] Next one.", ["It ends [see (here.)]", "Next one."]),
     ("It ends (see ‘here…’) Next one.", ["It ends (see ‘here…’)", "Next one."]),
     ("First part\n\nsecond part starts lower.", ["First part", "second part starts lower."]),
+    ("Pick one:\na) red\nb) blue", ["Pick one:", "a) red", "b) blue"]),  # a kept break ends one, lowercase or not
     ("Go to step 1. Then wait. Next one.", ["Go to step 1. Then wait.", "Next one."]),
     ("Some fruit (e.g. Apples) is here. Next one.", ["Some fruit (e.g. Apples) is here.", "Next one."]),
     ("Ask Dr. Who now. Next one.", ["Ask Dr. Who now.", "Next one."]),
