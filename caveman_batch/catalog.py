@@ -67,7 +67,10 @@ class Options:
     count_tokens: bool = True
 
     def key(self) -> str:
-        return f"s{self.short_bytes}-l{self.lead_bytes}-a{int(self.drop_annotations)}"
+        # count_tokens off skips the "not fewer tokens" passthrough, so it may change the
+        # output: keyed too, as a suffix only when off (the default's key stays as it was)
+        tokens = "" if self.count_tokens else "-t0"
+        return f"s{self.short_bytes}-l{self.lead_bytes}-a{int(self.drop_annotations)}{tokens}"
 
 
 DEFAULT_OPTIONS: Final = Options()

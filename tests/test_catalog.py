@@ -358,8 +358,10 @@ def test_options_change_thresholds() -> None:
 
 def test_options_key_differs_for_every_option_that_changes_the_output() -> None:
     variants = [Options(), Options(short_bytes=1000), Options(lead_bytes=20), Options(drop_annotations=False),
-                Options(short_bytes=1000, lead_bytes=20, drop_annotations=False)]
+                Options(short_bytes=1000, lead_bytes=20, drop_annotations=False),
+                Options(count_tokens=False)]  # (it skips the "not fewer tokens" passthrough)
     assert len({o.key() for o in variants}) == len(variants)
+    assert Options().key() == "s160-l80-a1"  # (the key of every manifest written so far)
 
 
 def test_count_tokens_off_leaves_counts_unknown() -> None:
