@@ -56,11 +56,45 @@ def test_split_name_on_case_and_separators() -> None:
     assert split_name("") == ""
 
 
+def test_split_name_splits_after_a_digit_and_at_every_separator() -> None:
+    """A capital after a digit starts a word (`v2Beta`); white space (collapsed), `:` and `/`
+    separate as `_`, `-`, `.` do; a leading or doubled separator leaves no empty word."""
+    assert split_name("list2Items") == "list2 Items"
+    assert split_name("a\tb  c") == "a b c"
+    assert split_name("ns:tool/sub") == "ns tool sub"
+    assert split_name("_private__name") == "private name"
+    assert split_name("__init__") == "init"
+
+
 def test_search_fields_take_parameter_names_descriptions_and_enums() -> None:
     fields = search_fields(GITHUB[0])
     assert fields["name"] == "create issue"
     assert fields["description"] == GITHUB[0]["description"]
     assert fields["params"] == "owner Repository owner title state open closed"
+
+
+def test_enum_values_of_scalars_only_are_search_text() -> None:
+    """Numbers (and booleans, as str() spells them) are enum text; null, lists, objects not."""
+    tool = {"name": "t", "inputSchema": {"properties": {"level": {
+        "enum": ["low", 2, 3.5, True, None, [4], {"x": "five"}]}}}}
+    assert search_fields(tool)["params"] == "level low 2 3.5 True"
+
+
+def test_output_schema_and_a_description_not_text_are_not_search_text() -> None:
+    tool = {"name": "t", "description": 42, "inputSchema": {"properties": {"city": {}}},
+            "outputSchema": {"properties": {"temperature": {"description": "in kelvin"}}}}
+    fields = search_fields(tool)
+    assert fields["description"] == ""
+    assert fields["params"] == "city"
+
+
+def test_parameters_nested_past_64_levels_are_not_search_text() -> None:
+    """Schema depth 64 is read, deeper is not (the C walker stops at the same depth)."""
+    node: dict = {}
+    for level in reversed(range(70)):
+        node = {"properties": {f"p{level}": node}}
+    tool = {"name": "t", "inputSchema": node}
+    assert search_fields(tool)["params"].split() == [f"p{level}" for level in range(65)]
 
 
 def test_nested_parameters_are_search_text() -> None:
@@ -185,6 +219,8 @@ def test_memory_index() -> None:
 def test_tool_docs_lengths_must_agree() -> None:
     with pytest.raises(ValueError):
         tool_docs("s", GITHUB, GITHUB[:1], [None])
+    with pytest.raises(ValueError):
+        tool_docs("s", GITHUB, GITHUB, [None])
 
 
 def test_schema_version_is_checked(tmp_path: Path) -> None:
