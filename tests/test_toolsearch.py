@@ -156,6 +156,37 @@ def test_stop_words_only_still_search() -> None:
     assert match_expression('NEAR(x y)') == '"near" OR "x" OR "y"'
 
 
+# the words a request in English is made of besides what it asks for (toolsearch.STOP_WORDS)
+_FILLER = """
+a an and are as at be by can could do does for from has have how i in into is it its me my
+of on or our please that the their them then there these this to use using want was we what
+when where which who will with would you your need needs some any all get
+""".split()
+
+
+@pytest.mark.parametrize("word", _FILLER)
+def test_a_filler_word_is_not_searched_beside_others(word: str) -> None:
+    assert match_expression(f"{word} widget {word.upper()}") == '"widget"'
+
+
+def test_a_name_word_weighs_three_times_a_description_or_parameter_word() -> None:
+    """README: bm25 with weights name 3, description 1, parameters 1. Every field one word
+    long, so only the weights differ: FTS5 saturates the weighted count f as
+    f * (k1 + 1) / (f + k1), k1 = 1.2."""
+    def doc(name: str, *words: str) -> ToolDoc:
+        return ToolDoc("s", name, None, "{}", dict(zip(("name", "description", "params"), words)))
+
+    docs = [doc("in_name", "widget", "foo", "foo"), doc("in_description", "foo", "widget", "foo"),
+            doc("in_params", "foo", "foo", "widget")]
+    docs += [doc(f"other{i}", f"n{i}", f"d{i}", f"p{i}") for i in range(7)]
+    with ToolIndex.open(":memory:") as index:
+        index.replace_server("s", docs)
+        hits = index.search("widget", k=5)
+    assert [h.name for h in hits] == ["in_name", "in_description", "in_params"]
+    assert hits[1].score == hits[2].score
+    assert hits[0].score / hits[1].score == pytest.approx(3 * 2.2 / (3 + 1.2) / (2.2 / 2.2))
+
+
 def test_servers_filter(index: ToolIndex) -> None:
     assert [h.server for h in index.search("city repository", k=5, servers=["weather"])] == \
         ["weather"]
