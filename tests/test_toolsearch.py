@@ -156,6 +156,19 @@ def test_stop_words_only_still_search() -> None:
     assert match_expression('NEAR(x y)') == '"near" OR "x" OR "y"'
 
 
+def test_a_query_is_composed_lowercased_and_camel_case_split_before_its_terms_are_made() -> None:
+    nfd = unicodedata.normalize("NFD", "résumé")
+    assert match_expression(nfd) == f'"{unicodedata.normalize("NFC", "résumé")}"'
+    assert match_expression("Send EMAIL send") == '"send" OR "email"'
+    assert match_expression("sendEmail") == '"sendemail" OR "send" OR "email"'
+    assert match_expression("getPullRequest") == '"getpullrequest" OR "pull" OR "request"'
+
+
+def test_a_query_searches_its_first_64_distinct_words() -> None:
+    words = ["w0", "w1", "w0"] + [f"w{i}" for i in range(70)]
+    assert match_expression(" ".join(words)) == " OR ".join(f'"w{i}"' for i in range(64))
+
+
 # the words a request in English is made of besides what it asks for (toolsearch.STOP_WORDS)
 _FILLER = """
 a an and are as at be by can could do does for from has have how i in into is it its me my
@@ -274,6 +287,22 @@ def test_ties_are_broken_by_server_and_name_whatever_the_build_order() -> None:
             hits = index.search("widget", k=3)
             assert [(h.server, h.name) for h in hits] == expected
             assert len({h.score for h in index.search("widget", k=40)}) == 1
+
+
+@pytest.mark.parametrize("servers", [None, {"a", "b", "c"}], ids=["fast-path", "every-match"])
+def test_a_tie_is_broken_by_server_then_name_then_position(servers: set[str] | None) -> None:
+    """Equal scores: server first (a/z before b/a), then name, then the catalog's order
+    (two tools of one name and text: the first listed first)."""
+    tools = {"b": [{"name": "a", "description": "widget"}],
+             "a": [{"name": "z", "description": "widget"}, {"name": "m", "description": "widget"}],
+             "c": [{"name": "dup", "description": "widget"}, {"name": "dup", "description": "widget"}]}
+    with ToolIndex.open(":memory:") as index:
+        for server, catalog in tools.items():
+            index.replace_server(server, tool_docs(server, catalog, catalog,
+                                                   [f"{server}{i}" for i in range(len(catalog))]))
+        hits = index.search("widget", k=10, servers=servers)
+    assert [(h.server, h.name, h.handle) for h in hits] == [
+        ("a", "m", "a1"), ("a", "z", "a0"), ("b", "a", "b0"), ("c", "dup", "c0"), ("c", "dup", "c1")]
 
 
 def test_the_fast_path_ranks_as_every_match_would(index: ToolIndex) -> None:
