@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from caveman_batch.cli import main
-from caveman_batch.searcheval import compare_original, read_queries, scores
+from caveman_batch.errors import QueryFileError
+from caveman_batch.searcheval import Query, compare_original, evaluate, read_queries, scores
 from caveman_batch.toolsearch import Hit, ToolDoc, ToolIndex, tool_docs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,6 +163,36 @@ def test_eval_by_hand(index_path: Path, tmp_path: Path, capsys: pytest.CaptureFi
     code, out, _ = _main(capsys, "eval", "search", str(queries), "--index", str(index_path),
                          "--no-embed")
     assert code == 0 and "queries 3" in out and "recall@5 0.5000" in out
+
+
+def test_evaluate_looks_10_deep_and_averages_to_4_places() -> None:
+    """12 tools tied (ranked t00..t11): t09 is found at rank 10, t11 (rank 12) is not."""
+    tools = [{"name": f"t{i:02d}", "description": "a widget"} for i in range(12)]
+    with ToolIndex.open(":memory:") as index:
+        index.replace_server("s", tool_docs("s", tools, tools, [None] * len(tools)))
+        report = evaluate(index, [Query("widget", ("t09",)), Query("widget", ("t02",)),
+                                  Query("widget", ("t00", "t11"))])
+    assert report == {"queries": 3, "recall@1": round(0.5 / 3, 4), "recall@5": 0.5,
+                      "recall@10": round(2.5 / 3, 4), "mrr": round((0.1 + 1 / 3 + 1) / 3, 4)}
+
+
+def test_queries_lines_of_white_space_are_skipped_and_tools_deduplicated(tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(' \t\n{"query": "x", "tools": ["a", "b", "a"]}\n  \n')
+    assert read_queries(queries) == [Query("x", ("a", "b"))]
+
+
+def test_an_empty_tool_name_is_a_bad_queries_line(tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "x", "tools": ["a", ""]}\n')
+    with pytest.raises(QueryFileError, match="line 1"):
+        read_queries(queries)
+
+
+def test_a_name_that_starts_with_a_slash_after_a_known_server() -> None:
+    """"team//x" is team's tool "/x" (split at the last "/" whose left is a server)."""
+    hits = [Hit("team", "/x", 1.0, None, "")]
+    assert scores(hits, ["team//x"], {"team"})["mrr"] == 1.0
 
 
 def test_compare_original(index_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
