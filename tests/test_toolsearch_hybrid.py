@@ -13,7 +13,7 @@ import pytest
 from caveman_batch.embedding import EMBED_EXTRA_HINT, Embedder, extra_installed, load_embedder
 from caveman_batch.errors import SearchIndexError
 from caveman_batch.toolsearch import ToolDoc, ToolIndex, tool_docs
-from caveman_batch.toolvectors import EMBEDDER_KEY, fuse_rrf, fuse_weighted
+from caveman_batch.toolvectors import EMBEDDER_KEY, embed_text, fuse_rrf, fuse_weighted, top
 
 pytestmark = pytest.mark.skipif(not extra_installed(),
                                 reason=f"embed extra not installed: {EMBED_EXTRA_HINT}")
@@ -329,6 +329,26 @@ def test_fusions_rank_by_both() -> None:
     assert rrf == {1: pytest.approx(1 / 2 + 1 / 4), 2: pytest.approx(1 / 3 + 1 / 3),
                    3: pytest.approx(1 / 2)}
     assert fuse_weighted([], []) == {} and fuse_weighted([(1, 0.0)], []) == {1: 0.0}
+
+
+def test_a_ranking_cut_keeps_every_score_tied_with_the_last_kept() -> None:
+    ranking = [(4, 0.1), (2, 0.5), (1, 0.9), (3, 0.5)]
+    assert top(ranking, 2) == [(2, 0.5), (1, 0.9), (3, 0.5)]
+    assert top(ranking, 4) == ranking and top(ranking, 9) == ranking
+    # scores equal to 9 decimals tie (a BLAS may sum in another order), not beyond
+    assert top([(1, 0.5), (2, 0.5 + 1e-12), (3, 0.1)], 1) == [(1, 0.5), (2, 0.5 + 1e-12)]
+    assert top([(1, 0.5), (2, 0.5 + 1e-8), (3, 0.1)], 1) == [(2, 0.5 + 1e-8)]
+
+
+def test_reciprocal_rank_fusion_uses_k_60() -> None:
+    assert fuse_rrf([(7, 3.0)], [(8, 0.1), (7, 0.2)]) == {7: round(2 / 61, 9),
+                                                          8: round(1 / 62, 9)}
+
+
+def test_the_embedded_text_is_name_description_params_cut_at_2000_characters() -> None:
+    assert embed_text({"name": "n", "description": "d", "params": "p"}) == "n. d p"
+    text = embed_text({"name": "n", "description": "d" * 5000, "params": "p"})
+    assert text == "n. " + "d" * 1997
 
 
 def _blobs(path: Path) -> list[tuple[str, str, bytes]]:
