@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from caveman_batch.errors import SearchIndexError, SearchIndexNotFoundError
+from caveman_batch.errors import (
+    SearchIndexError,
+    SearchIndexInconsistentError,
+    SearchIndexNotFoundError,
+)
 from caveman_batch.toolsearch import (
     ToolDoc,
     ToolIndex,
@@ -239,6 +243,37 @@ def test_reopen_keeps_everything(tmp_path: Path, index: ToolIndex) -> None:
     with ToolIndex.open(tmp_path / "tools.db", create=False) as again:
         assert again.servers() == {"github": "a" * 64, "weather": "b" * 64}
         assert [d.fields for d in again.docs("weather")] == [search_fields(WEATHER[0])]
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE texts SET refs = refs + 1 WHERE id = (SELECT min(id) FROM texts)",
+    "UPDATE definitions SET refs = refs + 1 WHERE id = (SELECT min(id) FROM definitions)",
+    # the sum of refs kept, one of them 0 (its tools would outlive it)
+    "UPDATE texts SET refs = CASE WHEN id = (SELECT min(id) FROM texts) THEN 0 ELSE refs + 1 END "
+    "WHERE id IN (SELECT min(id) FROM texts UNION SELECT max(id) FROM texts)",
+    "UPDATE definitions SET refs = CASE WHEN id = (SELECT min(id) FROM definitions) THEN 0 "
+    "ELSE refs + 1 END WHERE id IN (SELECT min(id) FROM definitions UNION "
+    "SELECT max(id) FROM definitions)",
+], ids=["text-refs", "definition-refs", "text-refs-0", "definition-refs-0"])
+def test_refs_edited_by_hand_are_refused_by_a_reader_and_rebuilt_by_a_writer(
+        tmp_path: Path, index: ToolIndex, edit: str) -> None:
+    index.close()
+    path = tmp_path / "tools.db"
+    with sqlite3.connect(path) as db:
+        db.execute(edit)
+    db.close()
+    with pytest.raises(SearchIndexInconsistentError, match="rows disagree"):
+        ToolIndex.open(path, create=False)
+    with ToolIndex.open(path) as writer:  # (its derived rows dropped: a build redoes them)
+        assert writer.servers() == {} and len(writer) == 0
+    with ToolIndex.open(path, create=False) as reader:
+        assert reader.search("issue") == []
+
+
+def test_an_empty_index_is_consistent(tmp_path: Path) -> None:
+    ToolIndex.open(tmp_path / "empty.db").close()
+    with ToolIndex.open(tmp_path / "empty.db", create=False) as reader:
+        assert len(reader) == 0
 
 
 def test_missing_index_is_named(tmp_path: Path) -> None:
