@@ -214,6 +214,54 @@ def test_hybrid_honours_servers_and_k(tmp_path: Path, embedder: Embedder) -> Non
         assert index.search("   ", 5) == []
 
 
+def test_a_hybrid_tie_is_broken_by_server_then_name_then_position(embedder: Embedder) -> None:
+    """Names that split alike (`w_x`, `w-x`) make one search text: one BM25 score, one
+    vector, one fused score; the tools are then ranked by server, name, position."""
+    tools = {"b": ["w-x"], "a": ["w_x"], "c": ["w_x", "w_x"]}
+    with ToolIndex.open(":memory:", embedder=embedder) as index:
+        for server, names in tools.items():
+            catalog = [{"name": name, "description": "a widget"} for name in names]
+            index.replace_server(server, tool_docs(server, catalog, catalog,
+                                                   [f"{server}{i}" for i in range(len(names))]))
+        for servers in (None, {"a", "b", "c"}):
+            hits = index.search("widget", 10, servers=servers)
+            assert [(h.server, h.name, h.handle) for h in hits] == [
+                ("a", "w_x", "a0"), ("b", "w-x", "b0"), ("c", "w_x", "c0"), ("c", "w_x", "c1")]
+            assert len({h.score for h in hits}) == 1
+        # a text other servers share: their tools are not hits of these servers
+        assert [h.server for h in index.search("widget", 10, servers={"b"})] == ["b"]
+
+
+def test_hybrid_normalises_bm25_by_the_best_match_of_the_servers_searched(
+        embedder: Embedder) -> None:
+    """Searching one server, its best BM25 match has the whole BM25 share (0.3), whatever
+    another server matches better."""
+    import numpy as np
+
+    strong = {"name": "widget_widget", "description": "widget widget widget"}
+    weak = {"name": "paint_house", "description": "Paint a house; any widget."}
+    with ToolIndex.open(":memory:", embedder=embedder) as index:
+        index.replace_server("t", tool_docs("t", [strong], [strong], [None]))
+        index.replace_server("s", tool_docs("s", [weak], [weak], [None]))
+        hit, = index.search("widget", 5, servers={"s"})
+        fields = next(index.docs("s")).fields
+    vectors = embedder.encode([embed_text(fields), "widget"]).astype(np.float64)
+    cosine = round(float(vectors[0] @ vectors[1]), 9)
+    assert hit.score == pytest.approx(0.3 + 0.7 * cosine, abs=1e-8)
+
+
+def test_hybrid_fuses_every_bm25_match_tied_past_the_fusion_depth(embedder: Embedder) -> None:
+    """230 texts tie in BM25 (more than the 200 fused + the margin of 16): every one is
+    fused (none cut by the order the index was built in), so every one is a hit."""
+    catalog = [{"name": f"t{i:03d}", "description": "a widget"} for i in range(230)]
+    results = []
+    for order in (catalog, catalog[::-1]):
+        with ToolIndex.open(":memory:", embedder=embedder) as index:
+            index.replace_server("s", tool_docs("s", order, order, [None] * len(order)))
+            results.append([h.as_dict() for h in index.search("widget", 300)])
+    assert len(results[0]) == 230 and results[0] == results[1]
+
+
 def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedder) -> None:
     path = tmp_path / "i.db"
     probe = {"name": "uptime_probe", "description": "Report the liveness and uptime of a host."}
