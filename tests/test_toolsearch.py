@@ -222,6 +222,13 @@ def test_replace_and_remove_server(index: ToolIndex) -> None:
     assert len(index) == 1
 
 
+def test_a_server_given_twice_in_one_change_has_the_tools_given_last(index: ToolIndex) -> None:
+    index.apply([("github", _docs("github", GITHUB[:1]), "c" * 64, None, None),
+                 ("github", _docs("github", GITHUB[1:]), "d" * 64, None, None)])
+    assert index.servers()["github"] == "d" * 64
+    assert [d.name for d in index.docs("github")] == ["getPullRequest", "search_code"]
+
+
 def test_a_failed_replace_changes_nothing(index: ToolIndex) -> None:
     bad = [*_docs("github", GITHUB[:1]), _docs("weather", WEATHER)[0]]
     with pytest.raises(ValueError):
