@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from caveman_batch.errors import (
+    NotASearchIndexError,
     SearchIndexError,
     SearchIndexInconsistentError,
     SearchIndexNotFoundError,
@@ -293,6 +294,25 @@ def test_a_file_that_is_not_an_index(tmp_path: Path) -> None:
     path.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(SearchIndexError, match="junk.db"):
         ToolIndex.open(path)
+
+
+@pytest.mark.parametrize("make", [
+    ["CREATE TABLE meta (key TEXT, value TEXT)", "INSERT INTO meta VALUES ('schema', '3')"],
+    ["CREATE TABLE meta (key TEXT, value)", "INSERT INTO meta VALUES ('schema', 3)",
+     "CREATE VIRTUAL TABLE tools_fts USING fts5 (name)"],
+], ids=["meta-without-tools_fts", "schema-not-text"])
+def test_a_database_that_only_looks_like_an_index_is_refused_as_it_was(
+        tmp_path: Path, make: list[str]) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        for statement in make:
+            db.execute(statement)
+    db.close()
+    before = path.read_bytes()
+    for create in (False, True):
+        with pytest.raises(NotASearchIndexError, match="is not a search index"):
+            ToolIndex.open(path, create=create)
+    assert path.read_bytes() == before
 
 
 def test_memory_index() -> None:
