@@ -872,10 +872,10 @@ class ToolIndex:
 
     def _tools_of(self, scores: dict[int, float], k: int) -> list[Hit]:
         """The k best tools of these texts (each text has one tool at least)."""
-        if not scores:
-            return []
-        rows = self._read(f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
-                          f"WHERE t.text_id IN ({', '.join('?' * len(scores))})", list(scores))
+        rows = []
+        for chunk in _chunks(list(scores)):  # (a k of every hit: past SQLite's variables)
+            rows += self._read(f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
+                               f"WHERE t.text_id IN ({', '.join('?' * len(chunk))})", chunk)
         rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
 
@@ -933,11 +933,13 @@ class ToolIndex:
         fused = fuse_weighted(top(bm25, FUSION_DEPTH), dense)
         if not fused:
             return []
-        rows = self._read(
-            f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
-            f"WHERE t.text_id IN ({', '.join('?' * len(fused))})"
-            + (f" AND {in_servers}" if servers is not None else ""),
-            [*fused, *(sorted(servers) if servers is not None else ())])
+        rows = []
+        for chunk in _chunks(list(fused)):  # (ties past SQLite's variables: see _tools_of)
+            rows += self._read(
+                f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
+                f"WHERE t.text_id IN ({', '.join('?' * len(chunk))})"
+                + (f" AND {in_servers}" if servers is not None else ""),
+                [*chunk, *(sorted(servers) if servers is not None else ())])
         rows.sort(key=lambda r: (-fused[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], fused[r[0]], r[4], r[5]) for r in rows[:k]]
 

@@ -389,6 +389,21 @@ def test_a_tie_past_the_margin_ranks_as_every_match_would() -> None:
                                                                  "s01"]
 
 
+def test_every_hit_is_read_whatever_sqlites_limit_on_variables() -> None:
+    """A k past the matches asks for every one: their tools were read in one statement of
+    one variable per text, past SQLite's limit (32,766 by default; 999 before 3.32) on an
+    index that large ("too many SQL variables"). 1,200 texts, 50 scores, under a limit
+    of 999."""
+    tools = [{"name": f"t{i:04d}", "description": "widget " + "more " * (i % 50)}
+             for i in range(1200)]
+    with ToolIndex.open(":memory:") as index:
+        index.replace_server("s", tool_docs("s", tools, tools, [None] * len(tools)))
+        index._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        hits = index.search("widget", 2000)
+        assert len(hits) == 1200
+        assert hits == index._hits(match_expression("widget"), 2000, None)
+
+
 def _segments(index: ToolIndex) -> int:
     """How many segments an index's FTS5 table has (its 'integrity-check' would say too)."""
     return sum(1 for _ in index._db.execute(

@@ -262,6 +262,18 @@ def test_hybrid_fuses_every_bm25_match_tied_past_the_fusion_depth(embedder: Embe
     assert len(results[0]) == 230 and results[0] == results[1]
 
 
+def test_every_fused_hit_is_read_whatever_sqlites_limit_on_variables(
+        embedder: Embedder) -> None:
+    """The fused texts' tools were read in one statement of one variable per text: 1,100
+    tied texts under a limit of 999 variables were "too many SQL variables"."""
+    catalog = [{"name": f"t{i:04d}", "description": "a widget"} for i in range(1100)]
+    with ToolIndex.open(":memory:", embedder=embedder) as index:
+        index.replace_server("s", tool_docs("s", catalog, catalog, [None] * len(catalog)))
+        index._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # (before any search:
+        # a statement prepared already is not checked again)
+        assert sorted(h.name for h in index.search("widget", 2000)) == [c["name"] for c in catalog]
+
+
 def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedder) -> None:
     path = tmp_path / "i.db"
     probe = {"name": "uptime_probe", "description": "Report the liveness and uptime of a host."}
