@@ -260,6 +260,8 @@ def test_hybrid_fuses_every_bm25_match_tied_past_the_fusion_depth(embedder: Embe
             index.replace_server("s", tool_docs("s", order, order, [None] * len(order)))
             results.append([h.as_dict() for h in index.search("widget", 300)])
     assert len(results[0]) == 230 and results[0] == results[1]
+    # the dense ranking goes 200 deep: the 30 texts past it have the BM25 share alone
+    assert sum(h["score"] == 0.3 for h in results[0]) == 30
 
 
 def test_every_fused_hit_is_read_whatever_sqlites_limit_on_variables(
@@ -272,6 +274,23 @@ def test_every_fused_hit_is_read_whatever_sqlites_limit_on_variables(
         index._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # (before any search:
         # a statement prepared already is not checked again)
         assert sorted(h.name for h in index.search("widget", 2000)) == [c["name"] for c in catalog]
+
+
+def test_the_dense_ranking_of_a_server_filter_is_of_its_texts_alone(embedder: Embedder) -> None:
+    """210 texts of another server nearer the query fill the dense ranking's 200: the texts
+    of the server searched are ranked among themselves, not cut behind those."""
+    import numpy as np
+
+    near = [{"name": f"widget_{i}", "description": "widget"} for i in range(210)]
+    far = {"name": "paint_house", "description": "Paint a house; any widget."}
+    with ToolIndex.open(":memory:", embedder=embedder) as index:
+        index.replace_server("t", tool_docs("t", near, near, [None] * len(near)))
+        index.replace_server("s", tool_docs("s", [far], [far], [None]))
+        hit, = index.search("widget", 5, servers={"s"})
+        fields = next(index.docs("s")).fields
+    vectors = embedder.encode([embed_text(fields), "widget"]).astype(np.float64)
+    assert hit.score == pytest.approx(0.3 + 0.7 * round(float(vectors[0] @ vectors[1]), 9),
+                                      abs=1e-8)
 
 
 def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedder) -> None:
@@ -389,6 +408,12 @@ def test_fusions_rank_by_both() -> None:
     assert rrf == {1: pytest.approx(1 / 2 + 1 / 4), 2: pytest.approx(1 / 3 + 1 / 3),
                    3: pytest.approx(1 / 2)}
     assert fuse_weighted([], []) == {} and fuse_weighted([(1, 0.0)], []) == {1: 0.0}
+
+
+def test_weighted_fusion_gives_bm25_a_share_of_0_3_by_default() -> None:
+    """README, "Hybrid ranking": 0.3 of the BM25 score over the best one, 0.7 of the cosine."""
+    assert fuse_weighted([(1, 2.0), (2, 1.0)], [(2, 0.5), (3, 0.2)]) == {
+        1: 0.3, 2: round(0.15 + 0.35, 9), 3: round(0.14, 9)}
 
 
 def test_a_ranking_cut_keeps_every_score_tied_with_the_last_kept() -> None:
