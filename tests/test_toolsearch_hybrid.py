@@ -12,6 +12,7 @@ import pytest
 
 from caveman_batch.embedding import EMBED_EXTRA_HINT, Embedder, extra_installed, load_embedder
 from caveman_batch.errors import SearchIndexError
+from caveman_batch.searcheval import compressed_copy
 from caveman_batch.toolsearch import ToolDoc, ToolIndex, tool_docs
 from caveman_batch.toolvectors import EMBEDDER_KEY, embed_text, fuse_rrf, fuse_weighted, top
 
@@ -291,6 +292,16 @@ def test_the_dense_ranking_of_a_server_filter_is_of_its_texts_alone(embedder: Em
     vectors = embedder.encode([embed_text(fields), "widget"]).astype(np.float64)
     assert hit.score == pytest.approx(0.3 + 0.7 * round(float(vectors[0] @ vectors[1]), 9),
                                       abs=1e-8)
+
+
+def test_the_compressed_copy_of_a_hybrid_index_is_searched_hybrid(tmp_path: Path,
+                                                                 embedder: Embedder) -> None:
+    """`eval search --compare-original` of a hybrid index: both sides hybrid (the tools'
+    definitions are their originals here, so the figures are the same)."""
+    with _build(tmp_path / "i.db", embedder) as index, compressed_copy(index) as copy:
+        assert copy.embedder is embedder
+        assert [h.as_dict() for h in copy.search(QUERY, 3)] == [
+            h.as_dict() for h in index.search(QUERY, 3)]
 
 
 def test_a_write_by_another_connection_is_seen(tmp_path: Path, embedder: Embedder) -> None:
