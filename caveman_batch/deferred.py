@@ -59,6 +59,7 @@ from .upstreams import (
     MAX_EVENTS,
     MAX_UNWRITTEN,
     SEPARATOR,
+    STOP_GRACE,
     Events,
     ServerSpec,
     Upstream,
@@ -81,10 +82,8 @@ DEFAULT_SERVERS_STARTUP_TIMEOUT: Final = 15.0
 # how long the dispatcher waits for an upstream whose output ended to exit (a thread stops
 # one that lingers: every other upstream is served meanwhile)
 EXIT_WAIT: Final = 0.2
-# after a signal forwarded to the upstreams, the proxy ends once they have, or after this
-# long (each one left is then sent SIGKILL, or SIGTERM and SIGKILL if the signal was
-# another: stop_all)
-STOP_GRACE: Final = 5.0
+# after a signal forwarded to the upstreams, the proxy ends once they have, or after
+# upstreams.STOP_GRACE (each one left is then stopped: stop_all, stop_signals)
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 STARTING, LISTED, DEAD = "starting", "listed", "dead"

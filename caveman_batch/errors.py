@@ -23,6 +23,14 @@ class UsageError(CavemanError, ValueError):
     exit_code = 1
 
 
+class BudgetError(UsageError):
+    """A payload budget below its floor: `field` (Budget's), the value given and the least."""
+
+    def __init__(self, field: str, got: int, least: int) -> None:
+        super().__init__(f"{field.replace('_', ' ')} must be at least {least} (got {got})")
+        self.field, self.got, self.least = field, got, least
+
+
 class HandleError(UsageError):
     """A recovery handle is malformed, unknown or ambiguous."""
 

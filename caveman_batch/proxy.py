@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
@@ -34,6 +34,7 @@ from . import ccr, listing, rpc
 from .catalog import Options
 from .errors import StoreError, UpstreamExited, UsageError
 from .store import Store, open_store
+from .upstreams import STOP_GRACE, stop_signals
 
 CHUNK: Final = 1 << 16
 # A list request is small; a longer client line is relayed but not inspected.
@@ -42,9 +43,6 @@ MAX_REQUEST_BYTES: Final = 1 << 20
 MAX_RESPONSE_BYTES: Final = 256 << 20
 MAX_PENDING: Final = 4096
 _FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-# after a signal forwarded to the upstream, how long it has to exit before the proxy stops
-# it: SIGKILL after a SIGTERM; after a SIGINT or SIGHUP, SIGTERM, then SIGKILL as long again
-STOP_GRACE: Final = 5.0
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -394,15 +392,21 @@ def _pump_server(proc: subprocess.Popen[bytes], relay: ServerRelay) -> None:
         _stop(proc)
 
 
-def _stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
+def _stop(proc: subprocess.Popen[bytes], signalled: int | None = None,
+          forcing: Callable[[], None] | None = None) -> None:
+    """Once it has not exited STOP_GRACE later, each of `stop_signals(signalled)` in turn,
+    a grace apart (`forcing` is called before each)."""
+    for signum in (None, *stop_signals(signalled)):
+        if signum is not None:
+            if forcing is not None:
+                forcing()
+            with contextlib.suppress(OSError):
+                proc.send_signal(signum)
         try:
-            proc.wait(grace)
+            proc.wait(STOP_GRACE)
+            return
         except subprocess.TimeoutExpired:
-            proc.kill()
+            pass
 
 
 @dataclass
@@ -411,6 +415,9 @@ class _Stopping:
 
     signum: int | None = None
     forced: bool = False
+
+    def force(self) -> None:
+        self.forced = True
 
 
 def _forward_signals(proc: subprocess.Popen[bytes]) -> tuple[dict[int, Any], _Stopping]:
@@ -426,25 +433,13 @@ def _forward_signals(proc: subprocess.Popen[bytes]) -> tuple[dict[int, Any], _St
             proc.send_signal(signum)
             if stopping.signum is None:
                 stopping.signum = signum
-                threading.Thread(target=_stop_after_grace, args=(proc, stopping),
+                threading.Thread(target=_stop, args=(proc, signum, stopping.force),
                                  name="proxy-stop", daemon=True).start()
         else:  # it has exited (a child of its own holds its stdout): the signal is ours
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
     return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}, stopping
-
-
-def _stop_after_grace(proc: subprocess.Popen[bytes], stopping: _Stopping) -> None:
-    for ask in ((proc.kill,) if stopping.signum == signal.SIGTERM
-                else (proc.terminate, proc.kill)):
-        try:
-            proc.wait(STOP_GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            stopping.forced = True
-            with contextlib.suppress(OSError):
-                ask()
 
 
 def run(command: Sequence[str], store_url: str | None, *, debug: bool = False,

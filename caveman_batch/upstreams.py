@@ -150,6 +150,8 @@ MAX_EVENTS: Final = 256
 # an upstream that has exited, but whose stdout a child of its keeps open (a wrapper's
 # `sh -c`, npx): once nothing has come for this long it counts as gone
 EXIT_GRACE: Final = 1.0
+# how long a process is given to exit before the next signal that stops it (stop_signals)
+STOP_GRACE: Final = 5.0
 
 
 def read_lines(fd: int, exited: Callable[[], bool] | None = None) -> Iterator[list[bytes]]:
@@ -305,24 +307,25 @@ class Upstream:
         """Its end of file, once what was sent before is written."""
         self._stdin.close()
 
-    def terminate(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.terminate()
-
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-
-    def stop(self, grace: float = 5.0) -> int:
+    def stop(self, grace: float = STOP_GRACE) -> int:
         """Its exit status, once it has exited: closed stdin, then SIGTERM, then SIGKILL."""
         return stop_all([self], grace)[0]
 
     def signal(self, signum: int) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signum)
+            with contextlib.suppress(OSError):
+                self.proc.send_signal(signum)
 
 
-def stop_all(upstreams: Sequence[Upstream], grace: float = 5.0,
+def stop_signals(signalled: int | None = None) -> tuple[int, ...]:
+    """What stops a process still running a grace after each in turn: SIGTERM, then
+    SIGKILL; SIGKILL alone for one `signalled` SIGTERM already (a signal forwarded to it),
+    which it ignored."""
+    return ((signal.SIGKILL,) if signalled == signal.SIGTERM
+            else (signal.SIGTERM, signal.SIGKILL))
+
+
+def stop_all(upstreams: Sequence[Upstream], grace: float = STOP_GRACE,
              signalled: int | None = None) -> list[int]:
     """Each one's exit status once all have exited: every stdin closed, then SIGTERM to
     those still running after `grace`, then SIGKILL; the waits run side by side (one
@@ -333,17 +336,13 @@ def stop_all(upstreams: Sequence[Upstream], grace: float = 5.0,
     first (an upstream that ignores the SIGTERM it was sent took 15 s to stop)."""
     for up in upstreams:
         up.close_stdin()
-    asks: tuple[Callable[[Upstream], None] | None, ...] = (
-        (None, Upstream.terminate, Upstream.kill) if signalled is None
-        else (Upstream.kill,) if signalled == signal.SIGTERM
-        else (Upstream.terminate, Upstream.kill))
-    for ask in asks:
+    for signum in ((None,) if signalled is None else ()) + stop_signals(signalled):
         running = [up for up in upstreams if up.proc.poll() is None]
         if not running:
             break
-        if ask is not None:
+        if signum is not None:
             for up in running:
-                ask(up)
+                up.signal(signum)
         deadline = time.monotonic() + grace
         for up in running:
             with contextlib.suppress(subprocess.TimeoutExpired):

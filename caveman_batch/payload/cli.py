@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .. import fsio
-from ..errors import UsageError
+from ..errors import BudgetError, UsageError
 from ..sources import DEFAULT_MAX_BYTES, read_source
 from ..store import open_store
 from ..storeurl import minting_store_url, store_url
@@ -43,15 +43,13 @@ def compress(
 ) -> None:
     """Print a view of the output that fits the budget; the original goes to the store first."""
     from .core import reduce
-    from .model import MIN_CHARS, MIN_LINE_CHARS, MIN_LINES, Budget, Hint
+    from .model import Budget, Hint
 
-    for option, value, least in (("--max-chars", max_chars, MIN_CHARS),
-                                 ("--max-lines", max_lines, MIN_LINES),
-                                 ("--max-line-chars", max_line_chars, MIN_LINE_CHARS)):
-        if value is not None and value < least:  # (Budget says "max chars": name the option)
-            raise UsageError(f"{option} {value}: must be at least {least} (a view must hold "
-                             "its footer)")
-    budget = Budget(max_chars, max_lines, max_line_chars)
+    try:
+        budget = Budget(max_chars, max_lines, max_line_chars)
+    except BudgetError as exc:  # (named by Budget's field: here by the option)
+        raise UsageError(f"--{exc.field.replace('_', '-')} {exc.got}: must be at least "
+                         f"{exc.least} (a view must hold its footer)") from None
     url = minting_store_url(store)
     label, raw = read_source(source, max_bytes)
     with open_store(url) as s:

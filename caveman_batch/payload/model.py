@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Protocol, runtime_checkable
 
-from ..errors import UsageError
+from ..errors import BudgetError
 
 # A budget below these cannot hold a marker, a line and the footer naming a handle.
 MIN_CHARS: Final = 400
@@ -32,13 +32,11 @@ class Budget:
     max_line_chars: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_chars < MIN_CHARS:
-            raise UsageError(f"max chars must be at least {MIN_CHARS} (got {self.max_chars})")
-        if self.max_lines is not None and self.max_lines < MIN_LINES:
-            raise UsageError(f"max lines must be at least {MIN_LINES} (got {self.max_lines})")
-        if self.max_line_chars is not None and self.max_line_chars < MIN_LINE_CHARS:
-            raise UsageError(
-                f"max line chars must be at least {MIN_LINE_CHARS} (got {self.max_line_chars})")
+        for name, least in (("max_chars", MIN_CHARS), ("max_lines", MIN_LINES),
+                            ("max_line_chars", MIN_LINE_CHARS)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise BudgetError(name, value, least)
 
 
 @dataclass(frozen=True, slots=True)
