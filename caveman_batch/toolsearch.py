@@ -870,12 +870,17 @@ class ToolIndex:
             return {}, rows[-1][1]
         return dict(rows), None
 
-    def _tools_of(self, scores: dict[int, float], k: int) -> list[Hit]:
-        """The k best tools of these texts (each text has one tool at least)."""
+    def _tools_of(self, scores: dict[int, float], k: int,
+                  servers: Collection[str] | None = None) -> list[Hit]:
+        """The k best tools of these texts (each text has one tool at least; of these
+        servers only, a text shared with others)."""
+        in_servers = ("" if servers is None
+                      else f" AND t.server IN ({', '.join('?' * len(servers))})")
         rows = []
         for chunk in _chunks(list(scores)):  # (a k of every hit: past SQLite's variables)
             rows += self._read(f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
-                               f"WHERE t.text_id IN ({', '.join('?' * len(chunk))})", chunk)
+                               f"WHERE t.text_id IN ({', '.join('?' * len(chunk))}){in_servers}",
+                               [*chunk, *(sorted(servers) if servers is not None else ())])
         rows.sort(key=lambda r: (-scores[r[0]], r[1], r[2], r[3]))
         return [Hit(r[1], r[2], scores[r[0]], r[4], r[5]) for r in rows[:k]]
 
@@ -930,18 +935,7 @@ class ToolIndex:
             dense = self._vectors.rank(self._db, query, FUSION_DEPTH, allowed)
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot read search index {self.location}: {exc}") from None
-        fused = fuse_weighted(top(bm25, FUSION_DEPTH), dense)
-        if not fused:
-            return []
-        rows = []
-        for chunk in _chunks(list(fused)):  # (ties past SQLite's variables: see _tools_of)
-            rows += self._read(
-                f"SELECT {_TOOL_COLUMNS} FROM {_TOOLS} "
-                f"WHERE t.text_id IN ({', '.join('?' * len(chunk))})"
-                + (f" AND {in_servers}" if servers is not None else ""),
-                [*chunk, *(sorted(servers) if servers is not None else ())])
-        rows.sort(key=lambda r: (-fused[r[0]], r[1], r[2], r[3]))
-        return [Hit(r[1], r[2], fused[r[0]], r[4], r[5]) for r in rows[:k]]
+        return self._tools_of(fuse_weighted(top(bm25, FUSION_DEPTH), dense), k, servers)
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:
