@@ -1249,17 +1249,16 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     events: Events = queue.Queue(MAX_EVENTS)
     store = open_or_warn(store_url, err, without="tools are listed uncompressed")
     servers: list[Server] = []
-    previous: dict[int, Any] = {}
+    restore: Callable[[], None] = _nothing
     proxy: DeferredProxy | None = None
     try:
         servers = _start(specs, settings, events, err)
         proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err, embedder)
-        previous = _forward_signals(proxy)
+        restore = _forward_signals(proxy)
         start_thread(pump_lines, stdin_fd, None, events, name="proxy-client")
         proxy.loop()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        restore()
         signalled = proxy.stopping if proxy is not None else None
         for server, status in zip(servers, stop_all([s.up for s in servers], signalled=signalled)):
             server.status = exit_status(status)
@@ -1273,17 +1272,48 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     return 0
 
 
-def _forward_signals(proxy: DeferredProxy) -> dict[int, Any]:
-    """A signal to the proxy goes to every upstream; the proxy ends once they have."""
+def _forward_signals(proxy: DeferredProxy) -> Callable[[], None]:
+    """A signal to the proxy goes to every upstream; the proxy ends once they have. What
+    puts the previous handlers back (and ends the waker) is returned.
+
+    The handler runs in the dispatcher's thread, between any two of its bytecodes: inside
+    the event queue's lock too (a `get` holds it around its wait), which it cannot take
+    again. It put its wake-up in the queue itself, and a signal that came there hung the
+    proxy for good (its next signals as well). It writes a byte to a pipe instead, which
+    takes no lock; a thread of its own posts the wake-up."""
     if threading.current_thread() is not threading.main_thread():
-        return {}
+        return _nothing
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    start_thread(_post_wakes, wake_read, proxy.events, name="proxy-signal")
 
     def forward(signum: int, _frame: object) -> None:
         proxy.stopping = signum
         for server in proxy.servers.values():
             server.up.signal(signum)
         proxy.stop_by = time.monotonic() + STOP_GRACE
-        with contextlib.suppress(queue.Full):  # (full: the loop is awake anyway)
-            proxy.events.put_nowait((None, b""))  # wake the loop: an empty line is skipped
+        with contextlib.suppress(OSError):  # (full: a wake-up waits already)
+            os.write(wake_write, b"\0")
 
-    return {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
+    previous = {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.close(wake_write)  # (the waker sees its end of file and ends)
+
+    return restore
+
+
+def _nothing() -> None:
+    pass
+
+
+def _post_wakes(fd: int, events: Events) -> None:
+    """For each byte a signal handler wrote: an empty client line, which wakes the loop
+    (and is skipped)."""
+    try:
+        while os.read(fd, 512):
+            events.put((None, b""))
+    finally:
+        os.close(fd)

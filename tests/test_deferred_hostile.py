@@ -395,6 +395,30 @@ def test_a_signal_ends_the_proxy_even_if_an_upstream_ignores_it(
     assert time.monotonic() - began < 9
 
 
+SIGNAL_IN_THE_QUEUES_LOCK = r"""
+import queue, signal, sys
+from caveman_batch import deferred
+from caveman_batch.upstreams import MAX_EVENTS
+events = queue.Queue(MAX_EVENTS)
+proxy = deferred.DeferredProxy([], None, deferred.Settings(single=False), events, 1, sys.stderr)
+restore = deferred._forward_signals(proxy)
+with events.mutex:  # where the dispatcher is between a get's lock and its wait
+    signal.raise_signal(signal.SIGTERM)
+proxy.loop()
+restore()
+print(proxy.status)
+"""
+
+
+def test_a_signal_that_comes_inside_the_event_queues_lock_still_ends_the_proxy() -> None:
+    """The handler runs in the dispatcher's thread, wherever it is: inside the queue's
+    lock too, which the handler took again to post its wake-up: the proxy hung for good,
+    deaf to every later signal (SIGKILL alone ended it)."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_IN_THE_QUEUES_LOCK],
+                          capture_output=True, text=True, timeout=WAIT)
+    assert (done.returncode, done.stdout) == (0, f"{128 + signal.SIGTERM}\n"), done.stderr
+
+
 @pytest.mark.parametrize("unbuffered", ["1", None], ids=["unbuffered", "buffered"])
 def test_an_upstream_dying_while_stderr_is_gone_takes_no_one_down(
         tmp_path: Path, upstream: list[str], monkeypatch: pytest.MonkeyPatch,
