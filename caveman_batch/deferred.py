@@ -332,6 +332,8 @@ class Server:
     next_id: int = 1
     calls: dict[int, OnReply] = field(default_factory=dict)
     tools: dict[str, ListedTool] = field(default_factory=dict)
+    # the committed originals of its tools' handles, by digest (_durable commits one again)
+    originals: dict[str, ccr.Prepared] = field(default_factory=dict)
     pages: list[bytes] = field(default_factory=list)  # tools/list results being read
     fetching: bool = False
     refetch: bool = False  # its list changed while a fetch was in flight
@@ -373,7 +375,6 @@ class DeferredProxy:
         self.err = err
         self.options = Options(count_tokens=False)
         self.index = ToolIndex.open(":memory:", embedder=embedder)  # hybrid, as `search`
-        self.originals: dict[str, ccr.Prepared] = {}  # committed tool originals, by digest
         self.search_name, self.call_name = SEARCH_TOOL, CALL_TOOL  # see _own_names
         self.search_definition = search_tool_definition([s.name for s in servers])
         self.call_definition = call_tool_definition()
@@ -397,6 +398,14 @@ class DeferredProxy:
         self.stopping: int | None = None  # the signal forwarded to every upstream
         self.stop_by = 0.0  # when the proxy ends after it, whether or not they have
         self.status = 0
+
+    @property
+    def originals(self) -> dict[str, ccr.Prepared]:
+        """The committed originals of the tools held now, by digest. Each server holds
+        those of its current tools alone: kept here for every list since the start, those
+        of an upstream whose tools change as it runs (a count in a description) grew
+        without end."""
+        return {d: p for s in self.servers.values() for d, p in s.originals.items()}
 
     # the loop -------------------------------------------------------------------------
 
@@ -830,6 +839,7 @@ class DeferredProxy:
             self._warn(f"upstream {server.name!r}: its tools could not be indexed: {exc}")
             return
         server.tools, server.state, server.settled = catalog.tools, LISTED, True
+        server.originals = {p.digest: p for p in catalog.originals}
         self._log(f"upstream {server.name!r}: {len(catalog.tools)} tools indexed")
         self._own_names(server)
         self._maybe_ready()
@@ -859,7 +869,6 @@ class DeferredProxy:
                                     options=self.options)
             try:
                 ccr.commit(self.store, catalog.originals)
-                self.originals.update((p.digest, p) for p in catalog.originals)
                 return catalog
             except StoreError as exc:
                 self._warn(f"upstream {server.name!r}: tools listed uncompressed, the store "
@@ -1163,7 +1172,7 @@ class DeferredProxy:
                 self._notify(rpc.notification("notifications/cancelled", rpc.dumps(
                     {"requestId": pid, "reason": failure})))
         self.index.remove_server(server.name)
-        server.tools = {}
+        server.tools, server.originals = {}, {}
         self._maybe_answer_initialize()
         if self.settings.single:  # (its status, once it has exited, is run's to return)
             self.done = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
@@ -27,7 +28,9 @@ import pytest
 
 from caveman_batch import deferred, rpc
 from caveman_batch.catalog import Options
-from caveman_batch.upstreams import ServerSpec
+from caveman_batch.listing import META_KEY
+from caveman_batch.store import open_store
+from caveman_batch.upstreams import ServerSpec, pump_lines
 from test_deferred import SCRIPTED
 
 UPSTREAM = r'''
@@ -832,3 +835,74 @@ def test_odd_lists_and_limits_are_said_not_dropped_in_silence(
     assert none.startswith("No tool matches") and len(none) < 200
     code, err = w.close()
     assert code == 0 and "tool 'echo' is listed more than once: the first is served" in err
+
+
+# -- an upstream whose tools change as it runs ----------------------------------------------------
+
+CHURNING = r'''
+import json, sys
+changes = 0
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        print(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {
+            "protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "churning", "version": "1"}}}), flush=True)
+    elif method == "tools/list":  # its description counts the changes so far
+        print(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {"tools": [
+            {"name": "churn", "description": f"Changed {changes} times.",
+             "inputSchema": {"type": "object"}}]}}), flush=True)
+    elif method == "tools/call":
+        changes += 1
+        print(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {"content": []}}), flush=True)
+        print(json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+              flush=True)
+'''
+
+
+def test_the_originals_held_are_those_of_the_tools_listed_now(tmp_path: Path) -> None:
+    """Each list of an upstream whose tools change as it runs (a count in a description)
+    left every earlier list's originals in the proxy's memory, for as long as it ran."""
+    script = tmp_path / "churning.py"
+    script.write_text(CHURNING)
+    client_in, proxy_in = os.pipe()
+    proxy_out, client_out = os.pipe()
+    settings = deferred.Settings(always=("churn",), single=True, embed=False)
+    events: deferred.Events = queue.Queue(deferred.MAX_EVENTS)
+    with open_store(f"lmdb://{tmp_path}/ccr") as store, (tmp_path / "err.txt").open("w") as err:
+        servers = deferred._start([ServerSpec("up", (sys.executable, str(script)))], settings,
+                                  events, err)
+        proxy = deferred.DeferredProxy(servers, store, settings, events, client_out, err)
+        threading.Thread(target=pump_lines, args=(client_in, None, events), daemon=True).start()
+        loop = threading.Thread(target=proxy.loop)
+        loop.start()
+        with os.fdopen(proxy_in, "wb", buffering=0) as to_proxy, \
+                os.fdopen(proxy_out, "rb") as reader:
+
+            def send(message: dict[str, Any]) -> None:
+                to_proxy.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+            def next_message() -> dict[str, Any]:
+                assert select.select([reader], [], [], WAIT)[0], f"nothing within {WAIT:g} s"
+                return json.loads(reader.readline())
+
+            send({"id": 0, "method": "initialize", "params": INIT})
+            assert "result" in next_message()
+            send({"method": "notifications/initialized"})
+            send({"id": 1, "method": "tools/list"})
+            assert "result" in next_message()
+            for rid in range(2, 12):  # each call changes the list: the client is told
+                send({"id": rid, "method": "tools/call", "params": {"name": "churn"}})
+                got = {m.get("id", m.get("method")) for m in (next_message(), next_message())}
+                assert got == {rid, "notifications/tools/list_changed"}
+            send({"id": 12, "method": "tools/list"})
+            listed = next_message()["result"]
+            assert "Changed 10 times." in json.dumps(listed)
+            assert list(proxy.originals) == [listed["_meta"][META_KEY]["churn"][4:]]
+        loop.join(WAIT)
+    for up in servers:
+        up.up.stop()
+    assert not loop.is_alive()
+    os.close(client_in)
+    os.close(client_out)
