@@ -1054,29 +1054,32 @@ class DeferredProxy:
         except rpc.BadMessage as exc:
             self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({exc}): "
                        "dropped")
-            self._unreadable_reply(server, line, str(exc))
+            self._unreadable_reply(server, rpc.response_id(line), str(exc))
             return
         if msg.is_response:
             uid = rpc.integer_id(msg.id)
             on_reply = server.calls.pop(uid, None) if uid is not None else None
             if on_reply is not None:
                 on_reply(Reply(msg))
-        elif msg.method is None:
-            return
+        elif msg.method is None:  # neither a request nor a response: one with an id still
+            if msg.has_id:  # ends the request it names (JSON.stringify drops a result: undefined)
+                reason = "an answer with neither a result nor an error"
+                self._warn(f"upstream {server.name!r} wrote {reason}: dropped")
+                self._unreadable_reply(server, msg.id, reason)
         elif msg.has_id:
             self._server_request(server, msg)
         else:
             self._server_notification(server, msg)
 
-    def _unreadable_reply(self, server: Server, line: bytes, reason: str) -> None:
-        """A response the proxy cannot forward still ends the request it answers, with an
-        error naming the upstream: else the client would wait for it for ever."""
-        uid = rpc.response_id(line)
+    def _unreadable_reply(self, server: Server, uid: Any, reason: str) -> None:
+        """A response the proxy cannot forward (`uid`: the id it names, or None) still ends
+        the request it answers, with an error naming the upstream: else the client would
+        wait for it for ever."""
         own = rpc.integer_id(uid)
         on_reply = server.calls.pop(own, None) if own is not None else None
         if on_reply is not None:
             text = f"upstream {server.name!r} answered with a line that is not JSON-RPC ({reason})"
-            on_reply(Reply(rpc.read(rpc.error(str(uid), rpc.UPSTREAM_UNAVAILABLE, text))))
+            on_reply(Reply(rpc.read(rpc.error(str(own), rpc.UPSTREAM_UNAVAILABLE, text))))
 
     def _server_request(self, server: Server, msg: rpc.Message) -> None:
         if msg.method == "ping":  # the proxy is alive; the client need not be asked

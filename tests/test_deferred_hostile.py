@@ -64,6 +64,8 @@ for line in sys.stdin.buffer:
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
              % mid)
+    elif method == "tools/call" and msg["params"]["name"] == "bare":  # neither result nor error
+        send(b'{"jsonrpc":"2.0","id":%s}' % mid)  # (JSON.stringify of a result: undefined)
     elif method == "tools/call" and msg["params"]["name"] == "hang":
         pass  # never answered: the client cancels it
     elif method == "tools/call" and msg["params"]["name"] == "orphan":  # a child keeps stdout
@@ -480,6 +482,22 @@ def test_an_answer_that_is_not_utf8_is_answered_with_an_error(
     assert text(w.call(3, "tools/call", {"name": "echo"})) == "ran echo null"  # still serving
     code, err = w.close()
     assert code == 0 and "wrote a line that is not JSON-RPC (not UTF-8" in err
+
+
+def test_an_answer_without_a_result_or_an_error_is_answered_with_an_error(
+        upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """`{"jsonrpc":"2.0","id":7}`, a response that is neither, was dropped unread and the
+    call it answers waited for ever (as the client did)."""
+    w = wire(["--", *upstream])
+    w.start()
+    direct = w.call(1, "tools/call", {"name": "bare", "arguments": {}})
+    assert direct["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
+    assert "upstream 'upstream'" in direct["error"]["message"]
+    via = w.call(2, "tools/call", {"name": "call_tool", "arguments": {"name": "bare"}})
+    assert via["result"]["isError"] is True and "neither a result nor an error" in text(via)
+    assert text(w.call(3, "tools/call", {"name": "echo"})) == "ran echo null"  # still serving
+    code, err = w.close()
+    assert code == 0 and "neither a result nor an error" in err
 
 
 # -- an upstream tool named like one of the proxy's --------------------------------------------
