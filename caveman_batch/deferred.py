@@ -764,7 +764,8 @@ class DeferredProxy:
         version = min(versions) if versions else requested  # dated: the oldest is the common one
         if self.settings.single:
             upstream = inits[0]
-            capabilities = dict(upstream.get("capabilities") or {})
+            given = upstream.get("capabilities")  # (a list of pairs, a string: none)
+            capabilities = dict(given) if isinstance(given, dict) else {}
             tools = capabilities.get("tools")
             capabilities["tools"] = {**(tools if isinstance(tools, dict) else {}),
                                      "listChanged": True}

@@ -56,7 +56,8 @@ for line in sys.stdin.buffer:
              % mid)
     elif method == "initialize":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18",'
-             b'"capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}' % mid)
+             b'"capabilities":%s,"serverInfo":{"name":"up","version":"1"}}}'
+             % (mid, os.environ.get("CAPABILITIES", '{"tools":{}}').encode()))
     elif method == "tools/list" and os.environ.get("HANG") == "list":
         pass  # never answered: the start's deadline decides for it
     elif method == "tools/list":
@@ -498,6 +499,18 @@ def test_an_answer_without_a_result_or_an_error_is_answered_with_an_error(
     assert text(w.call(3, "tools/call", {"name": "echo"})) == "ran echo null"  # still serving
     code, err = w.close()
     assert code == 0 and "neither a result nor an error" in err
+
+
+@pytest.mark.parametrize("capabilities", ['[1, 2]', '"tools"', "7"])
+def test_capabilities_that_are_not_an_object_still_answer_the_initialize(
+        upstream: list[str], wire: Callable[..., Wire], capabilities: str) -> None:
+    """One upstream's capabilities are the client's, with tools.listChanged set: read as
+    an object, a list or a string of them raised, and the client's initialize was never
+    answered."""
+    w = wire(["--", *upstream], {"CAPABILITIES": capabilities})
+    assert w.start()["result"]["capabilities"] == {"tools": {"listChanged": True}}
+    assert text(w.call(1, "tools/call", {"name": "echo"})) == "ran echo null"
+    assert w.close()[0] == 0
 
 
 # -- an upstream tool named like one of the proxy's --------------------------------------------
