@@ -1324,9 +1324,11 @@ def _nothing() -> None:
 
 def _post_wakes(fd: int, events: Events) -> None:
     """For each byte a signal handler wrote: an empty client line, which wakes the loop
-    (and is skipped)."""
+    (and is skipped); none into a full queue (the loop is awake anyway, and one that has
+    ended would hold this thread for ever)."""
     try:
         while os.read(fd, 512):
-            events.put((None, b""))
+            with contextlib.suppress(queue.Full):
+                events.put_nowait((None, b""))
     finally:
         os.close(fd)
