@@ -559,7 +559,7 @@ class DeferredProxy:
             self._send(rpc.error("null", rpc.INVALID_REQUEST,
                                  "id: a string, a number or null, please"))
         elif msg.method is None:
-            if msg.has_id:
+            if msg.has_id and not self._bare_client_reply(msg):
                 self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST, "no method"))
         elif not msg.has_id:
             self._client_notification(msg)
@@ -641,6 +641,22 @@ class DeferredProxy:
         self.progress.pop(pid, None)
         if server.state != DEAD:
             server.up.send(rpc.replace(msg, "id", raw_id))
+
+    def _bare_client_reply(self, msg: rpc.Message) -> bool:
+        """Whether a message of the client's with an id but neither a method, a result nor
+        an error answers an upstream's request (the id is the proxy's own): it gets an
+        error then. Answered to the client as a request without a method, the error went
+        under the proxy's id, which the client may be using for a request of its own."""
+        pid = rpc.integer_id(msg.id)
+        if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
+            return False
+        server, raw_id, key = entry
+        self.server_call_ids.pop((server.name, key), None)
+        self.progress.pop(pid, None)
+        if server.state != DEAD:
+            server.up.send(rpc.error(raw_id, rpc.INTERNAL_ERROR, "the client answered with "
+                                                                 "neither a result nor an error"))
+        return True
 
     def _client_notification(self, msg: rpc.Message) -> None:
         if msg.method == "notifications/initialized":

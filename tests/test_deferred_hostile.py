@@ -295,6 +295,27 @@ def test_progress_on_an_upstreams_request_reaches_that_upstream_alone(
     assert code == 0 and "Traceback" not in err, err
 
 
+def test_a_client_answer_without_a_result_or_an_error_goes_to_the_upstream_that_asked(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """The client's `{"jsonrpc":"2.0","id":N}` to an upstream's request (N: the proxy's own
+    id) was answered to the client, "no method" under N, which is in the client's own ids:
+    its request 1, the call that made the upstream ask, got that error; and the upstream's
+    request was never answered. The upstream now gets the error, the client nothing."""
+    log = tmp_path / "up.log"
+    w = wire(["--", *upstream], {"UPSTREAM_LOG": str(log)})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask"}})
+    asked = w.wait_for(lambda m: m.get("method") == "roots/list")
+    assert asked["id"] == 1  # (the proxy numbers its requests to the client from 1 too)
+    w.send({"jsonrpc": "2.0", "id": asked["id"]})
+    assert w.call(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert w.seen == []  # nothing under the client's id 1
+    answered = _logged(log, '"q1"')
+    assert [m["error"]["code"] for m in answered] == [rpc.INTERNAL_ERROR]
+    assert "neither a result nor an error" in answered[0]["error"]["message"]
+    w.proc.kill()
+
+
 @pytest.mark.parametrize("several", [False, True], ids=["one", "servers"])
 def test_a_client_that_closes_its_input_gets_every_answer(
         tmp_path: Path, upstream: list[str], several: bool) -> None:
