@@ -549,6 +549,7 @@ class DeferredProxy:
         try:
             msg = rpc.read(line)
         except rpc.BadMessage as exc:
+            self._failed_client_reply(rpc.response_id(line), f"a line that is not JSON-RPC ({exc})")
             code = rpc.INVALID_REQUEST if isinstance(exc, rpc.InvalidRequest) else rpc.PARSE_ERROR
             self._send(rpc.error("null", code, f"not a JSON-RPC message: {exc}"))
             return
@@ -559,7 +560,8 @@ class DeferredProxy:
             self._send(rpc.error("null", rpc.INVALID_REQUEST,
                                  "id: a string, a number or null, please"))
         elif msg.method is None:
-            if msg.has_id and not self._bare_client_reply(msg):
+            if msg.has_id and not self._failed_client_reply(
+                    msg.id, "neither a result nor an error"):
                 self._send(rpc.error(msg.raw("id"), rpc.INVALID_REQUEST, "no method"))
         elif not msg.has_id:
             self._client_notification(msg)
@@ -642,20 +644,21 @@ class DeferredProxy:
         if server.state != DEAD:
             server.up.send(rpc.replace(msg, "id", raw_id))
 
-    def _bare_client_reply(self, msg: rpc.Message) -> bool:
-        """Whether a message of the client's with an id but neither a method, a result nor
-        an error answers an upstream's request (the id is the proxy's own): it gets an
-        error then. Answered to the client as a request without a method, the error went
-        under the proxy's id, which the client may be using for a request of its own."""
-        pid = rpc.integer_id(msg.id)
+    def _failed_client_reply(self, uid: Any, reason: str) -> bool:
+        """Whether a client's answer that cannot be forwarded (an id with neither a method,
+        a result nor an error; a line `read` refuses) names an upstream's request (`uid`:
+        the proxy's own id, or None): that upstream gets an error then, else it waited for
+        ever. (An id alone was answered to the client as a request without a method, under
+        the proxy's id, which the client may be using for a request of its own.)"""
+        pid = rpc.integer_id(uid)
         if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
             return False
         server, raw_id, key = entry
         self.server_call_ids.pop((server.name, key), None)
         self.progress.pop(pid, None)
         if server.state != DEAD:
-            server.up.send(rpc.error(raw_id, rpc.INTERNAL_ERROR, "the client answered with "
-                                                                 "neither a result nor an error"))
+            server.up.send(rpc.error(raw_id, rpc.INTERNAL_ERROR,
+                                     f"the client answered with {reason}"))
         return True
 
     def _client_notification(self, msg: rpc.Message) -> None:

@@ -316,6 +316,25 @@ def test_a_client_answer_without_a_result_or_an_error_goes_to_the_upstream_that_
     w.proc.kill()
 
 
+def test_a_client_answer_that_is_not_json_rpc_still_answers_the_upstream_that_asked(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """A client's answer the proxy cannot read (not UTF-8) got the client its parse error,
+    and the upstream's request waited for ever; it gets an error now, as a call does
+    whose upstream answers so."""
+    log = tmp_path / "up.log"
+    w = wire(["--", *upstream], {"UPSTREAM_LOG": str(log)})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask"}})
+    asked = w.wait_for(lambda m: m.get("method") == "roots/list")
+    w.send(b'{"jsonrpc":"2.0","id":%d,"result":{"roots":[{"uri":"file:///caf\xe9"}]}}\n'
+           % asked["id"])
+    assert w.wait_for(lambda m: "id" in m)["error"]["code"] == rpc.PARSE_ERROR
+    answered = _logged(log, '"q1"')
+    assert [m["error"]["code"] for m in answered] == [rpc.INTERNAL_ERROR]
+    assert "not UTF-8" in answered[0]["error"]["message"]
+    w.proc.kill()
+
+
 @pytest.mark.parametrize("several", [False, True], ids=["one", "servers"])
 def test_a_client_that_closes_its_input_gets_every_answer(
         tmp_path: Path, upstream: list[str], several: bool) -> None:
