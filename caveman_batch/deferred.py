@@ -1130,6 +1130,7 @@ class DeferredProxy:
             pid = self.server_call_ids.pop((server.name, key), None)
             if pid is not None:
                 del self.server_calls[pid]
+                self.progress.pop(pid, None)  # (the client's progress on it is no one's)
                 self._notify(_with_request_id(msg, pid))
         else:  # progress, logging, resources and prompts changes: the client's to see
             self._notify(rpc.line(msg.text))

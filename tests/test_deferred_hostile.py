@@ -83,6 +83,8 @@ for line in sys.stdin.buffer:
     elif method == "tools/call" and msg["params"]["name"] == "ask":  # asks the client first
         send(b'{"jsonrpc":"2.0","id":"q1","method":"roots/list",'
              b'"params":{"_meta":{"progressToken":"tok"}}}')
+    elif method == "tools/call" and msg["params"]["name"] == "unask":  # gives up on it
+        send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q1"}}')
     elif method == "tools/call":
         text = "ran " + msg["params"]["name"] + " " + json.dumps(msg["params"].get("arguments"))
         send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
@@ -293,6 +295,26 @@ def test_progress_on_an_upstreams_request_reaches_that_upstream_alone(
     assert "progress" not in (tmp_path / "b.log").read_text()
     code, err = w.close()  # the call of `ask` in flight fails as a's input closes and it exits
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_progress_on_a_request_its_upstream_cancelled_is_dropped(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Once an upstream cancels its request to the client, the client's progress on it is
+    no one's: it reached the upstream still (and the proxy kept its token for ever)."""
+    log = tmp_path / "up.log"
+    w = wire(["--", *upstream], {"UPSTREAM_LOG": str(log)})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask"}})
+    asked = w.wait_for(lambda m: m.get("method") == "roots/list")
+    w.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "unask"}})
+    cancelled = w.wait_for(lambda m: m.get("method") == "notifications/cancelled")
+    assert cancelled["params"]["requestId"] == asked["id"]
+    w.send({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": asked["params"]["_meta"]["progressToken"],
+                       "progress": 1}})
+    assert text(w.call(3, "tools/call", {"name": "echo"})) == "ran echo null"
+    assert "notifications/progress" not in log.read_text()  # (it logs each line it reads)
+    w.proc.kill()
 
 
 def test_a_client_answer_without_a_result_or_an_error_goes_to_the_upstream_that_asked(
