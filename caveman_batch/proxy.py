@@ -34,7 +34,7 @@ from . import ccr, listing, rpc
 from .catalog import Options
 from .errors import StoreError, UpstreamExited, UsageError
 from .store import Store, open_store
-from .upstreams import STOP_GRACE, stop_signals
+from .upstreams import STOP_GRACE, stop_signals, wait_for
 
 CHUNK: Final = 1 << 16
 # A list request is small; a longer client line is relayed but not inspected.
@@ -53,7 +53,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         try:
             view = view[os.write(fd, view):]
         except BlockingIOError:
-            select.select([], [fd], [])
+            wait_for(fd, select.POLLOUT)
 
 
 def read_chunk(fd: int) -> bytes:
@@ -62,7 +62,7 @@ def read_chunk(fd: int) -> bytes:
         try:
             return os.read(fd, CHUNK)
         except BlockingIOError:
-            select.select([fd], [], [])
+            wait_for(fd, select.POLLIN)
 
 
 # -- which responses to rewrite ------------------------------------------------------

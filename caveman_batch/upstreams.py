@@ -154,6 +154,16 @@ EXIT_GRACE: Final = 1.0
 STOP_GRACE: Final = 5.0
 
 
+def wait_for(fd: int, event: int, timeout: float | None = None) -> bool:
+    """Whether `fd` became ready for `event` (select.POLLIN, POLLOUT) or hung up within
+    `timeout` seconds (None: waits until it does). By poll, not select: select refuses a
+    descriptor of 1024 or more (a proxy with some 340 upstreams has such pipes), and the
+    thread reading that upstream died of its ValueError, its calls never answered."""
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+
+
 def read_lines(fd: int, exited: Callable[[], bool] | None = None) -> Iterator[list[bytes]]:
     """The lines each read of `fd` completes (without their newlines), then a last line
     without a newline if there is one; until end of file or a read error, or (with
@@ -167,7 +177,7 @@ def read_lines(fd: int, exited: Callable[[], bool] | None = None) -> Iterator[li
     try:
         while True:
             if exited is not None:
-                while not select.select([fd], [], [], EXIT_GRACE)[0]:
+                while not wait_for(fd, select.POLLIN, EXIT_GRACE):
                     if exited():
                         raise EOFError
             if not (chunk := os.read(fd, CHUNK)):

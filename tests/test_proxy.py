@@ -22,7 +22,14 @@ import pytest
 
 from caveman_batch import ccr, listing
 from caveman_batch.profile import profile
-from caveman_batch.proxy import ClientRelay, Pending, ServerRelay, exit_status
+from caveman_batch.proxy import (
+    ClientRelay,
+    Pending,
+    ServerRelay,
+    exit_status,
+    read_chunk,
+    write_all,
+)
 from caveman_batch.store import open_store
 
 UPSTREAM = r'''
@@ -453,6 +460,48 @@ def test_non_blocking_stdin_and_stdout(upstream: Upstream) -> None:
             os.close(r_out)
     assert sent.startswith(big)
     check_rewritten(upstream, sent[len(big):], result)
+
+
+def test_non_blocking_pipes_numbered_past_1023() -> None:
+    """A non-blocking pipe whose descriptor is 1024 or more (a proxy with some 340 upstreams
+    has such): an empty one is waited on and a full one written once it drains (select
+    refused the descriptor with a ValueError, which killed the thread reading that upstream)."""
+    import resource
+    import threading
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"a descriptor limit of {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    r, w = os.pipe()
+    high_r, high_w = os.dup2(r, 1050), os.dup2(w, 1051)
+    os.close(r)
+    os.close(w)
+    try:
+        for fd in (high_r, high_w):
+            os.set_blocking(fd, False)
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(read_chunk(high_r)))
+        reader.start()
+        time.sleep(0.2)  # the reader waits on the empty pipe
+        os.write(high_w, b"x")
+        reader.join(10)
+        assert got == [b"x"]
+        data = b"y" * 1_000_000  # more than the pipe holds: write_all waits for it to drain
+        writer = threading.Thread(target=write_all, args=(high_w, data))
+        writer.start()
+        read = bytearray()
+        while len(read) < len(data):
+            try:
+                read += os.read(high_r, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.01)
+        writer.join(10)
+        assert not writer.is_alive() and bytes(read) == data
+    finally:
+        os.close(high_r)
+        os.close(high_w)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_no_upstream_command(upstream: Upstream) -> None:

@@ -289,6 +289,31 @@ def test_lines_of_several_mb_arrive_whole() -> None:
     assert drain(events, "up") == lines
 
 
+
+def test_lines_of_a_pipe_numbered_past_1023() -> None:
+    """An upstream's stdout whose descriptor is 1024 or more (a proxy with some 340
+    upstreams has such), read with the writer's exit watched: its lines, then its end
+    (select refused the descriptor: the reading thread died, posting no end, and the
+    upstream's calls waited for ever)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"a descriptor limit of {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    r, w = os.pipe()
+    read_end = os.dup2(r, 1060)
+    os.close(r)
+    events: Events = Events()
+    try:
+        os.write(w, b"one\ntwo\n")
+        os.close(w)
+        pump_lines(read_end, "up", events, exited=lambda: True)
+    finally:
+        os.close(read_end)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert drain(events, "up") == [b"one", b"two"]
+
 CHATTY = r'''
 import sys
 out = sys.stderr.buffer
