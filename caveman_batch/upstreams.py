@@ -42,18 +42,21 @@ _NAME_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9.-])?")
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
-    """One upstream: its name, its argv and the variables set over the proxy's own."""
+    """One upstream: its name, its argv, the variables set over the proxy's own and the
+    folder it starts in (None: the proxy's)."""
 
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
 
 
 # -- the servers file -----------------------------------------------------------------
 
 
 def read_servers(path: str | os.PathLike[str]) -> list[ServerSpec]:
-    """The servers of a `{"mcpServers": {NAME: {"command", "args", "env"}}}` file, in order."""
+    """The servers of a `{"mcpServers": {NAME: {"command", "args", "env", "cwd"}}}` file, in
+    order, but those marked `"disabled": true` (as clients that have the key skip them)."""
     source = os.fspath(path)
     try:
         doc = json.loads(Path(source).read_bytes(), object_pairs_hook=_Object)
@@ -74,7 +77,12 @@ def read_servers(path: str | os.PathLike[str]) -> list[ServerSpec]:
     if twice := _given_twice(servers):
         raise ServersFileError(f"{source}: mcpServers names the server {twice!r} more than once",
                                source, f"mcpServers.{twice}")
-    return [_spec(source, name, entry) for name, entry in servers.items()]
+    specs = [_spec(source, name, entry) for name, entry in servers.items()]
+    enabled = [spec for spec in specs if spec is not None]
+    if not enabled:
+        raise ServersFileError(f"{source}: mcpServers names no server that is not disabled",
+                               source, "mcpServers")
+    return enabled
 
 
 class _Object(dict[str, Any]):
@@ -100,7 +108,9 @@ def _unusable(text: str) -> bool:
         return True
 
 
-def _spec(source: str, name: str, entry: Any) -> ServerSpec:
+def _spec(source: str, name: str, entry: Any) -> ServerSpec | None:
+    """The server of one entry; None if it is disabled. Keys other clients add and that do
+    not change how the server runs (`type`, `timeout`, `autoApprove`, ...) are ignored."""
     key = f"mcpServers.{name}"
 
     def bad(what: str, at: str = key) -> ServersFileError:
@@ -113,6 +123,11 @@ def _spec(source: str, name: str, entry: Any) -> ServerSpec:
         raise bad("must be an object")
     if twice := _given_twice(entry):
         raise bad(f"gives {twice!r} more than once")
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise bad("must be true or false", f"{key}.disabled")
+    if disabled:  # (Cline's, Roo Code's and Windsurf's key: not started, however it reads)
+        return None
     command = entry.get("command")
     if not isinstance(command, str) or not command:
         what = "is a remote server (url): only stdio servers (command) can be proxied" \
@@ -134,7 +149,16 @@ def _spec(source: str, name: str, entry: Any) -> ServerSpec:
         if not var or "=" in var or _unusable(var) or _unusable(value):
             raise bad(f"cannot set {var!r} (a name: not empty, no '='; neither a NUL "
                       "nor an unencodable character)", f"{key}.env")
-    return ServerSpec(name, (command, *args), dict(env))
+    cwd = entry.get("cwd")
+    if cwd is not None:
+        if not isinstance(cwd, str) or not cwd:
+            raise bad("must be a non-empty string", f"{key}.cwd")
+        if _unusable(cwd):
+            raise bad("holds a NUL or an unencodable character", f"{key}.cwd")
+        # a relative folder is the servers file's: the proxy's own is wherever its client
+        # started it
+        cwd = os.path.join(os.path.dirname(os.path.abspath(source)), os.path.expanduser(cwd))
+    return ServerSpec(name, (command, *args), dict(env), cwd)
 
 
 # -- reading lines into the event queue ------------------------------------------------
@@ -293,9 +317,14 @@ class Upstream:
         self.name = spec.name
         # its variables over the proxy's own: what a client that spawned it would do
         env = {**os.environ, **spec.env} if spec.env else None
+        # (Popen's error for a folder that is not there would name neither it nor the cwd)
+        if spec.cwd is not None and not os.path.isdir(spec.cwd):
+            raise UsageError(f"cannot start the upstream {spec.name!r}: its cwd "
+                             f"{spec.cwd!r} is not a folder")
         try:
             self.proc = subprocess.Popen(list(spec.argv), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, bufsize=0, env=env,
+                                         cwd=spec.cwd,
                                          stderr=subprocess.PIPE if prefix_stderr else None)
         except (OSError, ValueError) as exc:  # ValueError: a NUL, a '=' in a variable's name
             raise UsageError(f"cannot start the upstream {spec.name!r} ({spec.argv[0]!r}): "

@@ -208,6 +208,39 @@ def test_read_servers(tmp_path: Path) -> None:
                                   ServerSpec("gh", ("gh-mcp",), {"TOKEN": "x"})]
 
 
+def test_servers_disabled_are_skipped_and_cwd_is_the_files_folders(tmp_path: Path) -> None:
+    """`"disabled": true` (Cline's, Roo Code's, Windsurf's key) is not started: it was, as
+    if the key were not there. `cwd` is where the server starts (it was ignored); a relative
+    one is the servers file's folder's, `~` the home folder."""
+    path = write(tmp_path, {"mcpServers": {
+        "off": {"command": "x", "disabled": True},
+        "on": {"command": "y", "disabled": False, "cwd": "servers/on"},
+        "abs": {"command": "z", "cwd": "/srv"},
+        "home": {"command": "w", "cwd": "~/mcp"}}})
+    assert read_servers(path) == [
+        ServerSpec("on", ("y",), {}, str(tmp_path / "servers" / "on")),
+        ServerSpec("abs", ("z",), {}, "/srv"),
+        ServerSpec("home", ("w",), {}, str(Path.home() / "mcp"))]
+
+
+def test_a_server_starts_in_its_cwd(tmp_path: Path, scripted: list[str]) -> None:
+    """A server named by a path relative to its `cwd` (`node build/index.js`, as a checkout
+    of a server is run) starts there; one whose cwd is not a folder is left out, named."""
+    home = tmp_path / "checkout"
+    home.mkdir()
+    (home / "server.py").write_text(Path(scripted[1]).read_text())
+    servers = write(tmp_path, {"mcpServers": {
+        "ok": {"command": scripted[0], "args": ["server.py"], "cwd": "checkout"},
+        "nowhere": {"command": scripted[0], "args": ["server.py"], "cwd": "missing"}}})
+    wire = Wire(["--store", "memory://", "--servers", str(servers)])
+    wire.start()
+    echoed = wire.call(1, "tools/call", {"name": "ok__echo", "arguments": {"text": "hi"}})
+    assert echoed["result"]["content"][0]["text"] == "hi"
+    code, err = wire.close()
+    assert code == 0
+    assert f"cannot start the upstream 'nowhere': its cwd {str(tmp_path / 'missing')!r}" in err
+
+
 @pytest.mark.parametrize("doc, key, words", [
     ("{", None, "is not JSON"),
     ({"servers": {}}, "mcpServers", "expected"),
@@ -218,6 +251,13 @@ def test_read_servers(tmp_path: Path) -> None:
     ({"mcpServers": {"a": {"command": "x", "args": "y"}}}, "mcpServers.a.args", "list of strings"),
     ({"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}, "mcpServers.a.env", "of strings"),
     ({"mcpServers": {"a__b": {"command": "x"}}}, "mcpServers.a__b", "not a usable server name"),
+    ({"mcpServers": {"a": {"command": "x", "disabled": "yes"}}}, "mcpServers.a.disabled",
+     "must be true or false"),
+    ({"mcpServers": {"a": {"command": "x", "cwd": ""}}}, "mcpServers.a.cwd", "non-empty string"),
+    ({"mcpServers": {"a": {"command": "x", "cwd": 7}}}, "mcpServers.a.cwd", "non-empty string"),
+    ({"mcpServers": {"a": {"command": "x", "cwd": "a\0b"}}}, "mcpServers.a.cwd", "a NUL"),
+    ({"mcpServers": {"a": {"command": "x", "disabled": True}}}, "mcpServers",
+     "no server that is not disabled"),
 ])
 def test_bad_servers_file(tmp_path: Path, doc: Any, key: str | None, words: str) -> None:
     path = write(tmp_path, doc)
