@@ -54,12 +54,18 @@ def test_the_writer_process_writes_what_the_parent_reads(tmp_path: Path) -> None
 def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
     there, here = _new_index(tmp_path / "there.db"), ToolIndex.open(":memory:")
     catalogs = [_catalog("a", "list_issues", "close_issue"), _catalog("b", "list_pulls")]
+    then = ([], ["a"], {"reg.jsonl": "1" * 64})  # a catalog removed, a file wholly indexed
     with IndexWriter(str(there), embed=False) as writer:
         writer.apply(catalogs)
-    LocalWriter(here).apply(catalogs)
+        writer.apply(*then)
+    local = LocalWriter(here)
+    local.apply(catalogs)
+    local.apply(*then)
     with ToolIndex.open(there, create=False) as index:
         assert list(index.docs()) == list(here.docs())
         assert index.search("list issues", 5) == here.search("list issues", 5)
+        assert index.servers() == here.servers() and list(index.servers()) == ["b"]
+        assert index.files() == here.files() == {"reg.jsonl": "1" * 64}
 
 
 def test_an_error_in_the_writer_is_raised_in_the_parent(tmp_path: Path) -> None:
@@ -185,6 +191,25 @@ def test_a_writer_whose_parent_is_gone_ends_without_a_traceback(tmp_path: Path) 
     assert b"Traceback" not in child.stderr.read()
 
 
+@pytest.mark.parametrize("cut", [3, 8 + 5])  # in the length, in the pickle
+def test_a_request_cut_off_is_not_applied_and_the_writer_ends_quietly(
+        tmp_path: Path, cut: int) -> None:
+    """A parent killed mid-request: the writer reads its end of stdin mid-message, writes
+    nothing of it and exits 0 without a traceback."""
+    from caveman_batch.indexwriter import _BOOT, _framed
+
+    path = _new_index(tmp_path / "idx.db")
+    child = subprocess.Popen([sys.executable, "-c", _BOOT, json.dumps(sys.path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    request = _framed(("apply", ([_catalog("github", "list_issues")], [], None), {}))
+    out, err = child.communicate(_framed((str(path), False)) + request[:cut], timeout=30)
+    assert child.returncode == 0 and b"Traceback" not in err, err
+    assert pickle.loads(out[8:]) == ("ok", None)  # the open's answer, no other
+    with ToolIndex.open(path, create=False) as index:
+        assert len(index) == 0
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -214,6 +239,25 @@ def test_a_build_of_many_transactions_is_optimized_and_searches_the_same(
         assert _segments(indexes[0]) > 1 and _segments(indexes[1]) == 1
         for query in ("list issues", "create a refund for an invoice", "delete", "zzz"):
             assert few.search(query, k=10) == many.search(query, k=10)
+
+
+def test_a_build_of_as_many_transactions_as_the_limit_is_not_optimized(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: a build of up to _OPTIMIZE_AFTER transactions leaves its segments as they
+    are, a longer one ends with an optimize (here 5 transactions: 5 batches of 60)."""
+    src = tmp_path / "reg.jsonl"
+    src.write_text("".join(json.dumps({"server": f"s{i:03}", "tools": [
+        {"name": f"tool_{i}_{j}", "description": f"Does thing {j} of server {i}."}
+        for j in range(2)]}) + "\n" for i in range(300)))
+    monkeypatch.setattr(indexing, "_TOOLS_PER_COMMIT", 8)
+    segments = {}
+    for optimize_after in (5, 4):
+        root = tmp_path / str(optimize_after)
+        monkeypatch.setattr(indexing, "_OPTIMIZE_AFTER", optimize_after)
+        run(Config([str(src)], root / "out", f"lmdb://{root / 'ccr'}", workers=1,
+                   index=root / "idx.db", embed=False))
+        segments[optimize_after] = _segments(root / "idx.db")
+    assert segments[5] > 1 and segments[4] == 1
 
 
 def _segments(path: Path) -> int:
@@ -292,6 +336,30 @@ def test_a_rerun_that_writes_nothing_leaves_fts5_merging_as_usual(tmp_path: Path
         with sqlite3.connect(tmp_path / "idx.db") as db:
             settings = dict(db.execute("SELECT k, v FROM tools_fts_config"))
         assert settings.get("automerge", 4) == 4 and settings.get("crisismerge", 16) == 16
+
+
+def test_a_rerun_that_only_removes_catalogs_undoes_the_merges_a_killed_build_deferred(
+        tmp_path: Path) -> None:
+    """A build killed after deferring FTS5's merges leaves them deferred; a rerun that
+    writes no catalog but removes one sets them back (as one that writes catalogs does)."""
+    import sqlite3
+
+    src = tmp_path / "reg.jsonl"
+    lines = [json.dumps({"server": f"s{i}", "tools": [
+        {"name": f"tool_{i}", "description": f"Does thing {i}."}]}) + "\n" for i in range(3)]
+    src.write_text("".join(lines))
+    config = Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path / 'ccr'}", workers=1,
+                    index=tmp_path / "idx.db", embed=False, incremental=True)
+    run(config)
+    with ToolIndex.open(tmp_path / "idx.db") as index:  # as a build killed mid-way left it
+        index.defer_merges()
+    src.write_text("".join(lines[:2]))  # s2 removed, s0 and s1 reused
+    run(config)
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        assert sorted(index.servers()) == ["reg/s0", "reg/s1"]
+    with sqlite3.connect(tmp_path / "idx.db") as db:
+        settings = dict(db.execute("SELECT k, v FROM tools_fts_config"))
+    assert settings.get("automerge", 4) == 4 and settings.get("crisismerge", 16) == 16
 
 
 def test_a_store_is_shared_with_other_processes_only_if_its_backend_says_so() -> None:
