@@ -21,7 +21,8 @@ again, so the index never misses a catalog that the outputs hold. The tool recor
 catalogs kept are refreshed as their catalogs' originals are (`keep_records`): `prune`
 never drops a handle a search hands out while the catalog is still in SRC.
 
-Server ids: a catalog file's path relative to its source, without its extension (with
+Server ids: a catalog file's path relative to its source, without its .json or .jsonl
+extension in any case (with
 several sources, under the source's name, as in OUT); a catalog inside a JSONL or
 registry file: that file's id, then "/" and the catalog's own name (its wrapper's
 "server" or "name"), else its line or item number. A catalog reused as indexed, or

@@ -190,16 +190,17 @@ def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
 
 
 def test_a_catalog_id_drops_the_extension_whatever_its_case(tmp_path: Path) -> None:
-    """README, Catalog ids: a file's path without the extension, which the input takes in
-    any case (`.JSON`, `.Jsonl`), as a registry's lines are named by their file's id."""
+    """README, Catalog ids: a file's path without the extension `.json` or `.jsonl`, which
+    the input takes in any case (`.JSON`, `.Jsonl`); a file given by name keeps any other."""
     src = tmp_path / "src"
     (src / "team").mkdir(parents=True)
     (src / "team" / "Chat.JSON").write_bytes(_catalog("send_message"))
     (src / "Reg.Jsonl").write_bytes(json.dumps(json.loads(_catalog("b_one", server="alpha")))
                                     .encode() + b"\n")
-    _run(tmp_path, src)
+    (tmp_path / "tools.txt").write_bytes(_catalog("get_forecast"))  # named: any name
+    _run(tmp_path, src, tmp_path / "tools.txt")
     servers, _ = _contents(tmp_path / "idx.db")
-    assert sorted(servers) == ["Reg/alpha", "team/Chat"]
+    assert sorted(servers) == ["src/Reg/alpha", "src/team/Chat", "tools.txt"]
 
 
 def test_same_index_for_any_worker_count_and_the_samples(tmp_path: Path) -> None:
