@@ -189,6 +189,26 @@ def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
                                              ("reg/alpha@3", "c_one")]
 
 
+def test_an_id_taken_with_its_line_too_takes_the_next_number(tmp_path: Path) -> None:
+    """README, Catalog ids: an id taken gets `@line`, then `@2`, `@3`, ... after that (a
+    catalog file: `@2`, `@3`, ...)."""
+    src = tmp_path / "src"
+    (src / "reg").mkdir(parents=True)
+    lines = [_catalog("one", server="alpha@3"), _catalog("two", server="alpha"),
+             _catalog("three", server="alpha"), _catalog("four", server="alpha@3@2"),
+             _catalog("five", server="alpha"), _catalog("six", server="beta")]
+    (src / "reg.jsonl").write_bytes(b"".join(json.dumps(json.loads(x)).encode() + b"\n"
+                                             for x in lines))
+    for name in ("beta", "beta@2"):  # after the registry's lines, as its folder is
+        (src / "reg" / f"{name}.json").write_bytes(_catalog(f"file_{name}"))
+    _run(tmp_path, src)
+    _, docs = _contents(tmp_path / "idx.db")
+    assert sorted((s, n) for s, n, *_ in docs) == [
+        ("reg/alpha", "two"), ("reg/alpha@3", "one"), ("reg/alpha@3@2", "three"),
+        ("reg/alpha@3@2@4", "four"), ("reg/alpha@5", "five"), ("reg/beta", "six"),
+        ("reg/beta@2", "file_beta"), ("reg/beta@2@2", "file_beta@2")]
+
+
 def test_a_catalog_id_drops_the_extension_whatever_its_case(tmp_path: Path) -> None:
     """README, Catalog ids: a file's path without the extension `.json` or `.jsonl`, which
     the input takes in any case (`.JSON`, `.Jsonl`); a file given by name keeps any other."""
