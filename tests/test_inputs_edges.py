@@ -1,0 +1,121 @@
+"""Edges of reading hostile input (caveman_batch.inputs, .sources) that a mutation pass over
+those modules found no test held: each test here failed with one small change to the code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caveman_batch.errors import UsageError
+from caveman_batch.pipeline import Config, run
+
+EMPTY = b'{"tools":[]}'  # a catalog shape with nothing to compress: passed through as it is
+
+
+def _rows(manifest: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in manifest.read_bytes().splitlines()]
+
+
+def _run(tmp: Path, *sources: str | Path, max_bytes: int = 12_000, **kw: Any) -> tuple[Path, Any]:
+    out = tmp / "out"
+    config = Config([str(s) for s in sources], out, f"lmdb://{tmp}/ccr", workers=1,
+                    max_bytes=max_bytes, **kw)
+    return out, run(config)
+
+
+def _catalog(size: int) -> bytes:
+    """A catalog of at least `size` bytes, padded to exactly `size` with spaces (JSON white
+    space: the same catalog)."""
+    tool = {"name": "t", "description": "Reads the things it is given. " * 20,
+            "inputSchema": {"type": "object", "title": "T", "properties": {"a": {"type": "string"}}}}
+    raw = json.dumps({"tools": [dict(tool, name=f"t{i}") for i in range(size // 800 + 1)]}).encode()
+    assert len(raw) <= size
+    return raw[:-1] + b" " * (size - len(raw)) + b"}"
+
+
+def test_a_catalog_file_of_exactly_max_bytes_past_a_chunk_is_read(tmp_path: Path) -> None:
+    """--max-bytes is the largest document read: one of exactly that size is compressed
+    (past a chunk, the reading that keeps an oversize file in place; one byte less of cap:
+    passed through, over it)."""
+    from caveman_batch.inputs import CHUNK
+
+    src = tmp_path / "big.json"
+    src.write_bytes(_catalog(CHUNK + 4096))
+    for cap, status in ((CHUNK + 4096, "ok"), (CHUNK + 4095, "passthrough")):
+        out, _ = _run(tmp_path, src, max_bytes=cap)
+        [row] = _rows(out / "manifest.jsonl")
+        assert row["status"] == status, row
+        assert (row["reason"] is not None and "--max-bytes" in row["reason"]) == (status != "ok"), row
+
+
+def test_a_broken_registry_item_holding_an_escaped_quote_ends_where_it_ends(tmp_path: Path) -> None:
+    """A broken item (found by the scanner, not json) whose string holds \\" and brackets:
+    the escaped quote does not close the string, so the item ends at its own "}", and the
+    items after it are read as any."""
+    bad = b'{"tools": [], "d": "a\\"]}, ", bad}'
+    raw = b"[" + EMPTY + b"," + bad + b"," + b",".join([EMPTY] * 1500) + b"]"  # 18 KB behind it
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert len(rows) == 1502 and [r["status"] for r in rows[:3]] == ["passthrough", "error", "passthrough"]
+    assert rows[1]["bytes_before"] == len(bad) and rows[1]["source"] == {"path": str(src), "item": 1}
+
+
+def test_a_file_of_exactly_max_bytes_that_grows_as_it_is_read_publishes_nothing_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the cap, as under it: a file found longer than its fstat said is "changed while
+    it was read", not the first max_bytes + 1 bytes of what it became copied through."""
+    from caveman_batch import inputs
+
+    old = _catalog(inputs.CHUNK + 4096)
+    src = tmp_path / "big.json"
+    src.write_bytes(old)
+    real_json_file = inputs._json_file
+
+    def json_file(fh: Any, *args: Any) -> Any:
+        src.write_bytes(old + b" " * 10)  # in place (same inode), after the fstat
+        return real_json_file(fh, *args)
+
+    monkeypatch.setattr(inputs, "_json_file", json_file)
+    out, _ = _run(tmp_path, src, max_bytes=len(old))
+    [row] = _rows(out / "manifest.jsonl")
+    assert row["status"] == "error" and row["reason"].startswith(
+        f"changed while it was read ({len(old):,} bytes when opened)"), row
+    assert not (out / "big.json").exists()
+
+
+def test_one_of_several_sources_under_a_hidden_path_the_run_keeps_is_refused(tmp_path: Path) -> None:
+    """A folder named on the command line (never skipped as hidden, as the walk skips one)
+    whose outputs would lie under the run's fingerprint file: refused before anything is
+    written."""
+    hidden = tmp_path / ".manifest.streams.json"
+    hidden.mkdir()
+    (hidden / "a.json").write_bytes(EMPTY)
+    other = tmp_path / "b.json"
+    other.write_bytes(EMPTY)
+    with pytest.raises(UsageError, match=r"under \.manifest\.streams\.json, where this run keeps"):
+        _run(tmp_path, hidden, other)
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_byte_not_utf8_just_past_a_chunk_after_a_split_character_is_named_at_its_offset(
+        tmp_path: Path) -> None:
+    """The first byte of a character cut by a chunk's end, then a byte that cannot follow
+    it: the error row names the file offset of that first byte."""
+    from caveman_batch.inputs import CHUNK
+
+    head = b'[{"tools":[],"pad":"'
+    raw = head + b"a" * (CHUNK - len(head)) + b'\xc3A"}, ' + EMPTY + b"]"
+    assert raw.index(b"\xc3") == CHUNK  # the last byte of the first chunk read after "["
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    assert (out / "registry.json").read_bytes() == raw
+    [row] = _rows(out / "manifest.jsonl")
+    assert row["status"] == "error" and row["source"] == {"path": str(src), "item": 0}
+    assert row["reason"].startswith(f"not UTF-8 at byte {CHUNK}: the rest of the file"), row
