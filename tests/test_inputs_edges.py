@@ -119,3 +119,46 @@ def test_a_byte_not_utf8_just_past_a_chunk_after_a_split_character_is_named_at_i
     [row] = _rows(out / "manifest.jsonl")
     assert row["status"] == "error" and row["source"] == {"path": str(src), "item": 0}
     assert row["reason"].startswith(f"not UTF-8 at byte {CHUNK}: the rest of the file"), row
+
+
+def test_blank_lines_of_a_jsonl_source_are_no_documents(tmp_path: Path) -> None:
+    """An empty or white-space line holds no document (no row), and the lines after it keep
+    their own numbers."""
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(EMPTY + b"\n\n  \t\n" + EMPTY + b"\n")
+    out, summary = _run(tmp_path, src)
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["source"]["line"] for r in rows] == [1, 4] and summary.documents == 2
+    assert [r["status"] for r in rows] == ["passthrough", "passthrough"]
+
+
+def test_a_registry_number_cut_by_a_chunk_s_end_is_one_item(tmp_path: Path) -> None:
+    """A number that ends the text read so far may go on in the next chunk: read on, one
+    item, not two halves."""
+    from caveman_batch.inputs import CHUNK
+
+    first = b'{"tools":[],"pad":"' + b"s" * (CHUNK - 27) + b'"}'  # a catalog: a registry
+    raw = b"[" + first + b"," + b"1234567890" + b"," + EMPTY + b"]"
+    assert raw.index(b"1234") < CHUNK < raw.index(b"7890")  # the first chunk read after "["
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["source"]["item"] for r in rows] == [0, 1, 2]
+    assert [r["bytes_before"] for r in rows] == [len(first), 10, len(EMPTY)]
+
+
+@pytest.mark.parametrize("after", [b"," + b",".join([EMPTY] * 1500) + b"]", b"]" + b" " * 13_000],
+                         ids=["separator", "closing-bracket"])
+def test_a_broken_bare_literal_before_much_more_ends_where_it_ends(tmp_path: Path, after: bytes) -> None:
+    """A bare value that is not JSON (`tru`), found by the scanner (more than the cap
+    behind it), ends before the separator or the array's "]" that follows it."""
+    raw = b"[" + EMPTY + b",tru" + after
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["status"] for r in rows[:3]] == ["passthrough", "error"] + (["passthrough"] if after[0] == 44 else [])
+    assert rows[1]["bytes_before"] == len(b"tru") and len(rows) == (1502 if after[0] == 44 else 2)
