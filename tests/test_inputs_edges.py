@@ -162,3 +162,90 @@ def test_a_broken_bare_literal_before_much_more_ends_where_it_ends(tmp_path: Pat
     rows = _rows(out / "manifest.jsonl")
     assert [r["status"] for r in rows[:3]] == ["passthrough", "error"] + (["passthrough"] if after[0] == 44 else [])
     assert rows[1]["bytes_before"] == len(b"tru") and len(rows) == (1502 if after[0] == 44 else 2)
+
+
+def test_hidden_files_and_folders_in_a_src_folder_are_skipped(tmp_path: Path) -> None:
+    reg = tmp_path / "reg"
+    (reg / ".git").mkdir(parents=True)
+    (reg / ".git" / "a.json").write_bytes(EMPTY)
+    (reg / ".b.json").write_bytes(EMPTY)
+    (reg / "c.json").write_bytes(EMPTY)
+    out, _ = _run(tmp_path, reg)
+    assert [r["source"]["path"] for r in _rows(out / "manifest.jsonl")] == [str(reg / "c.json")]
+    assert not (out / ".git").exists() and not (out / ".b.json").exists()
+
+
+def test_a_src_that_is_not_there_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"gone\.json: no such file or folder: nothing was read"):
+        _run(tmp_path, tmp_path / "gone.json")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_registry_whose_first_catalog_is_over_the_cap_is_one_document_not_read_on(
+        tmp_path: Path) -> None:
+    """Its head is read (doubling) up to the cap and no further: a first item that does
+    not end within it leaves the file one document over --max-bytes, copied through."""
+    from caveman_batch.inputs import CHUNK
+
+    first = b'{"tools":[],"pad":"' + b"a" * (CHUNK + 5000) + b'"}'
+    raw = b"[" + first + b"," + EMPTY + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=CHUNK + 1000)
+    assert (out / "registry.json").read_bytes() == raw
+    [row] = _rows(out / "manifest.jsonl")
+    assert row["source"] == {"path": str(src)} and "--max-bytes" in row["reason"], row
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["in-memory", "past-a-chunk"])
+@pytest.mark.parametrize("other", [b'"items": ["a", {"tools": []}]', b'"items": "x", "more": [{}]'],
+                         ids=["scalar-first", "not-a-list"])
+def test_a_second_list_key_is_judged_by_its_own_first_item_alone(
+        tmp_path: Path, big: bool, other: bytes) -> None:
+    """Beside "servers", an "items" whose first item is no object or array (or that is no
+    array) holds no catalogs, whatever comes after it: no error row."""
+    from caveman_batch.inputs import CHUNK
+
+    pad = b', "pad": "' + b"x" * (2 * CHUNK if big else 10) + b'"'
+    raw = b'{"servers": [' + EMPTY + b"]" + pad + b", " + other + b"}"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    assert (out / "registry.json").read_bytes() == raw
+    assert [r["status"] for r in _rows(out / "manifest.jsonl")] == ["passthrough"]
+
+
+def test_a_file_that_cannot_be_opened_keeps_its_last_output(tmp_path: Path) -> None:
+    """A catalog file whose open fails for a reason other than its absence (a symlink
+    looping on itself, followed) is an error row that keeps the last run's output (its
+    source is unknown this time, not gone)."""
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    (reg / "a.json").write_bytes(EMPTY)
+    out, _ = _run(tmp_path, reg)
+    assert (out / "a.json").read_bytes() == EMPTY
+    (reg / "a.json").unlink()
+    (reg / "a.json").symlink_to("a.json")
+    _run(tmp_path, reg, follow_symlinks=True)
+    [row] = _rows(out / "manifest.jsonl")
+    assert row["status"] == "error" and row["reason"].startswith("cannot read: "), row
+    assert (out / "a.json").read_bytes() == EMPTY
+
+
+def test_an_escape_cut_by_a_chunk_s_end_still_escapes_in_an_item_over_the_cap(tmp_path: Path) -> None:
+    """An item over the cap, its end found by the scanner chunk by chunk, with a backslash
+    as the last byte of a chunk: the quote after it, in the next chunk, is escaped (the item
+    ends at its own "}", not at the "]}" inside a string)."""
+    from caveman_batch.inputs import CHUNK
+
+    head = b'{"tools": [], "d": "'
+    big = head + b"a" * (CHUNK - 14 - len(head)) + b'\\"", "e": "]}, a string", bad}'
+    raw = b"[" + EMPTY + b"," + big + b"," + b",".join([EMPTY] * 3) + b"]"
+    assert raw.index(b"\\") == CHUNK  # the last byte of the first chunk read after "["
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["source"]["item"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[1]["bytes_before"] == len(big) and "--max-bytes" in rows[1]["reason"], rows[1]
