@@ -249,3 +249,17 @@ def test_an_escape_cut_by_a_chunk_s_end_still_escapes_in_an_item_over_the_cap(tm
     rows = _rows(out / "manifest.jsonl")
     assert [r["source"]["item"] for r in rows] == [0, 1, 2, 3, 4]
     assert rows[1]["bytes_before"] == len(big) and "--max-bytes" in rows[1]["reason"], rows[1]
+
+
+def test_a_last_jsonl_line_of_exactly_max_bytes_without_a_newline_is_read(tmp_path: Path) -> None:
+    """--max-bytes is the largest line read, the last one too (no line break after it):
+    compressed, not copied through as over the cap; a byte more is over it."""
+    line = _catalog(6000)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(EMPTY + b"\n" + line)
+    for cap, status in ((len(line), "ok"), (len(line) - 1, "passthrough")):
+        out, _ = _run(tmp_path, src, max_bytes=cap)
+        rows = _rows(out / "manifest.jsonl")
+        assert [r["source"]["line"] for r in rows] == [1, 2]
+        assert rows[1]["status"] == status and rows[1]["bytes_before"] == len(line), rows[1]
+        assert (out / "in.jsonl").read_bytes().split(b"\n")[0] == EMPTY
