@@ -263,3 +263,39 @@ def test_a_last_jsonl_line_of_exactly_max_bytes_without_a_newline_is_read(tmp_pa
         assert [r["source"]["line"] for r in rows] == [1, 2]
         assert rows[1]["status"] == status and rows[1]["bytes_before"] == len(line), rows[1]
         assert (out / "in.jsonl").read_bytes().split(b"\n")[0] == EMPTY
+
+
+def test_the_default_cap_of_one_catalog_is_32_mib(tmp_path: Path) -> None:
+    """README: --max-bytes defaults to 32 MiB: a file of that size is read, a byte more is
+    refused naming it (a sparse file: nothing written to disk)."""
+    from caveman_batch.errors import InputTooLargeError
+    from caveman_batch.sources import read_source
+
+    src = tmp_path / "big.json"
+    with open(src, "wb") as fh:
+        fh.truncate(32 << 20)
+    label, data = read_source(str(src))
+    assert label == str(src) and len(data) == 32 << 20
+    with open(src, "ab") as fh:
+        fh.write(b" ")
+    with pytest.raises(InputTooLargeError, match=rf"^{src}: input is larger than 33,554,432 bytes"):
+        read_source(str(src))
+
+
+def test_a_byte_not_utf8_in_the_first_chunk_of_a_longer_registry_stops_its_reading(
+        tmp_path: Path) -> None:
+    """Nothing is decoded past a byte that is not UTF-8 (the next chunk read on would be
+    joined to the text before it): that item's error row names the byte, and the rest of the
+    file, over a chunk of it, is copied through byte for byte."""
+    from caveman_batch.inputs import CHUNK
+
+    bad = b'{"tools": [], "bad": "\xff"}'
+    raw = b"[" + EMPTY + b", " + bad + b", " + b", ".join([EMPTY] * (CHUNK // 10)) + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    assert (out / "registry.json").read_bytes() == raw  # the separator before it too
+    rows = _rows(out / "manifest.jsonl")
+    assert [(r["status"], r["source"]["item"]) for r in rows] == [("passthrough", 0), ("error", 1)]
+    at = raw.index(bytes([0xFF]))
+    assert rows[1]["reason"].startswith(f"not UTF-8 at byte {at}: the rest")
