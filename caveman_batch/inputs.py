@@ -447,10 +447,16 @@ def _jsonl(fh: BinaryIO, label: str, sink: Sink, max_bytes: int, spill_dir: Path
                            size=size)
             continue
         body = line[:-1] if line.endswith(b"\n") else line
-        if not body.strip():
+        if not body.strip(_JSONL_BLANK):
             continue  # a blank line holds no document
         yield Document({"path": label, "line": lineno}, sink, raw=body, size=len(body))
     yield _end_fingerprinted(sink, label, seen)
+
+
+# JSON's white space: a line of form feeds or vertical tabs (bytes.strip's white space too)
+# is no blank line but a line that is not JSON, an error row (it went without a word, and
+# without its line in the output)
+_JSONL_BLANK: Final = b" \t\r\n"
 
 
 class _Fingerprint:

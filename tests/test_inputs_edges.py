@@ -299,3 +299,16 @@ def test_a_byte_not_utf8_in_the_first_chunk_of_a_longer_registry_stops_its_readi
     assert [(r["status"], r["source"]["item"]) for r in rows] == [("passthrough", 0), ("error", 1)]
     at = raw.index(bytes([0xFF]))
     assert rows[1]["reason"].startswith(f"not UTF-8 at byte {at}: the rest")
+
+
+def test_a_jsonl_line_of_white_space_json_does_not_know_is_an_error_row(tmp_path: Path) -> None:
+    """Only JSON's white space (space, tab, CR) makes a blank line: a line of form feeds or
+    vertical tabs is not JSON, an error row naming its line, copied through (it went without
+    a row, and without its line in the output: --strict passed)."""
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(EMPTY + b"\n\x0c\n\x0b \r\n \t\r\n" + EMPTY + b"\n")
+    out, summary = _run(tmp_path, src)
+    rows = _rows(out / "manifest.jsonl")
+    assert [(r["source"]["line"], r["status"]) for r in rows] == [
+        (1, "passthrough"), (2, "error"), (3, "error"), (5, "passthrough")]
+    assert (out / "in.jsonl").read_bytes() == EMPTY + b"\n\x0c\n\x0b \r\n" + EMPTY + b"\n"
