@@ -312,3 +312,16 @@ def test_a_jsonl_line_of_white_space_json_does_not_know_is_an_error_row(tmp_path
     assert [(r["source"]["line"], r["status"]) for r in rows] == [
         (1, "passthrough"), (2, "error"), (3, "error"), (5, "passthrough")]
     assert (out / "in.jsonl").read_bytes() == EMPTY + b"\n\x0c\n\x0b \r\n" + EMPTY + b"\n"
+
+
+def test_a_small_file_whose_first_item_is_cut_short_is_one_document(tmp_path: Path) -> None:
+    """A file read whole is all there is: a first item cut short (a string left open) is no
+    registry's "read on" but one document that is not JSON, its error row naming the file
+    (no item)."""
+    raw = b'[{"tools": [], "d": "cut'
+    src = tmp_path / "cut.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)
+    [row] = _rows(out / "manifest.jsonl")
+    assert row["source"] == {"path": str(src)} and row["status"] == "error", row
+    assert (out / "cut.json").read_bytes() == raw
