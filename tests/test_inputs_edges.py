@@ -325,3 +325,16 @@ def test_a_small_file_whose_first_item_is_cut_short_is_one_document(tmp_path: Pa
     [row] = _rows(out / "manifest.jsonl")
     assert row["source"] == {"path": str(src)} and row["status"] == "error", row
     assert (out / "cut.json").read_bytes() == raw
+
+
+def test_following_symlinks_a_folder_met_again_is_skipped_and_the_walk_goes_on(tmp_path: Path) -> None:
+    """With --follow-symlinks each folder is walked once: a link to one walked already is
+    passed over, and the folders after it are walked as any."""
+    reg = tmp_path / "reg"
+    for name in ("a", "c"):
+        (reg / name).mkdir(parents=True)
+        (reg / name / f"{name}.json").write_bytes(EMPTY)
+    (reg / "b").symlink_to("a")
+    out, _ = _run(tmp_path, reg, follow_symlinks=True)
+    assert [r["source"]["path"] for r in _rows(out / "manifest.jsonl")] == [
+        str(reg / "a" / "a.json"), str(reg / "c" / "c.json")]
