@@ -338,3 +338,17 @@ def test_following_symlinks_a_folder_met_again_is_skipped_and_the_walk_goes_on(t
     out, _ = _run(tmp_path, reg, follow_symlinks=True)
     assert [r["source"]["path"] for r in _rows(out / "manifest.jsonl")] == [
         str(reg / "a" / "a.json"), str(reg / "c" / "c.json")]
+
+
+def test_a_broken_item_late_in_a_registry_is_judged_by_what_follows_it_alone(tmp_path: Path) -> None:
+    """How much of the registry came before a broken item (over the cap, here) does not
+    count: with little behind it, it is README's first item that is not JSON, the rest of
+    the file copied through from it."""
+    raw = b"[" + b",".join([EMPTY] * 1500) + b",{bad json}," + EMPTY + b"]"  # 18 KB before it
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert len(rows) == 1501 and rows[-1]["source"]["item"] == 1500 and rows[-1]["status"] == "error"
+    assert rows[-1]["reason"] == "not JSON: the rest of the file, from this item on, is copied through as written"
