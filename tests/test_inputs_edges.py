@@ -352,3 +352,16 @@ def test_a_broken_item_late_in_a_registry_is_judged_by_what_follows_it_alone(tmp
     rows = _rows(out / "manifest.jsonl")
     assert len(rows) == 1501 and rows[-1]["source"]["item"] == 1500 and rows[-1]["status"] == "error"
     assert rows[-1]["reason"] == "not JSON: the rest of the file, from this item on, is copied through as written"
+
+
+def test_an_oversize_jsonl_line_is_counted_at_its_own_size(tmp_path: Path) -> None:
+    """A line over the cap, copied through a temp file: its row's bytes_before is the line's
+    length without its line break, as for any line."""
+    big = _catalog(3 << 20)  # past the readline of max_bytes + 1 and a chunk after it
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(EMPTY + b"\n" + big + b"\n" + EMPTY + b"\n")
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    rows = _rows(out / "manifest.jsonl")
+    assert [r["bytes_before"] for r in rows] == [len(EMPTY), len(big), len(EMPTY)]
+    assert "--max-bytes" in rows[1]["reason"]
+    assert (out / "in.jsonl").read_bytes() == src.read_bytes()
