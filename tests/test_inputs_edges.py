@@ -4,6 +4,7 @@ those modules found no test held: each test here failed with one small change to
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -365,3 +366,33 @@ def test_an_oversize_jsonl_line_is_counted_at_its_own_size(tmp_path: Path) -> No
     assert [r["bytes_before"] for r in rows] == [len(EMPTY), len(big), len(EMPTY)]
     assert "--max-bytes" in rows[1]["reason"]
     assert (out / "in.jsonl").read_bytes() == src.read_bytes()
+
+
+def test_a_registry_cut_within_a_character_just_past_a_chunk_names_the_byte(tmp_path: Path) -> None:
+    """A last read of nothing but the first byte of a character (the file ends there): not
+    an array that merely ends early, but bytes that are not UTF-8, at that byte."""
+    from caveman_batch.inputs import CHUNK
+
+    head = b"[" + EMPTY + b',{"tools":[],"pad":"'
+    raw = head + b"a" * (CHUNK - len(head) + 1) + b"\xc3"
+    assert len(raw) == CHUNK + 2  # "[", a first chunk, then that byte alone
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src, max_bytes=32 << 20)
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert [(r["source"]["item"], r["status"]) for r in rows] == [(0, "passthrough"), (1, "error")]
+    assert rows[1]["reason"].startswith(f"not UTF-8 at byte {CHUNK + 1}: the rest of the file"), rows[1]
+
+
+def test_reading_a_tree_of_small_catalogs_leaves_no_file_open(tmp_path: Path) -> None:
+    """Each file read whole is closed once read (a tree of thousands ran out of file
+    descriptors: EMFILE, exit 2)."""
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    for i in range(200):
+        (reg / f"{i:03}.json").write_bytes(EMPTY)
+    before = len(os.listdir("/proc/self/fd"))
+    out, _ = _run(tmp_path, reg)
+    assert len(_rows(out / "manifest.jsonl")) == 200
+    assert len(os.listdir("/proc/self/fd")) - before < 20
