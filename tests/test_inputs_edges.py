@@ -396,3 +396,16 @@ def test_reading_a_tree_of_small_catalogs_leaves_no_file_open(tmp_path: Path) ->
     out, _ = _run(tmp_path, reg)
     assert len(_rows(out / "manifest.jsonl")) == 200
     assert len(os.listdir("/proc/self/fd")) - before < 20
+
+
+def test_a_source_where_another_needs_a_folder_two_levels_up_is_refused(tmp_path: Path) -> None:
+    """Every folder an output lies in is one no other output may be written to, not only
+    the one just above it (`x.json` against `x.json/sub/inner.json`)."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "x.json").write_bytes(EMPTY)
+    (tmp_path / "two" / "x.json" / "sub").mkdir(parents=True)
+    (tmp_path / "two" / "x.json" / "sub" / "inner.json").write_bytes(EMPTY)
+    with pytest.raises(UsageError, match=r"would be written to x\.json in the output folder, where .* needs a folder"):
+        _run(tmp_path, tmp_path / "one" / "x.json", tmp_path / "two" / "x.json")
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
