@@ -409,3 +409,15 @@ def test_a_source_where_another_needs_a_folder_two_levels_up_is_refused(tmp_path
         _run(tmp_path, tmp_path / "one" / "x.json", tmp_path / "two" / "x.json")
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
+
+
+def test_a_registry_item_of_exactly_max_bytes_is_read(tmp_path: Path) -> None:
+    item = _catalog(6000)
+    raw = b"[" + EMPTY + b"," + item + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    for cap, status in ((len(item), "ok"), (len(item) - 1, "passthrough")):
+        out, _ = _run(tmp_path, src, max_bytes=cap)
+        rows = _rows(out / "manifest.jsonl")
+        assert [r["source"]["item"] for r in rows] == [0, 1]
+        assert rows[1]["status"] == status and rows[1]["bytes_before"] == len(item), rows[1]
