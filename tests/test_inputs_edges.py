@@ -421,3 +421,18 @@ def test_a_registry_item_of_exactly_max_bytes_is_read(tmp_path: Path) -> None:
         rows = _rows(out / "manifest.jsonl")
         assert [r["source"]["item"] for r in rows] == [0, 1]
         assert rows[1]["status"] == status and rows[1]["bytes_before"] == len(item), rows[1]
+
+
+def test_a_broken_registry_item_of_exactly_max_bytes_is_held_and_said_why(tmp_path: Path) -> None:
+    """One the scanner ends (more than the cap behind it) of exactly --max-bytes is read
+    as any: an error row saying it is not JSON, not a passthrough over the cap."""
+    bad = b'{"tools": [], "d": "' + b"a" * (12_000 - 27) + b'", bad}'
+    assert len(bad) == 12_000
+    raw = b"[" + EMPTY + b"," + bad + b"," + b",".join([EMPTY] * 1500) + b"]"
+    src = tmp_path / "registry.json"
+    src.write_bytes(raw)
+    out, _ = _run(tmp_path, src)  # --max-bytes 12,000
+    assert (out / "registry.json").read_bytes() == raw
+    rows = _rows(out / "manifest.jsonl")
+    assert rows[1]["status"] == "error" and "--max-bytes" not in rows[1]["reason"], rows[1]
+    assert rows[1]["bytes_before"] == 12_000 and len(rows) == 1502
