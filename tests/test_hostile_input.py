@@ -631,6 +631,30 @@ def test_checksum_rerun_heals_a_tampered_original(tmp_path: Path) -> None:
     assert _recovers_all(_rows(out / "manifest.jsonl"), store_url) == len(rows)
 
 
+
+def test_checksum_rerun_heals_a_tampered_original_of_a_document_reused_alone(tmp_path: Path) -> None:
+    """A JSONL source with a line added is not reused whole: its other lines are reused one
+    by one (_Touches), and with --checksum a tampered original among theirs is read back,
+    found wrong and committed again from the line's bytes (before, only a source reused whole
+    had its originals verified: this one kept its tampered record, named by the manifest)."""
+    src = tmp_path / "reg.jsonl"
+    generate_registry(None, seed=5, servers=12, jsonl=src, oversize_bytes=0)
+    store_url = f"lmdb://{tmp_path}/ccr"
+    out, first = _compress(tmp_path, src, incremental=True)
+    digest = next(r["sha256"] for r in _rows(out / "manifest.jsonl") if r["handle"])
+    with open_store(store_url) as store:
+        value = bytearray(store.get(digest.encode()))
+        value[-3] ^= 0xFF  # inside the zstd frame: no longer the original
+        store.put(digest.encode(), bytes(value))
+    with src.open("ab") as fh:
+        fh.write(CATALOG + b"\n")
+    _, checked = _compress(tmp_path, src, incremental=True, checksum=True)
+    assert checked.reused == first.documents  # one by one: the source itself changed
+    with open_store(store_url) as store:
+        assert hashlib.sha256(ccr.recover(store, digest)).hexdigest() == digest
+    assert _recovers_all(_rows(out / "manifest.jsonl"), store_url) > 0
+
+
 # -- 6. an incremental rerun racing prune ---------------------------------------------------
 
 
