@@ -1302,6 +1302,24 @@ def test_manifest_path_taken_by_a_folder_is_refused_before_anything_is_written(t
         assert len(os.listdir("/proc/self/fd")) == fds  # nothing left open
 
 
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
+def test_an_incremental_rerun_leaves_no_file_open(tmp_path: Path) -> None:
+    """A library caller running rerun after rerun in one process: each closes the previous
+    manifest and the outputs it read documents back from (a JSONL source with a line added is
+    reused document by document, from its JSONL output), whole or one by one."""
+    src = _jsonl_registry(tmp_path)
+    _run(tmp_path, src, incremental=True)
+    with src.open("ab") as fh:
+        fh.write(src.read_bytes().splitlines(keepends=True)[0])  # the source changed
+    fds = len(os.listdir("/proc/self/fd"))
+    _, again = _run(tmp_path, src, incremental=True)
+    assert again.reused > 0
+    _, whole = _run(tmp_path, src, incremental=True)  # unchanged now: reused whole
+    assert whole.reused == again.documents
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
 def _batch_sizes(items: list[Any]) -> list[int]:
     """Documents per batch."""
     from caveman_batch.inputs import Document
