@@ -994,6 +994,30 @@ def test_bad_directory_fingerprint_is_ignored(tmp_path: Path, damage: str) -> No
     _assert_as_fresh(tmp_path, reg, out)
 
 
+
+def test_an_output_left_in_place_is_written_again_if_it_changed_since_it_was_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog file reused document by document keeps its own output in place only if that
+    output is still the file read (and hashed) then: one written over meanwhile (here between
+    the batch's dispatch and its publish) is written again, not left as it was found."""
+    reg = tmp_path / "reg"
+    generate_registry(reg, seed=5, servers=6, oversize_bytes=0)
+    out, first = _run(tmp_path, reg, incremental=True)
+    outputs = {path: path.read_bytes() for path in out.rglob("*.json")}
+    (out / ".manifest.streams.json").unlink()  # no source reused whole: one by one, in place
+    real = pipeline._Publisher.publish
+
+    def publish_after_a_write(self: Any, *args: Any) -> Any:
+        for path in outputs:
+            path.write_bytes(b"{}")
+        return real(self, *args)
+
+    monkeypatch.setattr(pipeline._Publisher, "publish", publish_after_a_write)
+    _, again = _run(tmp_path, reg, incremental=True)
+    assert again.reused > 0
+    assert {path: path.read_bytes() for path in outputs} == outputs
+
+
 # -- the stat cache: unchanged files told by identity, size and times, not read --------------
 
 
