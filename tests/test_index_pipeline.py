@@ -122,6 +122,22 @@ def test_refresh_adds_replaces_and_removes(tmp_path: Path, incremental: bool) ->
     assert _contents(fresh / "idx.db") == (servers, docs)
 
 
+
+def test_a_rerun_of_a_settled_tree_keeps_every_catalog_in_the_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun whose files the stat cache tells unchanged (reused as one run of sources, not
+    read) keeps their catalogs indexed, ids and all (no test had the index told of such a
+    run's files: had it not been, it would have dropped every one)."""
+    from caveman_batch import fsio
+    monkeypatch.setattr(fsio, "SETTLE_NS", 0)  # the files settled at once (a tree days old)
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src, incremental=True)
+    before = _contents(tmp_path / "idx.db")
+    again = _run(tmp_path, src, incremental=True)
+    assert again.reused == again.documents > 0
+    assert _contents(tmp_path / "idx.db") == before
+
+
 def test_an_incremental_rerun_fills_a_new_index(tmp_path: Path) -> None:
     """Outputs all reusable, but the index has never seen them: it is built all the same."""
     src = _tree(tmp_path / "src")
