@@ -194,6 +194,26 @@ def test_an_index_edited_by_hand_is_rebuilt_by_the_next_run(tmp_path: Path, edit
     assert _contents(tmp_path / "idx.db") == before
 
 
+
+def test_catalogs_reused_one_by_one_stay_in_the_index(tmp_path: Path) -> None:
+    """A JSONL file with a line added is read again, its other lines reused one by one as
+    the index holds them: their catalogs stay (no test had such a rerun with --index, so
+    the index not told of them, and dropping them all, went unseen)."""
+    src = tmp_path / "reg.jsonl"
+    src.write_bytes(b"".join(json.dumps(json.loads(_catalog(name, server=name))).encode() + b"\n"
+                             for name in ("alpha", "beta")))
+    _run(tmp_path, src, incremental=True)
+    servers, docs = _contents(tmp_path / "idx.db")
+    with src.open("ab") as fh:
+        fh.write(json.dumps(json.loads(_catalog("gamma", server="gamma"))).encode() + b"\n")
+    again = _run(tmp_path, src, incremental=True)
+    assert again.reused == 2
+    grown, grown_docs = _contents(tmp_path / "idx.db")
+    assert sorted(grown) == ["reg/alpha", "reg/beta", "reg/gamma"]
+    assert {k: grown[k] for k in servers} == servers
+    assert grown_docs[:len(docs)] == docs
+
+
 def test_jsonl_catalogs_are_named_by_their_server(tmp_path: Path) -> None:
     lines = [_catalog("a_one", server="alpha"), _catalog("b_one"), _catalog("c_one", server="alpha")]
     src = tmp_path / "reg.jsonl"
