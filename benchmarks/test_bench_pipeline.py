@@ -337,7 +337,12 @@ def test_peak_rss_flat(data_dir: Path, tmp_path: Path, benchmarks_enabled: bool,
                "rerun_big_peak_MiB": round(big_again / 1024, 1),
                "rerun_ratio": round(big_again / small_again, 3)}
     print(json.dumps(figures))
-    assert big <= small * 1.2, figures
+    # The smoke run's sizes (1 and 10 MB) are below what may be in flight at once (2 x 2
+    # workers' batches of up to 4 MB): the 1 MB run never fills that window, the 10 MB one
+    # does, more so on a busy machine (the reader runs ahead of slowed workers; 1.2015x once,
+    # beside another test process). So there the growth may also be the window's 16 MiB.
+    allowance = 0 if benchmarks_enabled else 16 << 10
+    assert big <= small * 1.2 + allowance, figures
 
 
 def _tree_bytes(tree: Path) -> int:
