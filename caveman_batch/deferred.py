@@ -635,14 +635,22 @@ class DeferredProxy:
 
     def _client_response(self, msg: rpc.Message) -> None:
         """The client's answer to an upstream's request: back to it, under its own id."""
-        pid = rpc.integer_id(msg.id)
-        if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
+        if (ended := self._end_server_call(msg.id)) is None:
             return
+        server, raw_id = ended
+        if server.state != DEAD:
+            server.up.send(rpc.replace(msg, "id", raw_id))
+
+    def _end_server_call(self, uid: Any) -> tuple[Server, str] | None:
+        """The upstream and its own id of the request to the client the proxy numbered
+        `uid`, forgotten (and the client's progress on it with it); None if none is open."""
+        pid = rpc.integer_id(uid)
+        if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
+            return None
         server, raw_id, key = entry
         self.server_call_ids.pop((server.name, key), None)
         self.progress.pop(pid, None)
-        if server.state != DEAD:
-            server.up.send(rpc.replace(msg, "id", raw_id))
+        return server, raw_id
 
     def _failed_client_reply(self, uid: Any, reason: str) -> bool:
         """Whether a client's answer that cannot be forwarded (an id with neither a method,
@@ -650,12 +658,9 @@ class DeferredProxy:
         the proxy's own id, or None): that upstream gets an error then, else it waited for
         ever. (An id alone was answered to the client as a request without a method, under
         the proxy's id, which the client may be using for a request of its own.)"""
-        pid = rpc.integer_id(uid)
-        if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
+        if (ended := self._end_server_call(uid)) is None:
             return False
-        server, raw_id, key = entry
-        self.server_call_ids.pop((server.name, key), None)
-        self.progress.pop(pid, None)
+        server, raw_id = ended
         if server.state != DEAD:
             server.up.send(rpc.error(raw_id, rpc.INTERNAL_ERROR,
                                      f"the client answered with {reason}"))
@@ -1127,10 +1132,9 @@ class DeferredProxy:
                 self._fetch_tools(server)
         elif msg.method == "notifications/cancelled":
             key = rpc.id_key(msg.params.get("requestId"))
-            pid = self.server_call_ids.pop((server.name, key), None)
+            pid = self.server_call_ids.get((server.name, key))
             if pid is not None:
-                del self.server_calls[pid]
-                self.progress.pop(pid, None)  # (the client's progress on it is no one's)
+                self._end_server_call(pid)  # (the client's progress on it is no one's)
                 self._notify(_with_request_id(msg, pid))
         else:  # progress, logging, resources and prompts changes: the client's to see
             self._notify(rpc.line(msg.text))
@@ -1188,11 +1192,9 @@ class DeferredProxy:
         calls, server.calls = server.calls, {}
         for on_reply in calls.values():
             on_reply(Reply(None, failure))
-        for pid, (owner, _raw, key) in list(self.server_calls.items()):
+        for pid, (owner, _raw, _key) in list(self.server_calls.items()):
             if owner is server:
-                del self.server_calls[pid]
-                self.progress.pop(pid, None)
-                self.server_call_ids.pop((server.name, key), None)
+                self._end_server_call(pid)
                 self._notify(rpc.notification("notifications/cancelled", rpc.dumps(
                     {"requestId": pid, "reason": failure})))
         self.index.remove_server(server.name)
