@@ -385,7 +385,10 @@ class DeferredProxy:
         self.to_client: list[bytes] = []  # what waits for it
         self.found: dict[str, None] = {}  # exposed names found by searches, oldest first
         self.announced: str | None = None  # the tools/list result the client last knows of
-        self.client_calls: dict[rpc.IdKey, tuple[Server, int]] = {}
+        # a client's request in flight at an upstream: its id -> (that upstream, its id
+        # there, the progress token the client gave it); the token -> that upstream
+        self.client_calls: dict[rpc.IdKey, tuple[Server, int, rpc.IdKey | None]] = {}
+        self.client_progress: dict[rpc.IdKey, Server] = {}
         self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
         self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
         self.next_client_id = 1
@@ -506,8 +509,7 @@ class DeferredProxy:
         raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            if key is not None:
-                self.client_calls.pop(key, None)
+            self._close_call(key)
             if reply.message is None:
                 self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
             elif reply.ok and msg.method in listing.LIST_KEYS:
@@ -519,8 +521,32 @@ class DeferredProxy:
             return rpc.line(rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes]))
 
         uid = self._send_upstream(server, line_for, done)
-        if uid is not None and key is not None:
-            self.client_calls[key] = (server, uid)
+        if uid is not None:
+            self._open_call(msg, server, uid)
+
+    def _open_call(self, msg: rpc.Message, server: Server, uid: int) -> None:
+        """The client's request `msg`, sent to `server` as its `uid`: the client may cancel
+        it, and until it is answered the progress on it the client asked for is that
+        upstream's to report (another's, or one after the answer, is dropped)."""
+        key = rpc.id_key(msg.id)
+        if key is None:
+            return
+        meta = msg.params.get("_meta")
+        token = rpc.id_key(meta.get("progressToken")) if isinstance(meta, dict) else None
+        self.client_calls[key] = (server, uid, token)
+        if token is not None:
+            self.client_progress[token] = server
+
+    def _close_call(self, key: rpc.IdKey | None) -> tuple[Server, int] | None:
+        """The upstream and its id of the client's request `key` in flight, forgotten (and
+        its progress token with it); None if none is."""
+        entry = self.client_calls.pop(key, None) if key is not None else None
+        if entry is None:
+            return None
+        server, uid, token = entry
+        if token is not None and self.client_progress.get(token) is server:
+            del self.client_progress[token]
+        return server, uid
 
     def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
         """A prompts or resources list as the relay sends it: reduced, its original stored."""
@@ -696,7 +722,7 @@ class DeferredProxy:
 
     def _client_cancelled(self, msg: rpc.Message) -> None:
         key = rpc.id_key(msg.params.get("requestId"))
-        entry = self.client_calls.pop(key, None) if key is not None else None
+        entry = self._close_call(key)
         if entry is not None:
             server, uid = entry
             server.calls.pop(uid, None)  # a late answer is dropped: the client gave up on it
@@ -834,12 +860,16 @@ class DeferredProxy:
             if isinstance(cursor, str) and cursor:
                 self._warn(f"upstream {server.name!r} tools/list still had a next page after "
                            f"{MAX_PAGES:,}: the tools of those read are served, no more")
+        elif server.state != LISTED and server.pages:
+            self._warn(f"upstream {server.name!r} tools/list failed on page "
+                       f"{len(server.pages) + 1}: {reply.reason()}: the tools of the "
+                       f"{len(server.pages)} read are served")
         else:
             self._warn(f"upstream {server.name!r} tools/list failed: {reply.reason()}")
         server.fetching = False
         pages, server.pages = server.pages, []
         if reply.ok or server.state != LISTED:  # a failed re-list keeps the tools it had
-            self._index(server, pages if reply.ok else [])
+            self._index(server, pages)  # (a failed first listing, those of the pages read)
         if server.refetch:
             server.refetch = False
             self._fetch_tools(server)
@@ -1056,8 +1086,7 @@ class DeferredProxy:
         key = rpc.id_key(msg.id)
 
         def done(reply: Reply) -> None:
-            if key is not None:
-                self.client_calls.pop(key, None)
+            self._close_call(key)
             if reply.ok:
                 assert reply.message is not None
                 self._send(rpc.replace(reply.message, "id", raw_id))
@@ -1066,8 +1095,8 @@ class DeferredProxy:
                     f"{name} failed: {reply.reason()}", error=True)))
 
         uid = self._request(server, "tools/call", params, done)
-        if uid is not None and key is not None:
-            self.client_calls[key] = (server, uid)
+        if uid is not None:
+            self._open_call(msg, server, uid)
 
     # from an upstream -------------------------------------------------------------------------
 
@@ -1136,7 +1165,18 @@ class DeferredProxy:
             if pid is not None:
                 self._end_server_call(pid)  # (the client's progress on it is no one's)
                 self._notify(_with_request_id(msg, pid))
-        else:  # progress, logging, resources and prompts changes: the client's to see
+        elif msg.method == "notifications/progress":
+            token = rpc.id_key(msg.params.get("progressToken"))
+            if token is not None and self.client_progress.get(token) is server:
+                self._notify(rpc.line(msg.text))
+            # else it names no call of the client's at this upstream in flight: another
+            # upstream's (with --servers, forged on a call it does not serve) or one
+            # answered, dropped as the client's SDK would drop it once the call is done
+        elif self.settings.single:  # logging, resources and prompts changes, ...
+            self._notify(rpc.line(msg.text))
+        elif msg.method == "notifications/message":  # whose: each upstream logs as itself
+            self._notify(_logged_as(msg, server.name))
+        elif msg.method not in _NOT_SERVED:
             self._notify(rpc.line(msg.text))
 
     # endings ---------------------------------------------------------------------------
@@ -1235,6 +1275,31 @@ def _progress_token(msg: rpc.Message) -> rpc.Span | None:
         return None
     token = meta["progressToken"]
     return token if rpc.id_key(json.loads(msg.text[slice(*token)])) is not None else None
+
+
+# Notifications about what a proxy of several servers does not serve (it answers resources
+# and prompts requests -32601): the client has nothing to refresh, and was not told of them.
+_NOT_SERVED: Final = frozenset({"notifications/resources/list_changed",
+                                "notifications/resources/updated",
+                                "notifications/prompts/list_changed"})
+
+
+def _logged_as(msg: rpc.Message, server: str) -> bytes:
+    """An upstream's log message with its `logger` named after its server ("NAME", or
+    "NAME/LOGGER" for a logger of its own), so that with several upstreams the client can
+    tell whose it is; the rest as it came. Params that give a key twice (or are not an
+    object) are written anew from what was read of them."""
+    logger = msg.params.get("logger")
+    named = rpc.dumps(f"{server}/{logger}" if isinstance(logger, str) and logger else server)
+    spans = rpc.member_spans(msg.text, msg.spans["params"]) if "params" in msg.spans else None
+    if spans is None:
+        return rpc.notification("notifications/message",
+                                rpc.dumps({**msg.params, "logger": json.loads(named)}))
+    if "logger" in spans:
+        return rpc.line(rpc.splice(msg.text, spans["logger"], named))
+    start = msg.spans["params"][0] + 1  # just inside its brace
+    return rpc.line(msg.text[:start] + '"logger":' + named + ("," if spans else "")
+                    + msg.text[start:])
 
 
 def _with_request_id(msg: rpc.Message, request_id: int) -> bytes:

@@ -60,8 +60,26 @@ for line in sys.stdin.buffer:
              % (mid, os.environ.get("CAPABILITIES", '{"tools":{}}').encode()))
     elif method == "tools/list" and os.environ.get("HANG") == "list":
         pass  # never answered: the start's deadline decides for it
+    elif method == "tools/list" and os.environ.get("PAGE2") and "cursor" in msg.get("params", {}):
+        send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"page 2 broke"}}' % mid)
+    elif method == "tools/list" and os.environ.get("PAGE2"):  # a next page, which fails
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"tools":%s,"nextCursor":"2"}}'
+             % (mid, TOOLS.encode()))
     elif method == "tools/list":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"tools":%s}}' % (mid, TOOLS.encode()))
+    elif method == "tools/call" and msg["params"]["name"] == "chatty":  # notifies, then answers
+        own = msg["params"].get("_meta", {}).get("progressToken")
+        for token in (msg["params"]["arguments"].get("token"), own):  # another's, then its own
+            send(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                             "params": {"progressToken": token, "progress": 1}}).encode())
+        send(b'{"jsonrpc":"2.0","method":"notifications/message","params":'
+             b'{"level":"info","logger":"db","data":{"n":1.0}}}')
+        send(b'{"jsonrpc":"2.0","method":"notifications/message","params":'
+             b'{"level":"info","data":"bare"}}')
+        send(b'{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}')
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}' % mid)
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",  # too late
+                         "params": {"progressToken": own, "progress": 2}}).encode())
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
              % mid)
@@ -295,6 +313,50 @@ def test_progress_on_an_upstreams_request_reaches_that_upstream_alone(
     assert "progress" not in (tmp_path / "b.log").read_text()
     code, err = w.close()  # the call of `ask` in flight fails as a's input closes and it exits
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_an_upstreams_progress_reaches_the_client_only_on_its_own_calls_in_flight(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """With several upstreams, one could report progress under the token of a call the
+    client made to another (the SDKs' tokens are small integers: easy to guess), keeping
+    that call alive past its timeout; or after its own call was answered. Both are dropped.
+    Its log messages reach the client named after it; resources changes, which a proxy of
+    several servers does not serve, do not."""
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("chatty", "hang")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a", "b")], {"TOOLS": tools})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",  # in flight at a, for ever
+            "params": {"name": "a__hang", "arguments": {}, "_meta": {"progressToken": 1}}})
+    chatty = {"name": "b__chatty", "arguments": {"token": 1}}  # names a's token, then its own
+    assert w.call(2, "tools/call", {**chatty, "_meta": {"progressToken": 2}})["result"] == {
+        "content": []}
+    assert w.call(3, "tools/call", {"name": "call_tool", "arguments": chatty,
+                                    "_meta": {"progressToken": 3}})["result"] == {"content": []}
+    assert w.call(4, "tools/call", {"name": "a__chatty", "arguments": {}})["result"] == {
+        "content": []}  # (no token of its own: its progress, on None, is no one's)
+    assert text(w.call(5, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    notes = [m for m in w.seen if "method" in m]
+    assert [m["params"] for m in notes if m["method"] == "notifications/progress"] == [
+        {"progressToken": 2, "progress": 1}, {"progressToken": 3, "progress": 1}]
+    assert [m["params"]["logger"] for m in notes if m["method"] == "notifications/message"] \
+        == ["b/db", "b", "b/db", "b", "a/db", "a"]
+    assert {m["method"] for m in notes} == {"notifications/progress", "notifications/message"}
+    w.proc.kill()
+
+
+def test_a_tools_list_whose_later_page_fails_serves_the_pages_read(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Before, a first listing that failed on its second page served none of the first's
+    tools (a re-list that fails still keeps the tools it had)."""
+    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"PAGE2": "fail"})
+    w.start()
+    found = w.call(1, "tools/call", {"name": "search_tools", "arguments": {"query": "echo"}})
+    assert json.loads(text(found))[0]["name"] == "a__echo"
+    listed = w.call(2, "tools/list")["result"]["tools"]
+    assert [t["name"] for t in listed] == ["search_tools", "call_tool", "a__echo"]
+    code, err = w.close()
+    assert code == 0 and "failed on page 2" in err and "the tools of the 1 read are served" in err
 
 
 def test_progress_on_a_request_its_upstream_cancelled_is_dropped(
