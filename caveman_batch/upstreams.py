@@ -49,15 +49,20 @@ class ServerSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    unset: str | None = None  # why it cannot start: a ${VAR} it names is not set
 
 
 # -- the servers file -----------------------------------------------------------------
 
 
-def read_servers(path: str | os.PathLike[str]) -> list[ServerSpec]:
+def read_servers(path: str | os.PathLike[str],
+                 environ: Mapping[str, str] | None = None) -> list[ServerSpec]:
     """The servers of a `{"mcpServers": {NAME: {"command", "args", "env", "cwd"}}}` file, in
-    order, but those marked `"disabled": true` (as clients that have the key skip them)."""
+    order, but those marked `"disabled": true` (as clients that have the key skip them).
+    `${VAR}`, `${VAR:-default}` and `${env:VAR}` in a command, an argument, a variable's
+    value or a cwd are `environ`'s (the proxy's environment by default): see `expand`."""
     source = os.fspath(path)
+    environ = os.environ if environ is None else environ
     try:
         doc = json.loads(Path(source).read_bytes(), object_pairs_hook=_Object)
     except OSError as exc:
@@ -77,7 +82,7 @@ def read_servers(path: str | os.PathLike[str]) -> list[ServerSpec]:
     if twice := _given_twice(servers):
         raise ServersFileError(f"{source}: mcpServers names the server {twice!r} more than once",
                                source, f"mcpServers.{twice}")
-    specs = [_spec(source, name, entry) for name, entry in servers.items()]
+    specs = [_spec(source, name, entry, environ) for name, entry in servers.items()]
     enabled = [spec for spec in specs if spec is not None]
     if not enabled:
         raise ServersFileError(f"{source}: mcpServers names no server that is not disabled",
@@ -108,7 +113,32 @@ def _unusable(text: str) -> bool:
         return True
 
 
-def _spec(source: str, name: str, entry: Any) -> ServerSpec | None:
+# ${VAR} and ${VAR:-default} as Claude Code reads them in .mcp.json, ${env:VAR} as Cursor
+# and VS Code do; anything else with a $ (a $VAR, ${1}, ${input:x}) is left as written
+_VARIABLE: Final = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str, environ: Mapping[str, str], missing: list[str]) -> str:
+    """`text` with each `${VAR}` (or `${env:VAR}`) replaced by VAR's value in `environ`,
+    each `${VAR:-default}` by VAR's value if it is set and not empty, else by `default`
+    (the shell's `:-`). The values are taken as they are, never expanded in turn. A
+    variable that is not set and has no default is added to `missing` (and left as
+    written): a server started with it would get the text `${VAR}` for a token."""
+
+    def value(match: re.Match[str]) -> str:
+        var, default = match.group(1), match.group(2)
+        got = environ.get(var)
+        if default is not None and not got:
+            return default
+        if got is None:
+            missing.append(var)
+            return match.group(0)
+        return got
+
+    return _VARIABLE.sub(value, text) if "${" in text else text
+
+
+def _spec(source: str, name: str, entry: Any, environ: Mapping[str, str]) -> ServerSpec | None:
     """The server of one entry; None if it is disabled. Keys other clients add and that do
     not change how the server runs (`type`, `timeout`, `autoApprove`, ...) are ignored."""
     key = f"mcpServers.{name}"
@@ -155,10 +185,30 @@ def _spec(source: str, name: str, entry: Any) -> ServerSpec | None:
             raise bad("must be a non-empty string", f"{key}.cwd")
         if _unusable(cwd):
             raise bad("holds a NUL or an unencodable character", f"{key}.cwd")
+    missing: dict[str, list[str]] = {}  # where -> the variables it names that are not set
+
+    def expanded(text: str, at: str) -> str:
+        unset: list[str] = []
+        text = expand(text, environ, unset)
+        if unset:
+            missing.setdefault(at, []).extend(unset)
+        if _unusable(text):  # (a NUL cannot come from the environment; a surrogate can)
+            raise bad("holds an unencodable character once its variables are set", at)
+        return text
+
+    command = expanded(command, f"{key}.command")
+    args = [expanded(a, f"{key}.args[{i}]") for i, a in enumerate(args)]
+    env = {var: expanded(value, f"{key}.env.{var}") for var, value in env.items()}
+    if cwd is not None:
+        cwd = expanded(cwd, f"{key}.cwd")
         # a relative folder is the servers file's: the proxy's own is wherever its client
         # started it
         cwd = os.path.join(os.path.dirname(os.path.abspath(source)), os.path.expanduser(cwd))
-    return ServerSpec(name, (command, *args), dict(env), cwd)
+    unset = "; ".join(f"{at} names {', '.join('${' + v + '}' for v in dict.fromkeys(vs))}"
+                      for at, vs in missing.items())
+    return ServerSpec(name, (command, *args), env, cwd,
+                      f"{source}: {unset}, not set (nor given a default, ${{VAR:-default}})"
+                      if unset else None)
 
 
 # -- reading lines into the event queue ------------------------------------------------
@@ -317,6 +367,8 @@ class Upstream:
         self.name = spec.name
         # its variables over the proxy's own: what a client that spawned it would do
         env = {**os.environ, **spec.env} if spec.env else None
+        if spec.unset is not None:
+            raise UsageError(f"cannot start the upstream {spec.name!r}: {spec.unset}")
         # (Popen's error for a folder that is not there would name neither it nor the cwd)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise UsageError(f"cannot start the upstream {spec.name!r}: its cwd "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from caveman_batch import ccr, deferred, listing, rpc
 from caveman_batch.catalog import Options, parse, serialize
@@ -27,7 +30,7 @@ from caveman_batch.cli import main
 from caveman_batch.errors import ServersFileError
 from caveman_batch.profile import profile_doc
 from caveman_batch.store import open_store
-from caveman_batch.upstreams import ServerSpec, read_servers
+from caveman_batch.upstreams import ServerSpec, expand, read_servers
 
 SCRIPTED = r'''
 import json, os, sys
@@ -221,6 +224,72 @@ def test_servers_disabled_are_skipped_and_cwd_is_the_files_folders(tmp_path: Pat
         ServerSpec("on", ("y",), {}, str(tmp_path / "servers" / "on")),
         ServerSpec("abs", ("z",), {}, "/srv"),
         ServerSpec("home", ("w",), {}, str(Path.home() / "mcp"))]
+
+
+@pytest.mark.parametrize("text, expanded, missing", [
+    ("${TOKEN}", "t0k", []),
+    ("Bearer ${env:TOKEN}", "Bearer t0k", []),  # Cursor's and VS Code's form
+    ("${HOST:-localhost}:${PORT:-80}", "localhost:8080", []),  # PORT=8080, HOST unset
+    ("${EMPTY:-x}|${EMPTY}", "x|", []),  # the shell's :- : empty takes the default too
+    ("${NOPE}/${NOPE}", "${NOPE}/${NOPE}", ["NOPE", "NOPE"]),
+    ("${DEEP}", "${TOKEN}", []),  # a value is never expanded in turn
+    ("$TOKEN ${1} ${input:x} ${TOKEN ${ $", "$TOKEN ${1} ${input:x} ${TOKEN ${ $", []),
+    ("${A-B}", "${A-B}", []),
+])
+def test_expand(text: str, expanded: str, missing: list[str]) -> None:
+    unset: list[str] = []
+    env = {"TOKEN": "t0k", "PORT": "8080", "EMPTY": "", "DEEP": "${TOKEN}"}
+    assert (expand(text, env, unset), unset) == (expanded, missing)
+
+
+@given(st.text(alphabet=st.sampled_from("${}:-_aZ9 e/nv"), max_size=30),
+       st.dictionaries(st.sampled_from(["a", "Z9", "_", "env", "nv"]), st.text(max_size=5)))
+def test_expand_changes_only_what_names_a_variable(text: str, env: dict[str, str]) -> None:
+    """Laws: no "${" in it, nothing changes; with no variable set, what changes is exactly
+    what names one with a default; each variable named without a default is `missing`."""
+    unset: list[str] = []
+    out = expand(text, env, unset)
+    if "${" not in text:
+        assert (out, unset) == (text, [])
+    bare: list[str] = []
+    assert expand(text, {}, bare) == re.sub(r"\$\{(?:env:)?[A-Za-z_]\w*:-([^}]*)\}",
+                                            lambda m: m.group(1), text)
+    assert all(v not in env for v in unset) and len(unset) <= len(bare)
+
+
+def test_servers_variables_are_the_proxys_environments(tmp_path: Path) -> None:
+    """${VAR} in a command, an argument, a variable's value or a cwd is the proxy's (it
+    was passed on as the text "${VAR}": a server got that for its token); a server that
+    names one not set, with no default, cannot start (named when it is left out)."""
+    path = write(tmp_path, {"mcpServers": {
+        "gh": {"command": "${BIN:-/usr/bin}/gh-mcp", "args": ["--org", "${env:ORG}"],
+               "env": {"GITHUB_TOKEN": "${GH_TOKEN}", "LITERAL": "$GH_TOKEN"},
+               "cwd": "${HOME_DIR}/gh"},
+        "no": {"command": "x", "args": ["${MISSING}"], "env": {"K": "${ALSO:-}${NOT_SET}"}}}})
+    environ = {"ORG": "acme", "GH_TOKEN": "ghp_1", "HOME_DIR": "/srv"}
+    gh, no = read_servers(path, environ)
+    assert gh == ServerSpec("gh", ("/usr/bin/gh-mcp", "--org", "acme"),
+                            {"GITHUB_TOKEN": "ghp_1", "LITERAL": "$GH_TOKEN"}, "/srv/gh")
+    assert no.unset == (f"{path}: mcpServers.no.args[0] names ${{MISSING}}; mcpServers.no.env.K "
+                        "names ${NOT_SET}, not set (nor given a default, ${VAR:-default})")
+
+
+def test_a_server_naming_a_variable_not_set_is_left_out_named(
+        tmp_path: Path, scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAVEMAN_TEST_GH_TOKEN", raising=False)
+    servers = write(tmp_path, {"mcpServers": {
+        "ok": {"command": scripted[0], "args": ["${SERVER_SCRIPT}"]},
+        "gh": {"command": scripted[0], "args": [scripted[1]],
+               "env": {"T": "${CAVEMAN_TEST_GH_TOKEN}"}}}})
+    wire = Wire(["--store", "memory://", "--servers", str(servers)],
+                {"SERVER_SCRIPT": scripted[1]})
+    wire.start()
+    echoed = wire.call(1, "tools/call", {"name": "ok__echo", "arguments": {"text": "hi"}})
+    assert echoed["result"]["content"][0]["text"] == "hi"
+    code, err = wire.close()
+    assert code == 0
+    assert (f"cannot start the upstream 'gh': {servers}: mcpServers.gh.env.T names "
+            "${CAVEMAN_TEST_GH_TOKEN}, not set") in err and "left out" in err
 
 
 def test_a_server_starts_in_its_cwd(tmp_path: Path, scripted: list[str]) -> None:
