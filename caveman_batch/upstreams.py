@@ -49,7 +49,8 @@ class ServerSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
-    unset: str | None = None  # why it cannot start: a ${VAR} it names is not set
+    # why it cannot start (a ${VAR} it names is not set; a remote server): left out, named
+    cannot_start: str | None = None
 
 
 # -- the servers file -----------------------------------------------------------------
@@ -159,10 +160,14 @@ def _spec(source: str, name: str, entry: Any, environ: Mapping[str, str]) -> Ser
     if disabled:  # (Cline's, Roo Code's and Windsurf's key: not started, however it reads)
         return None
     command = entry.get("command")
+    if "command" not in entry and isinstance(entry.get("url"), str):
+        # (a client's file holds these beside its stdio servers: the others still serve)
+        return ServerSpec(name, (), cannot_start=(
+            f"{source}: {key} is a remote server (url): only stdio servers (command) can "
+            'be proxied; a stdio bridge can run it ("command": "npx", "args": '
+            '["mcp-remote", URL])'))
     if not isinstance(command, str) or not command:
-        what = "is a remote server (url): only stdio servers (command) can be proxied" \
-            if "url" in entry else "needs a command (a non-empty string)"
-        raise bad(what)
+        raise bad("needs a command (a non-empty string)")
     if _unusable(command):
         raise bad("holds a NUL or an unencodable character", f"{key}.command")
     args = entry.get("args", [])
@@ -367,8 +372,8 @@ class Upstream:
         self.name = spec.name
         # its variables over the proxy's own: what a client that spawned it would do
         env = {**os.environ, **spec.env} if spec.env else None
-        if spec.unset is not None:
-            raise UsageError(f"cannot start the upstream {spec.name!r}: {spec.unset}")
+        if spec.cannot_start is not None:
+            raise UsageError(f"cannot start the upstream {spec.name!r}: {spec.cannot_start}")
         # (Popen's error for a folder that is not there would name neither it nor the cwd)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise UsageError(f"cannot start the upstream {spec.name!r}: its cwd "

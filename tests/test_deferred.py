@@ -270,17 +270,20 @@ def test_servers_variables_are_the_proxys_environments(tmp_path: Path) -> None:
     gh, no = read_servers(path, environ)
     assert gh == ServerSpec("gh", ("/usr/bin/gh-mcp", "--org", "acme"),
                             {"GITHUB_TOKEN": "ghp_1", "LITERAL": "$GH_TOKEN"}, "/srv/gh")
-    assert no.unset == (f"{path}: mcpServers.no.args[0] names ${{MISSING}}; mcpServers.no.env.K "
+    assert no.cannot_start == (f"{path}: mcpServers.no.args[0] names ${{MISSING}}; mcpServers.no.env.K "
                         "names ${NOT_SET}, not set (nor given a default, ${VAR:-default})")
 
 
-def test_a_server_naming_a_variable_not_set_is_left_out_named(
+def test_a_server_naming_a_variable_not_set_or_remote_is_left_out_named(
         tmp_path: Path, scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither can start; the others serve. (A remote server refused the whole file: a
+    client's own file, holding one beside its stdio servers, could not be used.)"""
     monkeypatch.delenv("CAVEMAN_TEST_GH_TOKEN", raising=False)
     servers = write(tmp_path, {"mcpServers": {
         "ok": {"command": scripted[0], "args": ["${SERVER_SCRIPT}"]},
         "gh": {"command": scripted[0], "args": [scripted[1]],
-               "env": {"T": "${CAVEMAN_TEST_GH_TOKEN}"}}}})
+               "env": {"T": "${CAVEMAN_TEST_GH_TOKEN}"}},
+        "remote": {"type": "http", "url": "https://mcp.example.invalid/mcp"}}})
     wire = Wire(["--store", "memory://", "--servers", str(servers)],
                 {"SERVER_SCRIPT": scripted[1]})
     wire.start()
@@ -290,6 +293,8 @@ def test_a_server_naming_a_variable_not_set_is_left_out_named(
     assert code == 0
     assert (f"cannot start the upstream 'gh': {servers}: mcpServers.gh.env.T names "
             "${CAVEMAN_TEST_GH_TOKEN}, not set") in err and "left out" in err
+    assert (f"cannot start the upstream 'remote': {servers}: mcpServers.remote is a remote "
+            "server (url): only stdio servers (command) can be proxied; a stdio bridge") in err
 
 
 def test_a_server_starts_in_its_cwd(tmp_path: Path, scripted: list[str]) -> None:
@@ -316,7 +321,9 @@ def test_a_server_starts_in_its_cwd(tmp_path: Path, scripted: list[str]) -> None
     ({"mcpServers": {}}, "mcpServers", "names no server"),
     ({"mcpServers": {"a": []}}, "mcpServers.a", "must be an object"),
     ({"mcpServers": {"a": {"args": []}}}, "mcpServers.a", "needs a command"),
-    ({"mcpServers": {"a": {"url": "https://x"}}}, "mcpServers.a", "only stdio servers"),
+    ({"mcpServers": {"a": {"url": 7}}}, "mcpServers.a", "needs a command"),
+    ({"mcpServers": {"a": {"url": "https://x", "command": ""}}}, "mcpServers.a",
+     "needs a command"),
     ({"mcpServers": {"a": {"command": "x", "args": "y"}}}, "mcpServers.a.args", "list of strings"),
     ({"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}, "mcpServers.a.env", "of strings"),
     ({"mcpServers": {"a__b": {"command": "x"}}}, "mcpServers.a__b", "not a usable server name"),
