@@ -386,9 +386,10 @@ class DeferredProxy:
         self.found: dict[str, None] = {}  # exposed names found by searches, oldest first
         self.announced: str | None = None  # the tools/list result the client last knows of
         # a client's request in flight at an upstream: its id -> (that upstream, its id
-        # there, the progress token the client gave it); the token -> that upstream
+        # there, the progress token the client gave it); (the token, that upstream) -> how
+        # many of its calls in flight there gave it (a client may give one to two calls)
         self.client_calls: dict[rpc.IdKey, tuple[Server, int, rpc.IdKey | None]] = {}
-        self.client_progress: dict[rpc.IdKey, Server] = {}
+        self.client_progress: dict[tuple[rpc.IdKey, Server], int] = {}
         self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
         self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
         self.next_client_id = 1
@@ -535,7 +536,7 @@ class DeferredProxy:
         token = rpc.id_key(meta.get("progressToken")) if isinstance(meta, dict) else None
         self.client_calls[key] = (server, uid, token)
         if token is not None:
-            self.client_progress[token] = server
+            self.client_progress[token, server] = self.client_progress.get((token, server), 0) + 1
 
     def _close_call(self, key: rpc.IdKey | None) -> tuple[Server, int] | None:
         """The upstream and its id of the client's request `key` in flight, forgotten (and
@@ -544,8 +545,9 @@ class DeferredProxy:
         if entry is None:
             return None
         server, uid, token = entry
-        if token is not None and self.client_progress.get(token) is server:
-            del self.client_progress[token]
+        if token is not None:  # (another call in flight there may have given it too)
+            if (left := self.client_progress.pop((token, server), 1) - 1) > 0:
+                self.client_progress[token, server] = left
         return server, uid
 
     def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
@@ -1167,7 +1169,7 @@ class DeferredProxy:
                 self._notify(_with_request_id(msg, pid))
         elif msg.method == "notifications/progress":
             token = rpc.id_key(msg.params.get("progressToken"))
-            if token is not None and self.client_progress.get(token) is server:
+            if token is not None and (token, server) in self.client_progress:
                 self._notify(rpc.line(msg.text))
             # else it names no call of the client's at this upstream in flight: another
             # upstream's (with --servers, forged on a call it does not serve) or one

@@ -345,6 +345,29 @@ def test_an_upstreams_progress_reaches_the_client_only_on_its_own_calls_in_fligh
     w.proc.kill()
 
 
+@pytest.mark.parametrize("second", ["a", "b"])
+def test_a_progress_token_given_to_two_calls_stays_open_until_both_are_answered(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], second: str) -> None:
+    """A client that gives one token to two calls in flight (at one upstream or two): the
+    first answered took the token from the other, whose progress was then dropped."""
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("chatty", "hang")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a", "b")], {"TOOLS": tools})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",  # in flight at a, for ever
+            "params": {"name": "a__hang", "arguments": {}, "_meta": {"progressToken": 7}}})
+    assert w.call(2, "tools/call", {"name": f"{second}__chatty", "arguments": {},
+                                    "_meta": {"progressToken": 7}})["result"] == {"content": []}
+    assert w.call(3, "tools/call", {"name": "a__chatty", "arguments": {"token": 7}})[
+        "result"] == {"content": []}  # (on call 1's token, in flight at a)
+    assert text(w.call(4, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    progress = [m["params"] for m in w.seen if m.get("method") == "notifications/progress"]
+    late = [{"progressToken": 7, "progress": 2}] if second == "a" else []  # (call 1's, at a)
+    assert progress == [{"progressToken": 7, "progress": 1}, *late,
+                        {"progressToken": 7, "progress": 1}]
+    w.proc.kill()
+
+
 def test_a_tools_list_whose_later_page_fails_serves_the_pages_read(
         tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
     """Before, a first listing that failed on its second page served none of the first's
