@@ -139,6 +139,11 @@ def expand(text: str, environ: Mapping[str, str], missing: list[str]) -> str:
     return _VARIABLE.sub(value, text) if "${" in text else text
 
 
+# a remote server's address: Claude Code's, Cursor's and VS Code's url, Windsurf's serverUrl,
+# Gemini CLI's httpUrl (its url is an SSE server's)
+_REMOTE_KEYS: Final = ("url", "serverUrl", "httpUrl")
+
+
 def _spec(source: str, name: str, entry: Any, environ: Mapping[str, str]) -> ServerSpec | None:
     """The server of one entry; None if it is disabled. Keys other clients add and that do
     not change how the server runs (`type`, `timeout`, `autoApprove`, ...) are ignored."""
@@ -160,10 +165,11 @@ def _spec(source: str, name: str, entry: Any, environ: Mapping[str, str]) -> Ser
     if disabled:  # (Cline's, Roo Code's and Windsurf's key: not started, however it reads)
         return None
     command = entry.get("command")
-    if "command" not in entry and isinstance(entry.get("url"), str):
+    remote = next((k for k in _REMOTE_KEYS if isinstance(entry.get(k), str)), None)
+    if "command" not in entry and remote is not None:
         # (a client's file holds these beside its stdio servers: the others still serve)
         return ServerSpec(name, (), cannot_start=(
-            f"{source}: {key} is a remote server (url): only stdio servers (command) can "
+            f"{source}: {key} is a remote server ({remote}): only stdio servers (command) can "
             'be proxied; a stdio bridge can run it ("command": "npx", "args": '
             '["mcp-remote", URL])'))
     if not isinstance(command, str) or not command:

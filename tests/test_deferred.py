@@ -274,6 +274,18 @@ def test_servers_variables_are_the_proxys_environments(tmp_path: Path) -> None:
                         "names ${NOT_SET}, not set (nor given a default, ${VAR:-default})")
 
 
+@pytest.mark.parametrize("key", ["url", "serverUrl", "httpUrl"])
+def test_a_remote_server_in_any_clients_spelling_cannot_start(tmp_path: Path, key: str) -> None:
+    """Windsurf names a remote server's address serverUrl, Gemini CLI httpUrl (its url is
+    SSE's): such an entry refused the whole file, as a url one did."""
+    path = write(tmp_path, {"mcpServers": {"ok": {"command": "x"},
+                                           "remote": {key: "https://mcp.example.invalid/mcp"}}})
+    ok, remote = read_servers(path, {})
+    assert ok.cannot_start is None
+    assert remote.cannot_start is not None and (
+        f"mcpServers.remote is a remote server ({key}): only stdio servers") in remote.cannot_start
+
+
 def test_a_server_naming_a_variable_not_set_or_remote_is_left_out_named(
         tmp_path: Path, scripted: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither can start; the others serve. (A remote server refused the whole file: a
