@@ -450,6 +450,24 @@ def test_a_rerun_commits_again_the_tool_records_the_store_lacks(tmp_path: Path) 
         assert {h: ccr.recover(store, h) for h in handles} == expected
 
 
+def test_a_rerun_into_another_store_commits_the_tools_of_catalogs_indexed_as_they_are(
+        tmp_path: Path) -> None:
+    """A run without --incremental computes every catalog again and finds each indexed as
+    it is (it keeps its id, the index is not rewritten): the tool records still go to the
+    run's store, here one that never had them, so every handle the index hands out
+    recovers from it."""
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src)
+    handles = _handles(tmp_path / "idx.db")
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        expected = {h: ccr.recover(store, h) for h in handles}
+    _run(tmp_path, src, out="out2", store=f"lmdb://{tmp_path}/ccr2")
+    assert _handles(tmp_path / "idx.db") == handles
+    with open_store(f"lmdb://{tmp_path}/ccr2") as store:
+        assert ccr.missing(store, [h[4:] for h in handles]) == []
+        assert {h: ccr.recover(store, h) for h in handles} == expected
+
+
 def test_a_kept_catalog_whose_tools_cannot_be_given_back_leaves_the_index(tmp_path: Path) -> None:
     """A reused catalog one of whose tool records is gone, its own record damaged (present,
     so reuse takes it; not readable, so the tool cannot be committed again from it): the
