@@ -150,6 +150,21 @@ def test_a_failed_request_leaves_the_pipelined_ones_after_it_unwritten(tmp_path:
         assert [d.server for d in index.docs()] == ["a"]
 
 
+def test_a_request_for_a_method_not_the_writers_is_refused_and_so_is_every_later_one(
+        tmp_path: Path) -> None:
+    """Only apply, defer_merges, merge_as_usual and optimize reach the index: another name
+    (here its `close`) is refused, not called, and, as after any failure, nothing sent
+    after it is written."""
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=False) as writer:
+        with pytest.raises(SearchIndexError, match="unknown index request 'close'"):
+            writer.submit("close").result()
+        with pytest.raises(SearchIndexError, match="not written after an earlier failure"):
+            writer.apply([_catalog("a", "list_issues")])
+    with ToolIndex.open(path, create=False) as index:
+        assert len(index) == 0
+
+
 PARENT = """
 import sys
 from caveman_batch.indexwriter import IndexWriter
