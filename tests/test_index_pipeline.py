@@ -450,6 +450,25 @@ def test_a_rerun_commits_again_the_tool_records_the_store_lacks(tmp_path: Path) 
         assert {h: ccr.recover(store, h) for h in handles} == expected
 
 
+def test_a_rerun_commits_again_the_tool_records_of_a_line_it_reuses(tmp_path: Path) -> None:
+    """The same, a catalog reused alone (a line of a JSONL file read again for another
+    line that changed): its tool records the store lacks are given back too."""
+    src = _jsonl_registry(tmp_path / "reg.jsonl", _catalog("create_issue", server="github"),
+                          _catalog("get_forecast", server="weather"))
+    _run(tmp_path, src, incremental=True)
+    handles = _handles(tmp_path / "idx.db")
+    url = f"lmdb://{tmp_path}/ccr"
+    with open_store(url) as store:
+        expected = {h: ccr.recover(store, h) for h in handles}
+        store.delete([h[4:].encode("ascii") for h in handles])
+    _jsonl_registry(src, _catalog("create_issue", server="github"),
+                    _catalog("get_forecast", "get_alerts", server="weather"))
+    assert _run(tmp_path, src, incremental=True).reused >= 1
+    assert set(handles) <= set(_handles(tmp_path / "idx.db"))
+    with open_store(url) as store:
+        assert {h: ccr.recover(store, h) for h in handles} == expected
+
+
 def test_a_rerun_into_another_store_commits_the_tools_of_catalogs_indexed_as_they_are(
         tmp_path: Path) -> None:
     """A run without --incremental computes every catalog again and finds each indexed as
