@@ -51,6 +51,23 @@ def test_the_writer_process_writes_what_the_parent_reads(tmp_path: Path) -> None
         assert [h.server for h in index.search("issues")] == ["jira"]
 
 
+@pytest.mark.parametrize("embed", [False, True])
+def test_the_writer_embeds_the_tools_only_when_asked(tmp_path: Path, embed: bool) -> None:
+    """--embed: the writer embeds each tool it writes; --no-embed: it embeds none (not
+    even with the embed extra installed, which would cost the run the model's time)."""
+    import sqlite3
+
+    from caveman_batch.embedding import EMBED_EXTRA_HINT, extra_installed
+
+    if embed and not extra_installed():
+        pytest.skip(f"embed extra not installed: {EMBED_EXTRA_HINT}")
+    path = _new_index(tmp_path / "idx.db")
+    with IndexWriter(str(path), embed=embed) as writer:
+        writer.apply([_catalog("github", "list_issues", "create_issue")])
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM tool_vectors").fetchone() == (2 if embed else 0,)
+
+
 def test_it_writes_as_an_index_of_this_process_does(tmp_path: Path) -> None:
     there, here = _new_index(tmp_path / "there.db"), ToolIndex.open(":memory:")
     catalogs = [_catalog("a", "list_issues", "close_issue"), _catalog("b", "list_pulls")]
