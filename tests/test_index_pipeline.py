@@ -469,6 +469,25 @@ def test_a_rerun_commits_again_the_tool_records_of_a_line_it_reuses(tmp_path: Pa
         assert {h: ccr.recover(store, h) for h in handles} == expected
 
 
+def test_a_store_the_writer_cannot_open_has_the_tool_records_committed_by_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store out of other processes' reach (memory://, as its backend says: here an lmdb
+    one said to be, to read it after the run): the run commits the tool records itself,
+    then its writer indexes the catalogs, and every handle recovers."""
+    from caveman_batch import indexing
+
+    monkeypatch.setattr(indexing, "shared_store", lambda url: False)
+    src = _tree(tmp_path / "src")
+    _run(tmp_path, src)
+    assert sorted(_contents(tmp_path / "idx.db")[0]) == ["github", "team/chat", "weather"]
+    handles = _handles(tmp_path / "idx.db")
+    with open_store(f"lmdb://{tmp_path}/ccr") as store:
+        assert len(handles) == 5 and ccr.missing(store, [h[4:] for h in handles]) == []
+        assert sorted(json.loads(ccr.recover(store, h))["name"] for h in handles) == [
+            "create_issue", "get_forecast", "list_channels", "merge_pull_request",
+            "send_message"]
+
+
 def test_a_rerun_into_another_store_commits_the_tools_of_catalogs_indexed_as_they_are(
         tmp_path: Path) -> None:
     """A run without --incremental computes every catalog again and finds each indexed as
