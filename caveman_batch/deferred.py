@@ -1289,14 +1289,16 @@ _NOT_SERVED: Final = frozenset({"notifications/resources/list_changed",
 def _logged_as(msg: rpc.Message, server: str) -> bytes:
     """An upstream's log message with its `logger` named after its server ("NAME", or
     "NAME/LOGGER" for a logger of its own), so that with several upstreams the client can
-    tell whose it is; the rest as it came. Params that give a key twice (or are not an
-    object) are written anew from what was read of them."""
+    tell whose it is; the rest as it came. Params that give a key twice are written anew,
+    each member's value as written (the last of a key's); params that are not an object
+    are `{"logger": NAME}`."""
     logger = msg.params.get("logger")
     named = rpc.dumps(f"{server}/{logger}" if isinstance(logger, str) and logger else server)
     spans = rpc.member_spans(msg.text, msg.spans["params"]) if "params" in msg.spans else None
     if spans is None:
-        return rpc.notification("notifications/message",
-                                rpc.dumps({**msg.params, "logger": json.loads(named)}))
+        anew = (rpc.object_with(msg.text, msg.spans["params"], {"logger": named})
+                if "params" in msg.spans else None)
+        return rpc.notification("notifications/message", anew or '{"logger":' + named + "}")
     if "logger" in spans:
         return rpc.line(rpc.splice(msg.text, spans["logger"], named))
     start = msg.spans["params"][0] + 1  # just inside its brace
@@ -1306,13 +1308,14 @@ def _logged_as(msg: rpc.Message, server: str) -> bytes:
 
 def _with_request_id(msg: rpc.Message, request_id: int) -> bytes:
     """A cancellation as it came, its requestId the other side's (`request_id`). Params
-    that give a key twice (no spans to splice into) are written anew from what was read of
-    them (the last of each key, as the id that was looked up)."""
+    that give a key twice (no spans to splice into) are written anew, each member's value
+    as written (the last of each key's, as the id that was looked up)."""
     params = rpc.member_spans(msg.text, msg.spans["params"])
     if params is not None and "requestId" in params:
         return rpc.line(rpc.splice(msg.text, params["requestId"], str(request_id)))
+    anew = rpc.object_with(msg.text, msg.spans["params"], {"requestId": str(request_id)})
     return rpc.notification(msg.method or "notifications/cancelled",
-                            rpc.dumps({**msg.params, "requestId": request_id}))
+                            anew or rpc.dumps({"requestId": request_id}))
 
 
 # -- running it -----------------------------------------------------------------------------

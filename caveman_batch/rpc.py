@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Final
@@ -36,8 +36,10 @@ def _skip(text: str, i: int) -> int:
     return _WS.match(text, i).end()  # type: ignore[union-attr]
 
 
-def _members(text: str, i: int) -> tuple[dict[str, Any], dict[str, Span], int]:
-    """The object starting at text[i]: its values, their spans, and the index after it."""
+def _members(text: str, i: int, twice: bool = False
+             ) -> tuple[dict[str, Any], dict[str, Span], int]:
+    """The object starting at text[i]: its values, their spans, and the index after it. A
+    key given twice is refused, or with `twice` has its last value (in its first place)."""
     if text[i] != "{":
         raise BadMessage("not a JSON object")
     values: dict[str, Any] = {}
@@ -51,7 +53,7 @@ def _members(text: str, i: int) -> tuple[dict[str, Any], dict[str, Span], int]:
         if text[i] != ":":
             raise BadMessage("an object member without ':'")
         i = _skip(text, i + 1)
-        if key in values:
+        if key in values and not twice:
             raise BadMessage(f"duplicate key {key!r}")
         values[key], end = _DECODER.raw_decode(text, i)
         spans[key] = (i, end)
@@ -69,6 +71,19 @@ def member_spans(text: str, span: Span) -> dict[str, Span] | None:
         return _members(text, span[0])[1]
     except (BadMessage, ValueError, IndexError):
         return None
+
+
+def object_with(text: str, span: Span, changes: Mapping[str, str]) -> str | None:
+    """The object at `span` written anew, each key of `changes` set to its JSON text (added
+    if absent) and every other member's value as written (a number such as 1e400, read as a
+    float, would come out as Infinity, which is not JSON); a key given twice keeps its last
+    value, as the parsers that take repeated keys read it. None if it is not an object."""
+    try:
+        spans = _members(text, span[0], twice=True)[1]
+    except (ValueError, IndexError, RecursionError):
+        return None
+    members = {key: text[start:end] for key, (start, end) in spans.items()} | dict(changes)
+    return "{" + ",".join(dumps(key) + ":" + value for key, value in members.items()) + "}"
 
 
 def element_spans(text: str, span: Span) -> list[Span] | None:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from caveman_batch import deferred, rpc
 from caveman_batch.catalog import Options
@@ -80,6 +82,11 @@ for line in sys.stdin.buffer:
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}' % mid)
         send(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",  # too late
                          "params": {"progressToken": own, "progress": 2}}).encode())
+    elif method == "tools/call" and msg["params"]["name"] == "doubled":  # a log, then answers
+        send(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info",'
+             b'"logger":"x","data":{"n":1e400,"m":-0.0,"big":123456789012345678901234567890},'
+             b'"logger":"db"}}')
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}' % mid)
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
              % mid)
@@ -132,6 +139,7 @@ class Wire:
                                           **(env or {})})
         self.buffer = b""
         self.seen: list[dict[str, Any]] = []
+        self.lines: list[bytes] = []  # every line read, as it came
 
     def send(self, message: dict[str, Any] | bytes) -> None:
         assert self.proc.stdin is not None
@@ -168,6 +176,7 @@ class Wire:
                 raise AssertionError("the proxy ended first")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
+        self.lines.append(line)
         return line
 
     def start(self, params: dict[str, Any] = INIT) -> dict[str, Any]:
@@ -269,6 +278,67 @@ def test_a_cancellation_giving_a_key_twice_still_reaches_the_upstream(
     assert text(w.call(8, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
     code, err = w.close()
     assert code == 0 and "Traceback" not in err and "KeyError" not in err, err
+
+
+def _strict(line: str | bytes) -> Any:
+    """JSON as RFC 8259 has it: NaN and Infinity are not JSON."""
+    def refuse(word: str) -> None:
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_params_written_anew_keep_every_value_as_written(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """A log message or a cancellation whose params give a key twice is written anew, since
+    there is nothing to splice into; its numbers go as written (1e400 was read as a float
+    and came out as `Infinity`, which no JSON parser of the client's takes)."""
+    log = tmp_path / "upstream.log"
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("doubled", "hang")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")],
+             {"UPSTREAM_LOG": str(log), "TOOLS": tools})
+    w.start()
+    assert w.call(1, "tools/call", {"name": "a__doubled", "arguments": {}})["result"] == {
+        "content": []}
+    note = next(m for m in w.seen if m.get("method") == "notifications/message")
+    assert note["params"] == {"level": "info", "logger": "a/db", "data": {
+        "n": float("inf"), "m": -0.0, "big": 123456789012345678901234567890}}
+    w.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "a__hang", "arguments": {}}})
+    deadline = time.monotonic() + WAIT
+    while '"hang"' not in log.read_text():
+        assert time.monotonic() < deadline, "the call never reached the upstream"
+        time.sleep(0.02)
+    w.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":'
+           b'{"requestId":2,"reason":{"after":1e400},"requestId":2}}\n')
+    while "notifications/cancelled" not in log.read_text():
+        assert time.monotonic() < deadline, "the cancellation never reached the upstream"
+        time.sleep(0.02)
+    cancel, = [ln for ln in log.read_text().splitlines() if "cancelled" in ln]
+    assert '"reason":{"after":1e400}' in cancel and _strict(cancel)["params"]["requestId"] != 2
+    code, err = w.close()
+    assert code == 0 and "Traceback" not in err, err
+    lines = [ln for ln in w.lines if b"notifications/message" in ln]
+    assert len(lines) == 1 and b'"n":1e400' in lines[0] and b"-0.0" in lines[0]
+    _strict(lines[0])
+
+
+@given(st.dictionaries(st.text(max_size=4), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4), lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8), max_size=5),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2), st.booleans())
+def test_an_object_written_anew_is_the_object_with_its_changes(
+        value: dict[str, Any], changes: dict[str, int], spaced: bool) -> None:
+    text = json.dumps(value, indent=1 if spaced else None, ensure_ascii=spaced)
+    anew = rpc.object_with(text, (0, len(text)), {k: json.dumps(v) for k, v in changes.items()})
+    assert anew is not None and json.loads(anew) == {**value, **changes}
+    assert rpc.object_with("[1]", (0, 3), {}) is None
+
+
+def test_an_object_written_anew_keeps_the_last_of_a_key_given_twice() -> None:
+    text = '{"a": 1, "b": 1e400, "a": [2]}'
+    assert rpc.object_with(text, (0, len(text)), {"c": '"x"'}) == '{"a":[2],"b":1e400,"c":"x"}'
 
 
 def _logged(log: Path, needle: str) -> list[dict[str, Any]]:
