@@ -385,10 +385,12 @@ class DeferredProxy:
         self.to_client: list[bytes] = []  # what waits for it
         self.found: dict[str, None] = {}  # exposed names found by searches, oldest first
         self.announced: str | None = None  # the tools/list result the client last knows of
-        # a client's request in flight at an upstream: its id -> (that upstream, its id
-        # there, the progress token the client gave it); (the token, that upstream) -> how
-        # many of its calls in flight there gave it (a client may give one to two calls)
-        self.client_calls: dict[rpc.IdKey, tuple[Server, int, rpc.IdKey | None]] = {}
+        # a client's requests in flight at upstreams: its id -> [(that upstream, its id
+        # there, the progress token the client gave it)] (several, if a client gives one id
+        # to a request before the last under it was answered, as MCP says it must not);
+        # (the token, that upstream) -> how many of its calls in flight there gave it (a
+        # client may give one to two calls)
+        self.client_calls: dict[rpc.IdKey, list[tuple[Server, int, rpc.IdKey | None]]] = {}
         self.client_progress: dict[tuple[rpc.IdKey, Server], int] = {}
         self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
         self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
@@ -508,9 +510,10 @@ class DeferredProxy:
                  changes: Sequence[tuple[rpc.Span, str]] = ()) -> None:
         """A client request to `server`, unchanged but for its id and `changes`."""
         raw_id, key = msg.raw("id"), rpc.id_key(msg.id)
+        sent: list[int] = []  # its id upstream, once sent
 
         def done(reply: Reply) -> None:
-            self._close_call(key)
+            self._close_call(key, server, sent)
             if reply.message is None:
                 self._send(rpc.error(raw_id, rpc.UPSTREAM_UNAVAILABLE, reply.failure))
             elif reply.ok and msg.method in listing.LIST_KEYS:
@@ -523,6 +526,7 @@ class DeferredProxy:
 
         uid = self._send_upstream(server, line_for, done)
         if uid is not None:
+            sent.append(uid)
             self._open_call(msg, server, uid)
 
     def _open_call(self, msg: rpc.Message, server: Server, uid: int) -> None:
@@ -534,21 +538,37 @@ class DeferredProxy:
             return
         meta = msg.params.get("_meta")
         token = rpc.id_key(meta.get("progressToken")) if isinstance(meta, dict) else None
-        self.client_calls[key] = (server, uid, token)
+        self.client_calls.setdefault(key, []).append((server, uid, token))
         if token is not None:
             self.client_progress[token, server] = self.client_progress.get((token, server), 0) + 1
 
-    def _close_call(self, key: rpc.IdKey | None) -> tuple[Server, int] | None:
-        """The upstream and its id of the client's request `key` in flight, forgotten (and
-        its progress token with it); None if none is."""
-        entry = self.client_calls.pop(key, None) if key is not None else None
-        if entry is None:
-            return None
-        server, uid, token = entry
+    def _close_call(self, key: rpc.IdKey | None, server: Server, sent: Sequence[int]) -> None:
+        """The client's request `key`, sent to `server` as `sent` (its one id there, or
+        none if it was not sent), answered: forgotten, and its progress token with it."""
+        calls = self.client_calls.get(key, []) if key is not None else []
+        mine = [call for call in calls if call[0] is server and call[1] in sent]
+        for call in mine:
+            self._forget_call(key, call)
+
+    def _cancel_calls(self, key: rpc.IdKey | None) -> list[tuple[Server, int]]:
+        """The upstream and id of each of the client's requests `key` in flight (one, unless
+        the client gave that id twice), forgotten."""
+        calls = list(self.client_calls.get(key, [])) if key is not None else []
+        for call in calls:
+            self._forget_call(key, call)
+        return [(server, uid) for server, uid, _ in calls]
+
+    def _forget_call(self, key: rpc.IdKey | None,
+                     call: tuple[Server, int, rpc.IdKey | None]) -> None:
+        assert key is not None
+        calls = self.client_calls[key]
+        calls.remove(call)
+        if not calls:
+            del self.client_calls[key]
+        server, _, token = call
         if token is not None:  # (another call in flight there may have given it too)
             if (left := self.client_progress.pop((token, server), 1) - 1) > 0:
                 self.client_progress[token, server] = left
-        return server, uid
 
     def _listed(self, msg: rpc.Message, method: str) -> rpc.Message:
         """A prompts or resources list as the relay sends it: reduced, its original stored."""
@@ -724,12 +744,11 @@ class DeferredProxy:
 
     def _client_cancelled(self, msg: rpc.Message) -> None:
         key = rpc.id_key(msg.params.get("requestId"))
-        entry = self._close_call(key)
-        if entry is not None:
-            server, uid = entry
+        cancelled = self._cancel_calls(key)
+        for server, uid in cancelled:
             server.calls.pop(uid, None)  # a late answer is dropped: the client gave up on it
             server.up.send(_with_request_id(msg, uid))
-        elif self.held is not None:
+        if not cancelled and self.held is not None:
             self.held = [m for m in self.held if rpc.id_key(m.id) != key]
 
     # initialize -----------------------------------------------------------------------
@@ -1086,9 +1105,10 @@ class DeferredProxy:
                                                          error=True)))
             return
         key = rpc.id_key(msg.id)
+        sent: list[int] = []  # its id upstream, once sent
 
         def done(reply: Reply) -> None:
-            self._close_call(key)
+            self._close_call(key, server, sent)
             if reply.ok:
                 assert reply.message is not None
                 self._send(rpc.replace(reply.message, "id", raw_id))
@@ -1098,6 +1118,7 @@ class DeferredProxy:
 
         uid = self._request(server, "tools/call", params, done)
         if uid is not None:
+            sent.append(uid)
             self._open_call(msg, server, uid)
 
     # from an upstream -------------------------------------------------------------------------

@@ -280,6 +280,48 @@ def test_a_cancellation_giving_a_key_twice_still_reaches_the_upstream(
     assert code == 0 and "Traceback" not in err and "KeyError" not in err, err
 
 
+@pytest.mark.parametrize("end", ["cancel", "close"])
+def test_an_id_given_to_two_calls_in_flight_keeps_both(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], end: str) -> None:
+    """MCP says a client must not reuse an id before its answer; one that does had the
+    second call take the first's place: the first could no longer be cancelled, and once
+    the second was answered the proxy took nothing for in flight and, the client's input
+    closed, ended without answering the first. A cancellation of such an id cancels both."""
+    log = tmp_path / "upstream.log"
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("echo", "hang")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")],
+             {"UPSTREAM_LOG": str(log), "TOOLS": tools})
+    w.start()
+    w.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "a__hang", "arguments": {}, "_meta": {"progressToken": 1}}})
+    deadline = time.monotonic() + WAIT
+    while '"hang"' not in log.read_text():
+        assert time.monotonic() < deadline, "the call never reached the upstream"
+        time.sleep(0.02)
+    hang_id = next(json.loads(ln)["id"] for ln in log.read_text().splitlines() if '"hang"' in ln)
+    assert text(w.call(5, "tools/call", {"name": "call_tool", "arguments": {
+        "name": "a__echo", "arguments": {}}})) == "ran echo {}"
+    if end == "cancel":
+        w.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 5}})
+        while "notifications/cancelled" not in log.read_text():
+            assert time.monotonic() < deadline, "the cancellation never reached the upstream"
+            time.sleep(0.02)
+        cancel, = [json.loads(ln) for ln in log.read_text().splitlines() if "cancelled" in ln]
+        assert cancel["params"] == {"requestId": hang_id}
+        assert text(w.call(6, "tools/call", {"name": "a__echo", "arguments": {}})) \
+            == "ran echo {}"
+        code, err = w.close()
+    else:
+        code, err = w.close()
+        assert w.proc.stdout is not None
+        late = [json.loads(ln) for ln in w.proc.stdout.read().splitlines()]
+        assert [m["id"] for m in late if "method" not in m] == [5]  # answered as it exited
+        assert "error" in late[-1] and "exited" in late[-1]["error"]["message"], late
+    assert code == 0 and "Traceback" not in err, err
+
+
 def _strict(line: str | bytes) -> Any:
     """JSON as RFC 8259 has it: NaN and Infinity are not JSON."""
     def refuse(word: str) -> None:
