@@ -1379,6 +1379,8 @@ def run(specs: Sequence[ServerSpec], store_url: str | None, settings: Settings, 
     proxy: DeferredProxy | None = None
     try:
         servers = _start(specs, settings, events, err)
+        if not servers:  # (each was left out, named: a proxy of none would refuse initialize)
+            raise UsageError(f"none of the {len(specs)} servers could start: nothing to proxy")
         proxy = DeferredProxy(servers, store, settings, events, stdout_fd, err, embedder)
         restore = _forward_signals(proxy)
         start_thread(pump_lines, stdin_fd, None, events, name="proxy-client")

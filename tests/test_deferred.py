@@ -309,6 +309,25 @@ def test_a_server_naming_a_variable_not_set_or_remote_is_left_out_named(
             "server (url): only stdio servers (command) can be proxied; a stdio bridge") in err
 
 
+def test_a_file_whose_every_server_is_left_out_is_an_error_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 1 naming why each was left out, before reading the client: the proxy started
+    with no upstream and refused the client's initialize ("no upstream initialized")."""
+    monkeypatch.delenv("CAVEMAN_TEST_GH_TOKEN", raising=False)
+    servers = write(tmp_path, {"mcpServers": {
+        "gh": {"command": sys.executable, "env": {"T": "${CAVEMAN_TEST_GH_TOKEN}"}},
+        "remote": {"url": "https://mcp.example.invalid/mcp"}}})
+    done = subprocess.run([sys.executable, "-m", "caveman_batch", "proxy", "--deferred",
+                           "--no-embed", "--store", "memory://", "--servers", str(servers)],
+                          stdin=subprocess.PIPE, capture_output=True, timeout=60,
+                          env={**os.environ, "CAVEMAN_ALLOW_MEMORY_STORE": "1"})
+    err = done.stderr.decode()
+    assert done.returncode == 1 and done.stdout == b"", err
+    assert "cannot start the upstream 'gh'" in err and "cannot start the upstream 'remote'" in err
+    assert "none of the 2 servers could start: nothing to proxy" in err
+    assert "Traceback" not in err
+
+
 def test_a_server_starts_in_its_cwd(tmp_path: Path, scripted: list[str]) -> None:
     """A server named by a path relative to its `cwd` (`node build/index.js`, as a checkout
     of a server is run) starts there; one whose cwd is not a folder is left out, named."""
