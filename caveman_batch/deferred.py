@@ -336,6 +336,7 @@ class Server:
     originals: dict[str, ccr.Prepared] = field(default_factory=dict)
     pages: list[bytes] = field(default_factory=list)  # tools/list results being read
     fetching: bool = False
+    listing: int | None = None  # the id of its tools/list request in flight (_fetch_tools)
     refetch: bool = False  # its list changed while a fetch was in flight
     status: int | None = None  # exit status, once dead
 
@@ -862,7 +863,8 @@ class DeferredProxy:
                 return
             server.fetching, server.pages = True, []
         params = None if cursor is None else rpc.dumps({"cursor": cursor})
-        self._request(server, "tools/list", params, partial(self._on_tools_page, server))
+        server.listing = self._request(server, "tools/list", params,
+                                       partial(self._on_tools_page, server))
 
     def _on_tools_page(self, server: Server, reply: Reply) -> None:
         if reply.message is None:  # it died: _server_gone has cleaned up
@@ -1129,9 +1131,12 @@ class DeferredProxy:
         try:
             msg = rpc.read(line)
         except rpc.BadMessage as exc:
-            self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({exc}): "
-                       "dropped")
-            self._unreadable_reply(server, rpc.response_id(line), str(exc))
+            self._unreadable(server, line, str(exc))
+            return
+        if not rpc.strict(msg.text) and not self._listing(server, msg):
+            # (a Node client's JSON.parse refuses the line: it waited for the answer until
+            # its timeout); a tools/list page is read tool by tool, leaving out that tool
+            self._unreadable(server, line, "NaN or Infinity, which is not JSON")
             return
         if msg.is_response:
             uid = rpc.integer_id(msg.id)
@@ -1147,6 +1152,16 @@ class DeferredProxy:
             self._server_request(server, msg)
         else:
             self._server_notification(server, msg)
+
+    def _unreadable(self, server: Server, line: bytes, reason: str) -> None:
+        self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({reason}): "
+                   "dropped")
+        self._unreadable_reply(server, rpc.response_id(line), reason)
+
+    def _listing(self, server: Server, msg: rpc.Message) -> bool:
+        """Whether `msg` answers the proxy's tools/list request in flight at `server`."""
+        return (msg.is_response and server.listing is not None
+                and rpc.integer_id(msg.id) == server.listing)
 
     def _unreadable_reply(self, server: Server, uid: Any, reason: str) -> None:
         """A response the proxy cannot forward (`uid`: the id it names, or None) still ends

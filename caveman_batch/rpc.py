@@ -174,6 +174,23 @@ def _is_json(text: str) -> bool:
     return True
 
 
+def strict(text: str) -> bool:
+    """Whether `text`, which `read` took, is JSON as RFC 8259 has it: no NaN, Infinity or
+    -Infinity, which json reads (and Python's json.dumps writes) and a client's JSON.parse
+    refuses. Only a text holding one of those words is parsed again."""
+    if "NaN" not in text and "Infinity" not in text:
+        return True
+    try:
+        json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _refuse_constant(word: str) -> None:
+    raise ValueError(f"{word} is not JSON")
+
+
 def response_id(line: bytes) -> Any:
     """The id of the response on a line `read` refuses (not UTF-8, a key twice), or None.
 

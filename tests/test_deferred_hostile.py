@@ -87,6 +87,11 @@ for line in sys.stdin.buffer:
              b'"logger":"x","data":{"n":1e400,"m":-0.0,"big":123456789012345678901234567890},'
              b'"logger":"db"}}')
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}' % mid)
+    elif method == "tools/call" and msg["params"]["name"] == "nan":  # as json.dumps writes nan
+        send(b'{"jsonrpc":"2.0","method":"notifications/message","params":'
+             b'{"level":"info","data":{"mean":NaN}}}')
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":'
+             b'{"mean":NaN,"max":Infinity}}}' % mid)
     elif method == "tools/call" and msg["params"]["name"] == "latin1":
         send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"caf\xe9"}]}}'
              % mid)
@@ -320,6 +325,30 @@ def test_an_id_given_to_two_calls_in_flight_keeps_both(
         assert [m["id"] for m in late if "method" not in m] == [5]  # answered as it exited
         assert "error" in late[-1] and "exited" in late[-1]["error"]["message"], late
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_an_answer_holding_nan_answers_its_call_with_an_error(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """NaN and Infinity are not JSON, but Python's json.dumps writes them: a line holding
+    one reached the client as it came, and a client's JSON.parse (every Node client's)
+    refused it, dropped it and waited for the call's answer until its timeout. The call
+    is answered with an error naming the upstream, as for any line that is not JSON-RPC;
+    a notification holding one is dropped."""
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("nan", "echo")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"TOOLS": tools})
+    w.start()
+    direct = w.call(1, "tools/call", {"name": "a__nan", "arguments": {}})
+    assert direct["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
+    assert "upstream 'a'" in direct["error"]["message"]
+    called = w.call(2, "tools/call", {"name": "call_tool", "arguments": {"name": "a__nan"}})
+    assert called["result"]["isError"] is True and "upstream 'a'" in text(called)
+    assert text(w.call(3, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "Traceback" not in err, err
+    assert not [m for m in w.seen if m.get("method") == "notifications/message"]
+    for line in w.lines:
+        _strict(line)
 
 
 def _strict(line: str | bytes) -> Any:
