@@ -867,9 +867,12 @@ class DeferredProxy:
                                        partial(self._on_tools_page, server))
 
     def _on_tools_page(self, server: Server, reply: Reply) -> None:
-        if reply.message is None:  # it died: _server_gone has cleaned up
+        if reply.message is None and server.state == DEAD:  # _server_gone has cleaned up
             return
+        # (a request it could not take, not reading its input, fails as an error answer
+        # does: left fetching, the proxy never listed it again)
         if reply.ok:
+            assert reply.message is not None
             result = reply.message.values["result"]
             if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
                 self._warn(f"upstream {server.name!r} tools/list answered a result without a "

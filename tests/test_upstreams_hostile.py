@@ -408,3 +408,78 @@ def test_calls_beyond_what_a_stuck_upstream_may_hold_fail_at_once(tmp_path: Path
                 except ProcessLookupError:
                     pass
     wire.close()
+
+
+PAUSING = r'''
+import json, os, sys, time
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
+def tool(name):
+    return {"name": name, "description": f"The {name} tool.", "inputSchema": {"type": "object"}}
+def wait(path):
+    while not os.path.exists(path):
+        time.sleep(0.02)
+tools = [tool("echo"), tool("pause"), tool("change")]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "initialize":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": "2025-06-18",
+              "capabilities": {"tools": {"listChanged": True}},
+              "serverInfo": {"name": "pausing", "version": "1"}}})
+    elif msg.get("method") == "tools/list":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": tools}})
+    elif msg.get("method") == "tools/call" and msg["params"]["name"] == "pause":
+        wait(os.environ["GATE"] + ".1")  # reads nothing meanwhile: what is sent waits
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "data": "changed"}})
+        wait(os.environ["GATE"] + ".2")
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": []}})
+    elif msg.get("method") == "tools/call" and msg["params"]["name"] == "change":
+        tools = [*tools, tool("wombat")]
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": []}})
+    elif msg.get("method") == "tools/call":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": []}})
+'''
+
+
+def test_a_relist_an_upstream_could_not_take_does_not_stop_its_next(tmp_path: Path) -> None:
+    """An upstream's list changed while it was not reading (MAX_UNWRITTEN bytes waited for
+    it): the proxy's tools/list could not be sent. That failed request left the proxy
+    taking a listing for in flight, so every change after it, once the upstream read
+    again, waited on that one and its tools were never listed again."""
+    (tmp_path / "pausing.py").write_text(PAUSING)
+    gate = tmp_path / "gate"
+    servers = write(tmp_path, {"mcpServers": {"a": {
+        "command": sys.executable, "args": [str(tmp_path / "pausing.py")],
+        "env": {"GATE": str(gate)}}}})
+    wire = TimedWire(["--store", "memory://", "--no-embed", "--servers", str(servers)])
+    big = "x" * (12 << 20)
+    calls = MAX_UNWRITTEN // len(big) + 1  # past the bound: a send after them is refused
+    try:
+        wire.start()
+        wire.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "a__pause", "arguments": {}}})
+        for n in range(2, calls + 2):
+            wire.send({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                "name": "a__echo", "arguments": {"text": big}}})
+        assert wire.call(100, "ping")["result"] == {}  # (so every call is queued)
+        (tmp_path / "gate.1").touch()
+        wire.wait_for(lambda m: m.get("method") == "notifications/message")
+        (tmp_path / "gate.2").touch()
+        for n in range(1, calls + 2):
+            assert wire.wait_for(lambda m, n=n: m.get("id") == n)["result"] == {"content": []}
+        assert wire.call(101, "tools/call", {"name": "a__change", "arguments": {}})["result"]
+        deadline, found = time.monotonic() + WAIT, ""
+        while "a__wombat" not in found and time.monotonic() < deadline:
+            found = wire.call(102, "tools/call", {"name": "search_tools", "arguments": {
+                "query": "wombat"}})["result"]["content"][0]["text"]
+            time.sleep(0.1)
+        assert "a__wombat" in found, found
+    except BaseException:
+        wire.proc.kill()
+        raise
+    code, err = wire.close()
+    assert code == 0 and "Traceback" not in err, err
+    assert "upstream 'a' tools/list failed: upstream 'a' is not reading its input" in err
