@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -833,7 +834,10 @@ class DeferredProxy:
     def _init_result(self, inits: list[dict[str, Any]]) -> dict[str, Any]:
         versions = [i["protocolVersion"] for i in inits if isinstance(i.get("protocolVersion"), str)]
         requested = self.init_request.params.get("protocolVersion") if self.init_request else None
-        version = min(versions) if versions else requested  # dated: the oldest is the common one
+        # dated: the oldest is the common one; one that is no date ("1.0") sorted before
+        # them all, and the client, which knows dated versions alone, refused every server
+        dated = [v for v in versions if _DATED.fullmatch(v)]
+        version = min(dated or versions) if versions else requested
         if self.settings.single:
             upstream = inits[0]
             given = upstream.get("capabilities")  # (a list of pairs, a string: none)
@@ -1289,6 +1293,7 @@ class DeferredProxy:
 
 
 _SERVER_INFO: Final = {"name": "caveman-batch", "version": __version__}
+_DATED: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # MCP's protocol versions
 
 
 def _call_params(msg: rpc.Message, name: str) -> str | None:

@@ -57,9 +57,10 @@ for line in sys.stdin.buffer:
         send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"no protocolVersion"}}'
              % mid)
     elif method == "initialize":
-        send(b'{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18",'
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%s,'
              b'"capabilities":%s,"serverInfo":{"name":"up","version":"1"}}}'
-             % (mid, os.environ.get("CAPABILITIES", '{"tools":{}}').encode()))
+             % (mid, json.dumps(os.environ.get("VERSION", "2025-06-18")).encode(),
+                os.environ.get("CAPABILITIES", '{"tools":{}}').encode()))
     elif method == "tools/list" and os.environ.get("HANG") == "list":
         pass  # never answered: the start's deadline decides for it
     elif method == "tools/list" and os.environ.get("PAGE2") and "cursor" in msg.get("params", {}):
@@ -844,6 +845,24 @@ def test_an_initialize_every_upstream_refuses_is_refused_and_may_be_retried(
     assert text(w.call(1, "tools/call", {"name": echo, "arguments": {}})) == "ran echo {}"
     code, err = w.close()
     assert code == 0 and "refused initialize: no protocolVersion" in err
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.1.0", ""])
+def test_a_version_that_is_no_date_does_not_take_the_others_answer(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], version: str) -> None:
+    """The proxy answers with the oldest version its upstreams gave, dated versions sorting
+    as dates; one that is no date sorted before them all, and the client, which knows dated
+    versions alone (both SDKs refuse another), refused every server for that one."""
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "a": {"command": upstream[0], "args": upstream[1:]},
+        "b": {"command": upstream[0], "args": upstream[1:], "env": {"VERSION": version}},
+        "c": {"command": upstream[0], "args": upstream[1:], "env": {"VERSION": "2024-11-05"}}}}))
+    w = wire(["--servers", str(path)])
+    assert w.start()["result"]["protocolVersion"] == "2024-11-05"
+    assert text(w.call(1, "tools/call", {"name": "b__echo", "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "Traceback" not in err, err
 
 
 # -- one tool the catalog reader cannot read -----------------------------------------------------
