@@ -395,7 +395,9 @@ class DeferredProxy:
         self.client_calls: dict[rpc.IdKey, list[tuple[Server, int, rpc.IdKey | None]]] = {}
         self.client_progress: dict[tuple[rpc.IdKey, Server], int] = {}
         self.server_calls: dict[int, tuple[Server, str, rpc.IdKey | None]] = {}
-        self.server_call_ids: dict[tuple[str, rpc.IdKey | None], int] = {}
+        # (an upstream, its id) -> the ids the client sees of its requests in flight under
+        # that id (several, if it gives one id to a request before the last was answered)
+        self.server_call_ids: dict[tuple[str, rpc.IdKey | None], list[int]] = {}
         self.next_client_id = 1
         # an upstream's request to the client that asked for progress: the token the client
         # sees (the request's id here) -> (that upstream, its own token as written)
@@ -698,7 +700,11 @@ class DeferredProxy:
         if pid is None or (entry := self.server_calls.pop(pid, None)) is None:
             return None
         server, raw_id, key = entry
-        self.server_call_ids.pop((server.name, key), None)
+        pids = self.server_call_ids.get((server.name, key), [])
+        if pid in pids:
+            pids.remove(pid)
+        if not pids:
+            self.server_call_ids.pop((server.name, key), None)
         self.progress.pop(pid, None)
         return server, raw_id
 
@@ -1164,6 +1170,11 @@ class DeferredProxy:
         self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({reason}): "
                    "dropped")
         self._unreadable_reply(server, rpc.response_id(line), reason)
+        request = rpc.request_id(line)
+        if request is not None and server.state != DEAD:  # (else it waits for ever)
+            server.up.send(rpc.error(request, rpc.INVALID_REQUEST,
+                                     f"caveman-batch could not read this request ({reason}): "
+                                     "it was not sent to the client"))
 
     def _listing(self, server: Server, msg: rpc.Message) -> bool:
         """Whether `msg` answers the proxy's tools/list request in flight at `server`."""
@@ -1192,7 +1203,7 @@ class DeferredProxy:
         self.next_client_id += 1
         key = rpc.id_key(msg.id)
         self.server_calls[pid] = (server, msg.raw("id"), key)
-        self.server_call_ids[(server.name, key)] = pid
+        self.server_call_ids.setdefault((server.name, key), []).append(pid)
         changes = [(msg.spans["id"], str(pid))]
         token = _progress_token(msg)
         if token is not None:  # the client's progress on it comes back under our id
@@ -1206,8 +1217,7 @@ class DeferredProxy:
                 self._fetch_tools(server)
         elif msg.method == "notifications/cancelled":
             key = rpc.id_key(msg.params.get("requestId"))
-            pid = self.server_call_ids.get((server.name, key))
-            if pid is not None:
+            for pid in list(self.server_call_ids.get((server.name, key), [])):
                 self._end_server_call(pid)  # (the client's progress on it is no one's)
                 self._notify(_with_request_id(msg, pid))
         elif msg.method == "notifications/progress":

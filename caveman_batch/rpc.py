@@ -11,6 +11,7 @@ tools/call's `name`, call_tool's `arguments`, each tool of a tools/list page.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -204,6 +205,22 @@ def response_id(line: bytes) -> Any:
     if not isinstance(value, dict) or "method" in value:
         return None
     return value.get("id") if "result" in value or "error" in value else None
+
+
+def request_id(line: bytes) -> str | None:
+    """The id, as JSON text, of the request on a line `read` refuses or that is not strict
+    JSON, read as leniently as `response_id`; None if the line holds no request with an
+    id that can be answered (a string, or a finite number)."""
+    try:
+        value = json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("method"), str):
+        return None
+    found = value.get("id")
+    if isinstance(found, bool) or not isinstance(found, str | int | float):
+        return None
+    return dumps(found) if not isinstance(found, float) or math.isfinite(found) else None
 
 
 def splice(text: str, span: Span, value: str) -> str:

@@ -114,6 +114,12 @@ for line in sys.stdin.buffer:
     elif method == "tools/call" and msg["params"]["name"] == "ask":  # asks the client first
         send(b'{"jsonrpc":"2.0","id":"q1","method":"roots/list",'
              b'"params":{"_meta":{"progressToken":"tok"}}}')
+    elif method == "tools/call" and msg["params"]["name"] == "askbad":  # unreadable asks
+        send(b'{"jsonrpc":"2.0","id":"q8","method":"roots/list","params":{"n":"caf\xe9"}}')
+        send(b'{"jsonrpc":"2.0","id":"q9","method":"roots/list","params":{"n":NaN}}')
+        send(b'{"jsonrpc":"2.0","id":9,"method":"roots/list","id":10}')
+        send(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"n":NaN}}')
+        send(b'{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}' % mid)
     elif method == "tools/call" and msg["params"]["name"] == "unask":  # gives up on it
         send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"q1"}}')
     elif method == "tools/call":
@@ -455,6 +461,61 @@ def test_progress_on_an_upstreams_request_reaches_that_upstream_alone(
     assert "progress" not in (tmp_path / "b.log").read_text()
     code, err = w.close()  # the call of `ask` in flight fails as a's input closes and it exits
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_an_upstreams_request_the_proxy_cannot_read_is_answered(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """A request to the client that is not UTF-8, holds NaN or gives a key twice cannot be
+    sent on: the upstream is answered with an error under its id (it was dropped, and the
+    upstream waited for its answer for ever); a notification is dropped alone."""
+    log = tmp_path / "upstream.log"
+    tools = json.dumps([{"name": "askbad", "description": "Asks badly.",
+                         "inputSchema": {"type": "object"}}])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")],
+             {"TOOLS": tools, "UPSTREAM_LOG": str(log)})
+    w.start()
+    assert w.call(1, "tools/call", {"name": "a__askbad", "arguments": {}})["result"] == {
+        "content": []}
+    answers = {}
+    deadline = time.monotonic() + WAIT
+    while len(answers) < 3:
+        assert time.monotonic() < deadline, f"not every request answered: {answers}"
+        answers = {m["id"]: m for m in map(json.loads, log.read_text().splitlines())
+                   if "error" in m}
+        time.sleep(0.02)
+    assert set(answers) == {"q8", "q9", 10}  # (the last of a key given twice, as JSON reads)
+    assert {m["error"]["code"] for m in answers.values()} == {-32600}
+    assert not [m for m in w.seen if m.get("method") == "roots/list"]
+    code, err = w.close()
+    assert code == 0 and err.count("not JSON-RPC") == 4, err
+
+
+def test_an_upstream_id_given_to_two_requests_in_flight_keeps_both(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """An upstream that gives one id ("q1") to a request to the client before the last
+    under it was answered: once the client answered the first, the upstream's cancellation
+    of that id reached the client no more (the second had taken the first's place, and
+    the first's answer forgot it). A cancellation of such an id cancels each in flight."""
+    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
+                         "inputSchema": {"type": "object"}} for n in ("ask", "unask")])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"TOOLS": tools})
+    w.start()
+    for rid in (1, 2):
+        w.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                "params": {"name": "a__ask", "arguments": {}}})
+    first = w.wait_for(lambda m: m.get("method") == "roots/list")
+    second = w.wait_for(lambda m: m.get("method") == "roots/list")
+    assert first["id"] != second["id"]
+    w.send({"jsonrpc": "2.0", "id": first["id"], "result": {"roots": []}})
+    w.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "a__unask", "arguments": {}}})
+    cancel = w.wait_for(lambda m: m.get("method") == "notifications/cancelled")
+    assert cancel["params"] == {"requestId": second["id"]}
+    w.send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "a__unask", "arguments": {}}})  # q1 is no one's now: dropped
+    assert text(w.call(5, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    assert not [m for m in w.seen if m.get("method") == "notifications/cancelled"]
+    w.proc.kill()
 
 
 def test_an_upstreams_progress_reaches_the_client_only_on_its_own_calls_in_flight(
