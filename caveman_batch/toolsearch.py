@@ -655,8 +655,8 @@ class ToolIndex:
               remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
         """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
         source, path), servers removed, and (if given) the whole `files` table. A server
-        replaced by a catalog of another source takes the file it was read from out of
-        `files` (that file's catalogs are no longer all indexed)."""
+        replaced takes the file it was read from, and the one it is read from now, out of
+        `files` (neither file, as that table has it, is wholly indexed any more)."""
         self.apply_rows([(server, _rows(server, docs), sha256, source, path)
                          for server, docs, sha256, source, path in replace], remove, files)
 
@@ -667,7 +667,7 @@ class ToolIndex:
         replace = list({r[0]: r for r in replace}.values())  # a server given twice: the last
         try:
             with self._transaction(on_rollback=self._forget_ids) as db:
-                self._unfile_moved(db, replace)
+                self._unfile_rewritten(db, replace)
                 reuse: dict[bytes, bytes] = {}  # vectors of texts deleted here, by digest
                 indexed = self._indexed(db, [*remove, *(r[0] for r in replace)])
                 for server in indexed:
@@ -688,20 +688,21 @@ class ToolIndex:
                                    f"{sqlite_io_hint(exc)}") from None
 
     @staticmethod
-    def _unfile_moved(db: sqlite3.Connection, replace: Sequence[tuple[Any, ...]]) -> None:
-        """The files of the servers `replace` gives to another source, out of `files`:
-        until the run's end writes that table, a crash must not leave a file there whose
-        catalog's id went to another (a rerun would reuse that file whole without it)."""
-        source_of = {r[0]: r[3] for r in replace}
-        servers = list(source_of)
-        moved: set[str] = set()
+    def _unfile_rewritten(db: sqlite3.Connection, replace: Sequence[tuple[Any, ...]]) -> None:
+        """The files the servers `replace` rewrites were read from, and are read from now,
+        out of `files`: until the run's end writes that table, a crash must not leave a
+        file there whose catalogs are not all indexed as it was: a catalog's id gone to
+        another source (a rerun would reuse that file whole without it), or a catalog of
+        the file as it changed (a rerun of the file put back as it was would reuse it
+        whole, with the changed catalog's tools)."""
+        servers = [r[0] for r in replace]
+        rewritten = {r[4] for r in replace if r[4] is not None}
         for at in range(0, len(servers), 500):
             chunk = servers[at:at + 500]
-            moved.update(path for server, source, path in db.execute(
-                f"SELECT server, source, path FROM servers WHERE server IN "
-                f"({','.join('?' * len(chunk))})", chunk)
-                if path is not None and source != source_of[server])
-        db.executemany("DELETE FROM files WHERE path = ?", [(path,) for path in sorted(moved)])
+            rewritten.update(path for path, in db.execute(
+                f"SELECT path FROM servers WHERE server IN ({','.join('?' * len(chunk))})",
+                chunk) if path is not None)
+        db.executemany("DELETE FROM files WHERE path = ?", [(path,) for path in sorted(rewritten)])
 
     @staticmethod
     def _indexed(db: sqlite3.Connection, servers: Sequence[str]) -> list[str]:

@@ -178,20 +178,24 @@ def test_an_id_given_to_another_source_takes_its_file_out_of_the_wholly_indexed(
         tmp_path: Path) -> None:
     """Until a run's end writes the `files` table anew, a crash must not leave a file there
     whose catalog's id went to another source's catalog: a rerun would reuse that file
-    whole, and its catalog would be missing from search for good."""
+    whole, and its catalog would be missing from search for good. Nor one whose catalog was
+    rewritten from the same source (the file changed: put back as it was, a rerun would
+    reuse it whole with the changed catalog's tools)."""
     def tool(server: str, name: str) -> ToolDoc:
         return ToolDoc(server, name, None, json.dumps({"name": name}), {"name": name})
 
+    files = {"f.json": "3" * 64, "g.json": "7" * 64, "r.jsonl": "4" * 64}
     with ToolIndex.open(tmp_path / "idx.db") as index:
         index.apply([("reg/b", [tool("reg/b", "kept_tool")], "1" * 64, '{"path":"f.json"}', "f.json"),
                      ("reg/s", [tool("reg/s", "other")], "2" * 64, '{"line":1,"path":"r.jsonl"}',
-                      "r.jsonl")], files={"f.json": "3" * 64, "r.jsonl": "4" * 64})
+                      "r.jsonl")], files=files)
         index.apply([("reg/s", [tool("reg/s", "other_again")], "5" * 64,
-                      '{"line":1,"path":"r.jsonl"}', "r.jsonl")])  # the same source: as it was
-        assert index.files() == {"f.json": "3" * 64, "r.jsonl": "4" * 64}
+                      '{"line":1,"path":"r.jsonl"}', "r.jsonl")])  # the same source, changed
+        assert index.files() == {"f.json": "3" * 64, "g.json": "7" * 64}
+        index.apply([], files=files)
         index.apply([("reg/b", [tool("reg/b", "new_tool")], "6" * 64,
                       '{"line":2,"path":"r.jsonl"}', "r.jsonl")])
-        assert index.files() == {"r.jsonl": "4" * 64}
+        assert index.files() == {"g.json": "7" * 64}
 
 
 def test_catalogs_read_from_stdin_keep_their_ids_too(tmp_path: Path) -> None:

@@ -379,6 +379,40 @@ def test_an_index_write_that_fails_on_the_writer_thread_fails_the_run(tmp_path: 
     assert len(_contents(fresh / "idx.db")[0]) == 200
 
 
+def test_a_file_reverted_after_a_run_failed_mid_way_is_not_reused_with_its_changed_catalogs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run over a changed registry writes some of its changed catalogs to the index, then
+    fails (here its progress callback raises: Ctrl-C, a full disk); the registry is put back
+    as it was. The index's `files` table still named it wholly indexed as it was, so the
+    next incremental run reused it whole, and those catalogs kept the changed file's tools
+    for good (searches found tools no input held)."""
+    lines = [_catalog(f"tool_{i}", server=f"s{i:03}") for i in range(200)]
+    src = _jsonl_registry(tmp_path / "reg.jsonl", *lines)
+    _run(tmp_path, src, incremental=True)
+    before, _ = _contents(tmp_path / "idx.db")
+    _jsonl_registry(src, *(_catalog(f"tool_{i}", server=f"s{i:03}", extra=" Changed.")
+                           for i in range(200)))
+    monkeypatch.setattr("caveman_batch.indexing._TOOLS_PER_COMMIT", 64)
+
+    def fail_once_the_index_moves(_: Any) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if _contents(tmp_path / "idx.db")[0] != before:
+                raise KeyboardInterrupt
+            time.sleep(0.02)
+
+    config = Config([str(src)], tmp_path / "out", f"lmdb://{tmp_path}/ccr", workers=1,
+                    incremental=True, index=tmp_path / "idx.db", embed=False)
+    with pytest.raises(KeyboardInterrupt):
+        run(config, fail_once_the_index_moves)
+    _jsonl_registry(src, *lines)  # put back
+    run(config)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _run(fresh, src)
+    assert _contents(tmp_path / "idx.db") == _contents(fresh / "idx.db")
+
+
 def test_a_tool_repeated_across_batches_is_stored_once_and_named_everywhere(tmp_path: Path) -> None:
     shared = _catalog("shared_tool")  # the same tool object in every catalog, 3 batches of them
     lines = [json.dumps({"server": f"s{i:03}", "tools": [*json.loads(shared)["tools"],
