@@ -268,6 +268,13 @@ def match_expression(query: str) -> str | None:
 # -- the index --------------------------------------------------------------------
 
 
+def _composed(text: str) -> str:
+    """Search text composed (NFC), as a query is (match_expression): FTS5 folds a decomposed
+    Greek or Cyrillic letter apart from the composed one, and Hangul as jamo, so a catalog
+    written decomposed was found by no query. (ASCII, most text, is composed already.)"""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
 def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
     for at in range(0, len(items), size):
         yield items[at:at + size]
@@ -739,8 +746,8 @@ class ToolIndex:
         # comprehensions, the fields spelt out in FIELDS order, the digests inlined
         # (the sha256 of the UTF-8): this is the writer's hot loop
         sha256 = hashlib.sha256
-        texts = [(f.get("name", ""), f.get("description", ""), f.get("params", ""))
-                 for f in (row[3] for _, _, row in tools)]
+        texts = [(_composed(f.get("name", "")), _composed(f.get("description", "")),
+                  _composed(f.get("params", ""))) for f in (row[3] for _, _, row in tools)]
         text_digests = [sha256("\0".join(text).encode("utf-8", "surrogatepass")).digest()
                         for text in texts]
         definition_digests = [sha256(row[2].encode("utf-8", "surrogatepass")).digest()

@@ -136,11 +136,9 @@ def test_a_word_written_decomposed_finds_its_tool(tmp_path: Path, word: str) -> 
     """A query in NFD (macOS file names, some keyboards) was split at each combining mark
     (`re`, `sume`), or folded by FTS5 apart from the composed letters the index holds
     (Greek, Cyrillic; Hangul as jamo): nothing found; so was a word with a mark that has no
-    precomposed form (Yoruba's ẹ̀). Latin text indexed decomposed is found by a composed
-    query too (FTS5 drops Latin diacritics either way)."""
-    latin = unicodedata.name(word[0]).startswith("LATIN")
-    forms = ("NFC", "NFD") if latin else ("NFC",)
-    for indexed in forms:
+    precomposed form (Yoruba's ẹ̀). A catalog's text written decomposed is indexed composed:
+    Greek, Cyrillic or Hangul indexed as written was found by no query, composed as each is."""
+    for indexed in ("NFC", "NFD"):
         tool = {"name": "t", "description": f"Reads {unicodedata.normalize(indexed, word)} text."}
         with ToolIndex.open(tmp_path / f"{indexed}.db") as index:
             index.replace_server("s", tool_docs("s", [tool], [tool], [None]))

@@ -119,6 +119,26 @@ def test_a_query_written_decomposed_ranks_as_composed(tmp_path: Path, embedder: 
         assert composed and hybrid.search(unicodedata.normalize("NFD", query)) == composed
 
 
+def test_a_catalog_written_decomposed_ranks_as_composed(tmp_path: Path,
+                                                       embedder: Embedder) -> None:
+    """A catalog's text written decomposed (NFD) is indexed and embedded composed, as the
+    query is: its Hangul, Greek or Cyrillic words were found by no BM25 query, and the
+    tokenizer splits a decomposed word apart, so the hybrid hits were another catalog's."""
+    tools = [{"name": "check_in", "description": "호텔 손님 체크인"},
+             {"name": "invoice", "description": "λογαριασμός πελάτη"},
+             {"name": "order", "description": "заказ йогурта"}]
+    hits = []
+    for form in ("NFC", "NFD"):
+        written = [{**tool, "description": unicodedata.normalize(form, tool["description"])}
+                   for tool in tools]
+        with ToolIndex.open(tmp_path / f"{form}.db", embedder=embedder) as index:
+            index.replace_server("s", _docs("s", written))
+            hits.append([[(hit.name, hit.score) for hit in index.search(tool["description"], 3)]
+                         for tool in tools])
+    assert hits[0] == hits[1]  # (each definition as written)
+    assert [found[0][0] for found in hits[0]] == ["check_in", "invoice", "order"]
+
+
 def test_one_vector_per_tool_in_the_index_file(tmp_path: Path, embedder: Embedder) -> None:
     counting = Counting(embedder)
     _build(tmp_path / "i.db", counting).close()
