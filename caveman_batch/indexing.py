@@ -10,10 +10,11 @@ ids (see below), both by a process
 of its own (indexwriter: the index is written while the next batches are compressed; the
 records are committed here when that process cannot open the store);
 at the end (`finish`) it removes the catalogs this run's inputs no longer hold and
-records which source files are wholly indexed. The index never names a tool
+records which source files are wholly indexed, and what compressed the definitions (the
+run's key). The index never names a tool
 whose record is not committed. A crash leaves the index as its last transaction did;
 the next run repairs it: a catalog is rewritten unless the index holds it, from the same
-source, with the same sha256.
+source, with the same sha256, compressed as this run compresses.
 
 Reuse: an incremental run reuses a document (or a whole file source) only if the index
 is current for it too (`current`, `file_current`); otherwise the document is computed
@@ -210,21 +211,35 @@ class IndexBuilder:
     _held_tools: int = 0
     _writes: int = 0  # transactions this run handed the writer
     _deferred: bool = False  # FTS5's merges deferred by this run
+    # what compresses this run's catalogs (its version and options), and whether the index's
+    # definitions were made otherwise: then a catalog found indexed as it is is written
+    # again all the same (its definitions are this run's), keeping its id
+    compressor: str | None = None
+    recompress: bool = False
 
     @classmethod
-    def open(cls, path: Path, embed: bool = False, store_url: str | None = None) -> IndexBuilder:
+    def open(cls, path: Path, embed: bool = False, store_url: str | None = None,
+             compressor: str | None = None) -> IndexBuilder:
         """The builder of the index at `path` (created if need be); with `embed`, its
         writer embeds the tools with the default embedder (embedding.load_embedder). With
         the `store_url` of a store other processes can open, the writer commits the tool
-        records there itself."""
+        records there itself. `compressor`: what compresses this run's catalogs (the
+        run's key), recorded at its end; an index whose last build said otherwise has
+        every catalog this run computes written again."""
         if os.fspath(path) == ":memory:":  # no other process can reach it: written here
             index = ToolIndex.open(path, embedder=load_embedder(required=True) if embed else None)
-            return cls(index, index.sources(), index.files(), _sink=LocalWriter(index))
+            return cls(index, index.sources(), index.files(), _sink=LocalWriter(index),
+                       compressor=compressor, recompress=cls._recompress(index, compressor))
         index = ToolIndex.open(path)  # the parent's: it reads; the writer process writes
         if store_url is not None and not shared_store(store_url):
             store_url = None
         return cls(index, index.sources(), index.files(), store_url=store_url,
-                   _sink=IndexWriter(index.location, embed))
+                   _sink=IndexWriter(index.location, embed), compressor=compressor,
+                   recompress=cls._recompress(index, compressor))
+
+    @staticmethod
+    def _recompress(index: ToolIndex, compressor: str | None) -> bool:
+        return compressor is not None and index.compressor() != compressor
 
     @property
     def builds_tools(self) -> bool:
@@ -330,7 +345,7 @@ class IndexBuilder:
             # was not current for its document): it keeps its id, as a reused one does,
             # before the catalogs waiting for that id choose; its tools' records only
             self._keep(known[0])
-            self._extra.append(tools[1])
+            self._as_indexed(known[0], tools[1], digest, key, known[2])
             self._held_tools += len(tools[1])
             self._reach(key)
             return
@@ -354,11 +369,22 @@ class IndexBuilder:
         self._held_tools += len(wanting.tools)
         known = self.known.get(key)
         if known is not None and known[0] == server and known[1] == digest:
-            self._extra.append(wanting.tools)  # already indexed as it is: its records only
+            self._as_indexed(server, wanting.tools, digest, key, wanting.path)
             return
         self._held.append((server, wanting.tools, digest, key, wanting.path))
         self.rewritten.add(server)
         self.known[key] = (server, digest, wanting.path)
+
+    def _as_indexed(self, server: str, tools: list[WorkerTool] | LocatedTools, digest: str,
+                    key: str, path: str | None) -> None:
+        """A catalog the index holds as it is: its tools' records only, unless the index's
+        definitions were compressed otherwise (another version, other options): then it is
+        written again, under its id."""
+        if not self.recompress:
+            self._extra.append(tools)
+            return
+        self._held.append((server, tools, digest, key, path))
+        self.rewritten.add(server)
 
     def added(self, store: Store) -> None:
         """A batch is in: the tools' records held are committed, and their catalogs written
@@ -540,7 +566,7 @@ class IndexBuilder:
             paths = {origin for server, _, origin in self.known.values() if server in lost}
             files = {path: sha for path, sha in files.items() if path not in paths}
         gone = sorted((set(self.index.servers()) - self.seen) | lost)
-        self._submit("apply", [], gone, files=files)
+        self._submit("apply", [], gone, files, self.compressor)
         if self._writes > _OPTIMIZE_AFTER:
             self._submit("optimize")
         elif self._deferred or gone:  # (gone: a build killed earlier may have left them deferred)

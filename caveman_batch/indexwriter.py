@@ -115,8 +115,9 @@ class LocalWriter:
         self._index = index
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
-              files: dict[str, str] | None = None) -> None:
-        self._index.apply_rows(as_rows(_built(replace)), remove, files)  # (records: the caller's)
+              files: dict[str, str] | None = None, compressor: str | None = None) -> None:
+        self._index.apply_rows(as_rows(_built(replace)), remove, files,  # (records: the caller's)
+                               compressor)
 
     def defer_merges(self) -> None:
         self._index.defer_merges()
@@ -221,20 +222,21 @@ class IndexWriter:
 
     @staticmethod
     def _apply_request(replace: Iterable[Catalog], remove: Iterable[str] = (),
-                       files: dict[str, str] | None = None, *,
+                       files: dict[str, str] | None = None, compressor: str | None = None, *,
                        extra: Sequence[Sequence[Tool] | LocatedTools] = (),
                        store_url: str | None = None) -> tuple[str, Any, dict[str, Any]]:
-        return ("apply", (list(replace), list(remove), files),
+        return ("apply", (list(replace), list(remove), files, compressor),
                 {"extra": list(extra), "store_url": store_url} if store_url else {})
 
     def apply(self, replace: Iterable[Catalog], remove: Iterable[str] = (),
-              files: dict[str, str] | None = None, *,
+              files: dict[str, str] | None = None, compressor: str | None = None, *,
               extra: Sequence[Sequence[Tool] | LocatedTools] = (),
               store_url: str | None = None) -> None:
         """The catalogs written in one transaction of the index; first, with `store_url`,
         the records of their tools and of the `extra` ones committed to that store (in one
         transaction, each record once a run: new_records)."""
-        self.submit("apply", replace, remove, files, extra=extra, store_url=store_url).result()
+        self.submit("apply", replace, remove, files, compressor, extra=extra,
+                    store_url=store_url).result()
 
     def defer_merges(self) -> None:
         self.submit("defer_merges").result()

@@ -64,6 +64,9 @@ TOKENIZER: Final = "porter unicode61 remove_diacritics 2"
 _MERGE_DEFAULTS: Final = (("automerge", 4), ("crisismerge", 16))
 _MERGE_DEFERRED: Final = (("automerge", 0), ("crisismerge", 128))
 MAX_QUERY_TERMS: Final = 64
+# meta row: what compressed the definitions (a run's version and options), written at a
+# build's end with the files table
+COMPRESSOR_KEY: Final = "compressor"
 
 _SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -659,17 +662,21 @@ class ToolIndex:
 
     def apply(self, replace: Iterable[tuple[str, Sequence[ToolDoc], str | None, str | None,
                                             str | None]],
-              remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+              remove: Iterable[str] = (), files: dict[str, str] | None = None,
+              compressor: str | None = None) -> None:
         """Many changes in one transaction: servers replaced (server, docs, catalog sha256,
-        source, path), servers removed, and (if given) the whole `files` table. A server
+        source, path), servers removed, and (if given) the whole `files` table and what
+        compressed the definitions (see `compressor`). A server
         replaced takes the file it was read from, and the one it is read from now, out of
         `files` (neither file, as that table has it, is wholly indexed any more)."""
         self.apply_rows([(server, _rows(server, docs), sha256, source, path)
-                         for server, docs, sha256, source, path in replace], remove, files)
+                         for server, docs, sha256, source, path in replace], remove, files,
+                        compressor)
 
     def apply_rows(self, replace: Iterable[tuple[str, Sequence[ToolRow], str | None, str | None,
                                                  str | None]],
-                   remove: Iterable[str] = (), files: dict[str, str] | None = None) -> None:
+                   remove: Iterable[str] = (), files: dict[str, str] | None = None,
+                   compressor: str | None = None) -> None:
         """`apply`, each server's tools as ToolRows (its writer's form: no ToolDoc made)."""
         replace = list({r[0]: r for r in replace}.values())  # a server given twice: the last
         try:
@@ -689,6 +696,9 @@ class ToolIndex:
                 if files is not None:
                     db.execute("DELETE FROM files")
                     db.executemany("INSERT INTO files VALUES (?, ?)", sorted(files.items()))
+                if compressor is not None:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               (COMPRESSOR_KEY, compressor))
             self._forget_vectors()
         except sqlite3.Error as exc:
             raise SearchIndexError(f"cannot write search index {self.location}: {exc}"
@@ -798,6 +808,12 @@ class ToolIndex:
         return {row[0]: row[1:] for row in self._read(
             "SELECT source, server, sha256, path FROM servers WHERE source IS NOT NULL "
             "ORDER BY server")}
+
+    def compressor(self) -> str | None:
+        """What compressed the definitions, as the last build that finished said (None: not
+        said): a build compressing otherwise writes every catalog again."""
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (COMPRESSOR_KEY,))
+        return rows[0][0] if rows else None
 
     def files(self) -> dict[str, str]:
         """Source files every tool of which is indexed: path -> the sha256 it had."""

@@ -565,6 +565,31 @@ def test_a_kept_catalog_whose_tools_cannot_be_given_back_leaves_the_index(tmp_pa
         assert not any(path.endswith("weather.json") for path in index.files())
 
 
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_rerun_that_compresses_otherwise_rewrites_the_definitions_it_indexed(
+        tmp_path: Path, incremental: bool) -> None:
+    """Another version (or other options) compresses every catalog again, unchanged ones too;
+    the index kept each unchanged catalog's definitions as the last compressor made them
+    (found indexed as it is, by its sha256), so a search handed out definitions OUT no
+    longer had. The ids stay."""
+    from caveman_batch.catalog import Options
+
+    desc = ("Send an SMS message to a phone number through the provider's gateway. Messages "
+            "longer than 160 characters are split into several parts and billed per part.")
+    src = tmp_path / "src"
+    (src / "team").mkdir(parents=True)
+    (src / "sms.json").write_text(json.dumps({"tools": [{"name": "send_sms", "description": desc}]}))
+    (src / "team" / "chat.json").write_bytes(_catalog("send_message"))
+    _run(tmp_path, src, incremental=incremental)
+    before, _ = _contents(tmp_path / "idx.db")
+    _run(tmp_path, src, incremental=incremental, options=Options(lead_bytes=30, short_bytes=20))
+    out = json.loads((tmp_path / "out" / "sms.json").read_bytes())["tools"][0]
+    with ToolIndex.open(tmp_path / "idx.db", create=False) as index:
+        assert index.servers() == before
+        assert [json.loads(doc.definition) for doc in index.docs("sms")] == [out]
+    assert "\u2026" in out["description"]  # (the other options cut it)
+
+
 def test_an_index_behind_the_manifest_is_brought_up_to_date_by_a_reused_run(tmp_path: Path) -> None:
     """A catalog changed by a run that wrote another index: the next run with the first
     index reuses the document (its output is current) but not the index's old catalog

@@ -313,4 +313,4 @@ def _open_index(config: Config) -> IndexBuilder | None:
     from ..embedding import choose_embedder
 
     return indexing.IndexBuilder.open(config.index, choose_embedder(config.embed) is not None,
-                                      store_url=config.store_url)
+                                      store_url=config.store_url, compressor=config.run_key)
