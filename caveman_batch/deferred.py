@@ -17,7 +17,9 @@ proxy's tool takes another (`search_tools_proxy`, see `free_name`), with a warni
 The start waits for each upstream's tools for `Settings.start_wait`, counted from the
 client's `initialize`. An initialize every upstream refuses gets the (first) refusal, and
 the upstreams wait for the client's next try; one that refuses while another accepts is
-let go.
+let go. A late one (the start went on without it) holds the client's requests routed to
+it until it has answered initialize and been sent `initialized` (MCP allows none but a
+ping before).
 
 Every message the proxy forwards keeps its bytes but for the member it must change:
 see `rpc`. Ids: the proxy numbers its requests to each upstream itself, and its requests
@@ -76,6 +78,9 @@ MAX_LIMIT: Final = 20
 # Found tools stay listed; past this many the oldest found leaves the list (not the search).
 MAX_FOUND: Final = 50
 MAX_PAGES: Final = 1000  # of one upstream's tools/list: a cursor that never ends stops here
+# the client's requests a late upstream holds until it initializes (and upstreams.MAX_UNWRITTEN
+# bytes of them, as one that does not read): past either, a request to it fails at once
+MAX_HELD: Final = 1024
 DEFAULT_STARTUP_TIMEOUT: Final = 60.0  # one upstream: the client would wait for it alone
 # several: one that hangs must not hold the others' start past a client's own timeout
 # (the TypeScript SDK's requests give up after 60 s); a late one joins when it lists
@@ -317,6 +322,16 @@ class Reply:
 OnReply = Callable[[Reply], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A client's request to an upstream that has not answered initialize yet (_send_call)."""
+
+    msg: rpc.Message
+    line_for: Callable[[int], bytes]
+    on_reply: OnReply
+    sent: list[int]  # its id upstream, once sent (on_reply reads it)
+
+
 @dataclass(eq=False)
 class Server:
     """One upstream, as the dispatcher sees it."""
@@ -332,6 +347,7 @@ class Server:
     refusal: Reply | None = None  # its error answer to initialize, while the client's waits
     next_id: int = 1
     calls: dict[int, OnReply] = field(default_factory=dict)
+    held: list[Held] = field(default_factory=list)  # until it answers initialize (it is late)
     tools: dict[str, ListedTool] = field(default_factory=dict)
     # the committed originals of its tools' handles, by digest (_durable commits one again)
     originals: dict[str, ccr.Prepared] = field(default_factory=dict)
@@ -528,10 +544,32 @@ class DeferredProxy:
         def line_for(uid: int) -> bytes:
             return rpc.line(rpc.splice_many(msg.text, [(msg.spans["id"], str(uid)), *changes]))
 
-        uid = self._send_upstream(server, line_for, done)
+        self._send_call(msg, server, line_for, done, sent)
+
+    def _send_call(self, msg: rpc.Message, server: Server, line_for: Callable[[int], bytes],
+                   on_reply: OnReply, sent: list[int]) -> None:
+        """The client's request `msg` to `server`, as `line_for` writes it under its id there
+        (added to `sent`). An upstream that has not answered initialize (a late one) holds it
+        until it has and has been sent `initialized`: MCP allows a client no request but a
+        ping before that, and the Python SDK's servers refuse one."""
+        if server.init is None and server.refusal is None and server.state != DEAD:
+            if (len(server.held) >= MAX_HELD
+                    or sum(len(h.msg.text) for h in server.held) > MAX_UNWRITTEN):
+                on_reply(Reply(None, f"upstream {server.name!r} has not initialized yet and "
+                                     f"{len(server.held):,} requests already wait for it"))
+            else:
+                server.held.append(Held(msg, line_for, on_reply, sent))
+            return
+        uid = self._send_upstream(server, line_for, on_reply)
         if uid is not None:
             sent.append(uid)
             self._open_call(msg, server, uid)
+
+    def _fail_held(self, server: Server, failure: str) -> None:
+        """Each request `server` held, failed as a call to a dead upstream fails."""
+        held, server.held = server.held, []
+        for h in held:
+            h.on_reply(Reply(None, failure))
 
     def _open_call(self, msg: rpc.Message, server: Server, uid: int) -> None:
         """The client's request `msg`, sent to `server` as its `uid`: the client may cancel
@@ -758,6 +796,9 @@ class DeferredProxy:
             server.up.send(_with_request_id(msg, uid))
         if not cancelled and self.held is not None:
             self.held = [m for m in self.held if rpc.id_key(m.id) != key]
+        for server in self.servers.values():  # (held by a late upstream: never sent)
+            if key is not None and server.held:
+                server.held = [h for h in server.held if rpc.id_key(h.msg.id) != key]
 
     # initialize -----------------------------------------------------------------------
 
@@ -780,6 +821,8 @@ class DeferredProxy:
         if not reply.ok:
             self._warn(f"upstream {server.name!r} refused initialize: {reply.reason()}")
             server.refusal, server.deadline = reply, None  # the clock no longer decides for it
+            self._fail_held(server, f"upstream {server.name!r} refused initialize: "
+                                    f"{reply.reason()}")
             if self.init_answered:  # the others serve the client: this one is of no use
                 self._let_go(server)
             self._maybe_answer_initialize()
@@ -787,6 +830,9 @@ class DeferredProxy:
         result = reply.message.values["result"]
         server.init = result if isinstance(result, dict) else {}
         server.up.send(rpc.notification("notifications/initialized"))
+        held, server.held = server.held, []  # (late: the client's requests since, in order)
+        for h in held:
+            self._send_call(h.msg, server, h.line_for, h.on_reply, h.sent)
         self._fetch_tools(server)
         self._maybe_answer_initialize()
         self._release_callable()  # (calls of its tools held since the client's initialize)
@@ -1131,10 +1177,8 @@ class DeferredProxy:
                 self._send(rpc.response(raw_id, _tool_result(
                     f"{name} failed: {reply.reason()}", error=True)))
 
-        uid = self._request(server, "tools/call", params, done)
-        if uid is not None:
-            sent.append(uid)
-            self._open_call(msg, server, uid)
+        self._send_call(msg, server, lambda uid: rpc.request(uid, "tools/call", params), done,
+                        sent)
 
     # from an upstream -------------------------------------------------------------------------
 
@@ -1255,7 +1299,8 @@ class DeferredProxy:
         exits (or the proxy waits, as the relay waits for its upstream's end)."""
         if not self.client_closed or self.done:
             return
-        if self.init_request is not None and (not self.init_answered or self.held):
+        if self.init_request is not None and (not self.init_answered or self.held or any(
+                s.held for s in self.servers.values())):
             return  # their answers wait for the upstreams to initialize and list their tools
         if not self.inputs_closed:
             self.inputs_closed = True
@@ -1287,6 +1332,7 @@ class DeferredProxy:
         calls, server.calls = server.calls, {}
         for on_reply in calls.values():
             on_reply(Reply(None, failure))
+        self._fail_held(server, failure)
         for pid, (owner, _raw, _key) in list(self.server_calls.items()):
             if owner is server:
                 self._end_server_call(pid)

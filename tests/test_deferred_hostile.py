@@ -44,6 +44,7 @@ if os.environ.get("DEAF") == "int":
 TOOLS = os.environ.get("TOOLS") or json.dumps([
     {"name": "echo", "description": "Echo a message back.", "inputSchema": {"type": "object"}}])
 log = open(os.environ["UPSTREAM_LOG"], "a") if os.environ.get("UPSTREAM_LOG") else None
+initialized = False
 
 def send(line):
     sys.stdout.buffer.write(line + b"\n"); sys.stdout.flush()
@@ -53,6 +54,18 @@ for line in sys.stdin.buffer:
         log.write(line.decode()); log.flush()
     msg = json.loads(line)
     method, mid = msg.get("method"), json.dumps(msg.get("id")).encode()
+    initialized = initialized or method == "notifications/initialized"
+    if method == "initialize" and os.environ.get("INIT_GATE"):  # late: once the file is there
+        while not os.path.exists(os.environ["INIT_GATE"]):
+            time.sleep(0.02)
+        if os.environ.get("INIT_THEN") == "die":  # instead, what it was sent meanwhile logged
+            time.sleep(0.3)
+            os.set_blocking(0, False)
+            if log:
+                log.write((sys.stdin.buffer.read() or b"").decode()); log.flush()
+            os._exit(3)
+        if os.environ.get("INIT_THEN") == "refuse":
+            msg["params"].pop("protocolVersion")
     if method == "initialize" and "protocolVersion" not in msg.get("params", {}):
         send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"no protocolVersion"}}'
              % mid)
@@ -61,6 +74,9 @@ for line in sys.stdin.buffer:
              b'"capabilities":%s,"serverInfo":{"name":"up","version":"1"}}}'
              % (mid, json.dumps(os.environ.get("VERSION", "2025-06-18")).encode(),
                 os.environ.get("CAPABILITIES", '{"tools":{}}').encode()))
+    elif "id" in msg and method != "ping" and not initialized:  # as the Python SDK's servers
+        send(b'{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"Received request '
+             b'before initialization was complete"}}' % mid)
     elif method == "tools/list" and os.environ.get("HANG") == "list":
         pass  # never answered: the start's deadline decides for it
     elif method == "tools/list" and os.environ.get("PAGE2") and "cursor" in msg.get("params", {}):
@@ -1191,6 +1207,109 @@ def test_a_call_of_a_listed_upstream_waits_for_no_other_one(
     assert text(w.call(2, "tools/call", {"name": "call_tool", "arguments": {
         "name": "b__echo", "arguments": {"x": 1}}})) == 'ran echo {"x": 1}'
     assert text(w.call(3, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    assert w.close()[0] == 0
+
+
+def _late(tmp_path: Path, upstream: list[str], wire: Callable[..., Wire],
+          then: str = "") -> tuple[Wire, Path, Path]:
+    """A proxy of a and b, whose initialize is answered once the gate file is there (then
+    it dies, or refuses it, if `then` says so): past the start's deadline (1 s), b is late.
+    Its input is logged."""
+    log, gate = tmp_path / "b.log", tmp_path / "gate"
+    w = wire(["--startup-timeout", "1", "--servers", _servers_file(tmp_path, upstream, {
+        "a": {}, "b": {"INIT_GATE": str(gate), "INIT_THEN": then, "UPSTREAM_LOG": str(log)}})])
+    w.start()  # answered at the deadline, b left behind
+    return w, log, gate
+
+
+def _methods(log: Path) -> list[str | None]:
+    return [json.loads(line).get("method") for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("end", ["answer", "close"])
+def test_a_call_of_a_late_upstream_waits_for_its_initialized(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], end: str) -> None:
+    """A call of a late upstream's tool went to it at once, before its initialize was
+    answered and `initialized` sent (MCP allows a client no request but a ping then; the
+    Python SDK's servers refuse one, as UPSTREAM does): it waits until then, in order, and
+    a client whose input closed meanwhile still gets its answer."""
+    w, log, gate = _late(tmp_path, upstream, wire)
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "b__echo", "arguments": {}}})
+    w.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "call_tool", "arguments": {"name": "b__echo", "arguments": {"x": 1}}}})
+    assert w.call(3, "ping")["result"] == {}  # (the proxy has read both calls)
+    if end == "close":
+        assert w.proc.stdin is not None
+        w.proc.stdin.close()
+    gate.touch()
+    assert text(w.answer(1)) == "ran echo {}"
+    assert text(w.answer(2)) == 'ran echo {"x": 1}'
+    methods = _methods(log)
+    assert methods[:2] == ["initialize", "notifications/initialized"], methods
+    assert methods.count("tools/call") == 2
+    code, err = w.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("then", "said"), [("die", "exited (status 3)"),
+                                            ("refuse", "refused initialize")])
+def test_a_held_call_of_a_late_upstream_that_fails_is_answered_with_an_error(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire], then: str,
+        said: str) -> None:
+    """A late upstream that dies or refuses initialize instead: each call held for it is
+    answered as a call to a dead upstream is, and none reached it."""
+    w, log, gate = _late(tmp_path, upstream, wire, then)
+    w.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "b__echo", "arguments": {}}})
+    w.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "call_tool", "arguments": {"name": "b__echo", "arguments": {}}}})
+    assert w.call(3, "ping")["result"] == {}
+    gate.touch()
+    direct, through = w.answer(1), w.answer(2)
+    assert direct["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE, direct
+    assert said in direct["error"]["message"]
+    assert through["result"]["isError"] is True and said in text(through), through
+    assert text(w.call(4, "tools/call", {"name": "a__echo", "arguments": {}})) == "ran echo {}"
+    code, err = w.close()
+    assert code == 0 and "tools/call" not in _methods(log), err
+
+
+def test_a_held_call_cancelled_is_never_sent(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    w, log, gate = _late(tmp_path, upstream, wire)
+    for rid in (1, 2):
+        w.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                "params": {"name": "b__echo", "arguments": {"n": rid}}})
+        if rid == 1:
+            w.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": 1, "reason": "gave up"}})
+    assert w.call(3, "ping")["result"] == {}
+    gate.touch()
+    assert text(w.answer(2)) == 'ran echo {"n": 2}'
+    code, err = w.close()
+    assert w.proc.stdout is not None
+    rest = [json.loads(ln) for ln in (w.buffer + w.proc.stdout.read()).splitlines()]
+    assert 1 not in [m.get("id") for m in [*w.seen, *rest]]  # (as after any cancellation)
+    calls = [json.loads(ln) for ln in log.read_text().splitlines() if '"tools/call"' in ln]
+    assert [c["params"]["arguments"] for c in calls] == [{"n": 2}]
+    assert "notifications/cancelled" not in _methods(log)
+    assert code == 0, err
+
+
+def test_a_late_upstream_holds_so_many_requests_and_no_more(
+        tmp_path: Path, upstream: list[str], wire: Callable[..., Wire]) -> None:
+    """Past deferred.MAX_HELD requests held for it, the next fails at once: a client cannot
+    grow the proxy's memory without end while an upstream initializes."""
+    w, _, gate = _late(tmp_path, upstream, wire)
+    most = deferred.MAX_HELD
+    w.send(b"".join(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+        "name": "b__echo", "arguments": {}}}).encode() + b"\n" for rid in range(1, most + 2)))
+    over = w.answer(most + 1)  # (before the upstream has answered a thing)
+    assert over["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
+    assert "has not initialized yet" in over["error"]["message"]
+    gate.touch()
+    assert all(text(w.answer(rid)) == "ran echo {}" for rid in range(1, most + 1))
     assert w.close()[0] == 0
 
 
