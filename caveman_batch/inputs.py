@@ -190,8 +190,11 @@ def refuse_not_there(sources: Sequence[str]) -> None:
     mounted, a typo in a nightly job), or that cannot be looked at (a folder above it not
     ours to enter: is it a file or a folder?), would have every output of the last run
     deleted as stale. Nothing is read or written (`compress` asks before it makes OUT,
-    and again as it walks them)."""
+    and again as it walks them); nor for `-` with standard input closed (it made OUT and
+    its lock file first)."""
     for src in sources:
+        if src == "-" and sys.stdin is None:  # (started with its stdin closed)
+            raise UsageError("-: there is no standard input to read (it is closed)")
         missing = None if src == "-" else _not_there(Path(src))
         if missing is not None:
             raise UsageError(f"{src}: {missing}: nothing was read or written")

@@ -49,6 +49,7 @@ def test_a_closed_standard_output_is_a_clean_error(tmp_path: Path) -> None:
     assert b"cannot write to standard output: it is closed" in gone.stderr
     stdin = _closed("<&-", "compress", "-", "-o", str(tmp_path / "o2"), "--store", store)
     assert stdin.returncode == 1 and b"standard input" in stdin.stderr  # (as before: said)
+    assert not (tmp_path / "o2").exists()  # refused before OUT is made (it made OUT and its lock)
 
 
 def test_a_closed_stream_is_held_so_no_file_takes_its_number(tmp_path: Path) -> None:
