@@ -250,7 +250,7 @@ def compress(
     sources: Annotated[list[str], typer.Argument(metavar="SRC...", help="Directories, *.json / *.jsonl files, registry arrays, or - (JSONL on stdin).")],
     out: Annotated[str, typer.Option("-o", "--out", metavar="OUT", help="Output folder (mirrors directory sources).")],
     store: StoreOpt = None,
-    manifest: Annotated[str | None, typer.Option("--manifest", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
+    manifest: Annotated[str | None, typer.Option("--manifest", metavar="PATH", help="Manifest path. Default: OUT/manifest.jsonl.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", min=1, help="Worker processes. Default: the cores this process may run on (with --index, one fewer, at least 1: the index's writer is a process too).")] = None,
     executor: Annotated[str, typer.Option("--executor", metavar="WHERE", help="Where documents are compressed: local (--workers processes here), dask (a Dask LocalCluster of --workers processes), or dask://HOST:PORT / tcp://HOST:PORT (an existing Dask scheduler's workers; --workers unused). Dask needs the dask extra.")] = "local",
     max_bytes: MaxBytesOpt = DEFAULT_MAX_BYTES,

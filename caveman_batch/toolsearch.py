@@ -376,7 +376,10 @@ class ToolIndex:
         """
         location = os.fspath(path)
         if location != ":memory:" and not create and not Path(location).is_file():
-            raise SearchIndexNotFoundError(f"no search index at {location}", location)
+            what = ("is a folder, not a search index (give the index file)"
+                    if Path(location).is_dir() else "is not there")
+            raise SearchIndexNotFoundError(f"no search index at {location}: it {what}",
+                                           location)
         if create and location != ":memory:":
             _create_private(location)
         try:

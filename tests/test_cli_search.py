@@ -74,7 +74,11 @@ def test_missing_index_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"query": "x", "tools": ["a"]}\n')
     code, _, err = _main(capsys, "eval", "search", str(queries), "--index", str(tmp_path / "none.db"))
-    assert code == 1 and "none.db" in err
+    assert code == 1 and "none.db" in err and "it is not there" in err
+    # a folder given for the index (OUT, say) is said to be one: "no search index at" alone
+    # read as if nothing were there
+    code, _, err = _main(capsys, "search", "x", "--index", str(tmp_path))
+    assert code == 1 and "is a folder, not a search index" in err
 
 
 def test_an_index_of_an_older_schema_is_a_user_error(schema_2_index: Path,
