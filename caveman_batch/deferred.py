@@ -1324,7 +1324,8 @@ class DeferredProxy:
         server.state, server.settled = DEAD, True
         ended = ("closed its output (still running: it is being stopped)"
                  if server.status is None else f"exited with status {server.status}")
-        if self.stopping is None and not self.inputs_closed:
+        said = self.settings.single and bool(server.status)  # (run raises it, by its command)
+        if self.stopping is None and not self.inputs_closed and not said:
             self._warn(f"upstream {server.name!r} {ended}"
                        + ("" if self.settings.single else ": its tools are out of the search"))
         failure = (f"upstream {server.name!r} closed its output" if server.status is None

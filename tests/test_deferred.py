@@ -495,6 +495,7 @@ def test_cancel_bad_lines_and_in_flight_failure(tmp_path: Path, scripted: list[s
         assert "exited (status 3)" in failed["error"]["message"]
     code, err = wire.close()
     assert code == 3 and "exited with status 3" in err  # one upstream: its status is ours
+    assert err.count("exited with status 3") == 1, err  # (said twice, once as 'upstream')
     assert not any(m.get("id") == 5 for m in wire.seen)  # a cancelled call is not answered
 
 
