@@ -22,7 +22,9 @@ it leaves empty up to OUT; anything no manifest named is never touched.
 Every output is noted in a journal beside the manifest before it is renamed into OUT, and
 the journal goes once the manifest is published: a run killed in between leaves outputs no
 manifest names, and the next run counts them as its predecessor's (stale if not written
-again).
+again). An output no row names (a registry array broken at its first item, whose one row
+is an error with no output) stays named there once the manifest is out, for the next run
+to judge alike (a stream with no document is named by the fingerprint's record of it).
 
 Rows that a rerun carries over whole (a source reused whole) are unchanged by definition:
 they are skipped on both sides, never parsed; the rest are held one small record each.
@@ -319,6 +321,10 @@ class Converger:
         self.unread: list[str] = []
         self.unread_sources: list[str] = []
         self.held: list[str] = []
+        # this run's outputs no row names, nor the fingerprint (a registry array broken at
+        # its first item: its one row an error with no output, its rest copied through):
+        # kept named in the journal, or the next run could not know them
+        self.unnamed_outputs: list[str] = []
         self.carried_over: list[bytes] = []
         self.carried: list[tuple[int, int, int, int]] = []  # old start, end; new start, end
         self.carried_rows = 0
@@ -367,6 +373,10 @@ class Converger:
         except OSError as exc:
             raise OutputError(f"{self.manifest}: cannot write (its journal of outputs): "
                               f"{exc.strerror or exc}") from exc
+
+    def note_unnamed(self, rel: str) -> None:
+        """An output no row of this run names (see unnamed_outputs), once in OUT."""
+        self.unnamed_outputs.append(rel)
 
     def _outputs_before(self) -> set[str]:
         """Every output the last run left (its manifest's and the unnamed), read once."""
@@ -482,14 +492,18 @@ class Converger:
             changes.outputs_unread = len(self.held)
         self._clear(sorted(stale), changes)
         changes.outputs_deleted += self.cleared
-        if self.held or self.carried_over:
+        if self._keeps_journal():
             # in the journal before the manifest that no longer names them is published: a
             # run killed in between leaves them named (published() then keeps only these)
             self._append_journal(self._kept_lines())
         return changes
 
+    def _keeps_journal(self) -> bool:
+        return bool(self.held or self.carried_over or self.unnamed_outputs)
+
     def _kept_lines(self) -> bytes:
-        return b"".join([*(orjson.dumps(rel) + b"\n" for rel in self.held), *self.carried_over])
+        rels = [*self.held, *sorted(set(self.unnamed_outputs))]
+        return b"".join([*(orjson.dumps(rel) + b"\n" for rel in rels), *self.carried_over])
 
     def _clear(self, stale: list[str], changes: Changes) -> None:
         emptied: set[tuple[str, ...]] = set()
@@ -513,7 +527,7 @@ class Converger:
         manifest, the report was lost for good (the rerun compared with this run's
         manifest). A --changes file that is not a regular file (a FIFO, a device,
         /dev/stdout) is written into after the manifest: nothing can be staged there."""
-        if self.held or self.carried_over:
+        if self._keeps_journal():
             self.staged.append((fsio.staged_write(self.journal, self._kept_lines()), self.journal))
         if changes_file is None:
             return
@@ -530,7 +544,7 @@ class Converger:
         """After the new manifest is published: the journal goes (or is left naming only
         what the next run must judge), the changes file comes."""
         self.close()
-        if not (self.held or self.carried_over):
+        if not self._keeps_journal():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.journal)
         while self.staged:

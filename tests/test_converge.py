@@ -242,6 +242,26 @@ def test_a_whole_stream_source_removed(tmp_path: Path) -> None:
     _assert_as_fresh(tmp_path, reg, out)
 
 
+def test_a_stream_source_whose_rows_name_no_output_removed(tmp_path: Path, incremental: bool) -> None:
+    """A registry array whose first item is not UTF-8, or that ends unclosed, is one error
+    row with no output, its rest copied through into an output: gone with its source."""
+    reg = _registry(tmp_path)
+    (reg / "latin.json").write_bytes(b'{"servers": [{"name": "caf\xe9"}]}')
+    (reg / "unclosed.json").write_bytes(b'{"servers": [')
+    out, _ = _run(tmp_path, reg, incremental=incremental)
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_bytes().splitlines()]
+    assert [r["output"] for r in rows if r["source"]["path"].endswith(("latin.json", "unclosed.json"))] \
+        == [None, None]
+    assert (out / "latin.json").exists() and (out / "unclosed.json").exists()
+    _run(tmp_path, reg, incremental=incremental)  # written again: still known as ours
+    (reg / "latin.json").unlink()
+    (reg / "unclosed.json").unlink()
+    _, summary = _run(tmp_path, reg, incremental=incremental)
+    assert _counts(summary) == (0, 0, 14, 2) and summary.changes.outputs_deleted == 2
+    assert not (out / "latin.json").exists() and not (out / "unclosed.json").exists()
+    _assert_as_fresh(tmp_path, reg, out)
+
+
 def test_keep_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     reg = _registry(tmp_path)
     out, _ = _run(tmp_path, reg)

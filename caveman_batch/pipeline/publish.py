@@ -369,6 +369,10 @@ class _Publisher:
         if hashed is not None and sink.source_sha256 is not None:
             self._record(sink, sink.source_size, sink.source_sha256, hashed[0].hexdigest(),
                          hashed[1], self.rows - hashed[1])
+        if not sink.count and sink.rel not in self.records:
+            # no row names it, nor its fingerprint (as one with no document): the journal
+            # must (converge.unnamed_outputs), or the next run could not know it as ours
+            self.converge.note_unnamed(sink.rel)
 
     def finish(self, summary: Summary) -> None:
         try:
