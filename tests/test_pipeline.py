@@ -657,6 +657,29 @@ def test_sigkill_mid_run_then_rerun_completes(tmp_path: Path) -> None:
     _recovers_all(sample, store_url, {})
 
 
+def test_a_worker_killed_mid_run_is_named_and_the_rerun_completes(tmp_path: Path) -> None:
+    """A pool worker killed (the out-of-memory killer's SIGKILL) stops the run with exit 2
+    naming it, with no traceback and no manifest; the rerun finishes the job."""
+    src = tmp_path / "big.jsonl"
+    generate_registry(None, seed=12, servers=40, jsonl=src, target_bytes=20_000_000, oversize_bytes=0)
+    out, store_url = tmp_path / "o", f"lmdb://{tmp_path}/ccr"
+    args = ("compress", str(src), "-o", str(out), "--store", store_url, "--workers", "2", "--quiet")
+    proc = subprocess.Popen([*_entry_point(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((out / TMP_DIR).glob("stream-*")):
+        time.sleep(0.02)
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == 2
+    workers[0].send_signal(signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    assert b"Traceback" not in stderr and b"a worker process died (signal 9" in stderr, stderr
+    assert not (out / "manifest.jsonl").exists() and not (out / "big.jsonl").exists()
+    done = _cli(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(_rows(out / "manifest.jsonl")) == json.loads(done.stdout)["documents"]
+
+
 def test_whole_corpora_as_a_registry(corpora: Path, tmp_path: Path) -> None:
     """Every real catalog: an output and a row each, originals recoverable, same OUT for 1 and 2 workers."""
     one, first = _run(tmp_path, corpora, workers=1, out_name="one", store=f"lmdb://{tmp_path}/s1",

@@ -20,8 +20,10 @@ import gc
 import os
 import pickle
 import re
+import signal
 import socket
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -140,6 +142,7 @@ class ProcessPool:
         self.workers = workers
         self.limit = max(2, 2 * workers)
         self.pool: Any = None  # a ProcessPoolExecutor once started
+        self.processes: dict[int, Any] = {}  # its workers by pid (the pool forgets a dead one)
 
     def submit(self, options: Options, raws: list[bytes], index: bool,
                temps: list[str | None] | None = None) -> Future[Any]:
@@ -152,12 +155,38 @@ class ProcessPool:
                 tokens.warm()  # loaded once here; forked workers inherit it (shared pages)
             self.pool = ProcessPoolExecutor(self.workers, initializer=_worker_init,
                                             initargs=(os.getpid(),))
-        if temps is not None and any(temps) and _spool_folder(temps):
-            return self.pool.submit(spooled_work, options, raws, index, temps)
-        return self.pool.submit(work, options, raws, index)
+        with self._named_death():
+            if temps is not None and any(temps) and _spool_folder(temps):
+                pending = self.pool.submit(spooled_work, options, raws, index, temps)
+            else:
+                pending = self.pool.submit(work, options, raws, index)
+        self.processes.update(getattr(self.pool, "_processes", None) or {})
+        return pending
 
     def result(self, pending: Future[list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
-        return pending.result()
+        with self._named_death():
+            return pending.result()
+
+    @contextlib.contextmanager
+    def _named_death(self) -> Iterator[None]:
+        """A worker that died (the out-of-memory killer's SIGKILL, most often) breaks the
+        pool: ExecutorError naming how it died, not a traceback called a bug (exit 2 all
+        the same; nothing naming an uncommitted original was published)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            yield
+        except BrokenProcessPool as exc:
+            self.pool.shutdown(cancel_futures=True)  # (its workers reaped: their exit codes known)
+            codes = {-p.exitcode for p in self.processes.values()
+                     if p.exitcode is not None and p.exitcode < 0}
+            if len(codes) > 1:  # the pool then terminates the others (SIGTERM)
+                codes.discard(signal.SIGTERM)
+            how = ", ".join(f"signal {code}" for code in sorted(codes)) or "cause unknown"
+            if codes == {signal.SIGKILL}:
+                how += ": the out-of-memory killer?"
+            raise ExecutorError(f"a worker process died ({how}): nothing published names an "
+                                f"uncommitted original; run again") from exc
 
     def shutdown(self) -> None:
         if self.pool is not None:
