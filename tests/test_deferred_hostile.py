@@ -249,6 +249,19 @@ def servers(tmp_path: Path, command: list[str], *names: str) -> str:
     return str(path)
 
 
+def one_upstream(tmp_path: Path, upstream: list[str], wire: Callable[..., Wire],
+                 *tools: str) -> tuple[Wire, Path]:
+    """A started proxy of UPSTREAM as server `a`, listing `tools`, and the log of every line
+    the upstream reads."""
+    log = tmp_path / "upstream.log"
+    listed = json.dumps([{"name": n, "description": f"{n.title()}.",
+                          "inputSchema": {"type": "object"}} for n in tools])
+    w = wire(["--servers", servers(tmp_path, upstream, "a")],
+             {"UPSTREAM_LOG": str(log), "TOOLS": listed})
+    w.start()
+    return w, log
+
+
 def text(reply: dict[str, Any]) -> str:
     return reply["result"]["content"][0]["text"]
 
@@ -315,28 +328,16 @@ def test_an_id_given_to_two_calls_in_flight_keeps_both(
     second call take the first's place: the first could no longer be cancelled, and once
     the second was answered the proxy took nothing for in flight and, the client's input
     closed, ended without answering the first. A cancellation of such an id cancels both."""
-    log = tmp_path / "upstream.log"
-    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
-                         "inputSchema": {"type": "object"}} for n in ("echo", "hang")])
-    w = wire(["--servers", servers(tmp_path, upstream, "a")],
-             {"UPSTREAM_LOG": str(log), "TOOLS": tools})
-    w.start()
+    w, log = one_upstream(tmp_path, upstream, wire, "echo", "hang")
     w.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
             "params": {"name": "a__hang", "arguments": {}, "_meta": {"progressToken": 1}}})
-    deadline = time.monotonic() + WAIT
-    while '"hang"' not in log.read_text():
-        assert time.monotonic() < deadline, "the call never reached the upstream"
-        time.sleep(0.02)
-    hang_id = next(json.loads(ln)["id"] for ln in log.read_text().splitlines() if '"hang"' in ln)
+    hang_id = _logged(log, '"hang"')[0]["id"]
     assert text(w.call(5, "tools/call", {"name": "call_tool", "arguments": {
         "name": "a__echo", "arguments": {}}})) == "ran echo {}"
     if end == "cancel":
         w.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": 5}})
-        while "notifications/cancelled" not in log.read_text():
-            assert time.monotonic() < deadline, "the cancellation never reached the upstream"
-            time.sleep(0.02)
-        cancel, = [json.loads(ln) for ln in log.read_text().splitlines() if "cancelled" in ln]
+        cancel, = _logged(log, "notifications/cancelled")
         assert cancel["params"] == {"requestId": hang_id}
         assert text(w.call(6, "tools/call", {"name": "a__echo", "arguments": {}})) \
             == "ran echo {}"
@@ -386,12 +387,7 @@ def test_params_written_anew_keep_every_value_as_written(
     """A log message or a cancellation whose params give a key twice is written anew, since
     there is nothing to splice into; its numbers go as written (1e400 was read as a float
     and came out as `Infinity`, which no JSON parser of the client's takes)."""
-    log = tmp_path / "upstream.log"
-    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
-                         "inputSchema": {"type": "object"}} for n in ("doubled", "hang")])
-    w = wire(["--servers", servers(tmp_path, upstream, "a")],
-             {"UPSTREAM_LOG": str(log), "TOOLS": tools})
-    w.start()
+    w, log = one_upstream(tmp_path, upstream, wire, "doubled", "hang")
     assert w.call(1, "tools/call", {"name": "a__doubled", "arguments": {}})["result"] == {
         "content": []}
     note = next(m for m in w.seen if m.get("method") == "notifications/message")
@@ -399,15 +395,10 @@ def test_params_written_anew_keep_every_value_as_written(
         "n": float("inf"), "m": -0.0, "big": 123456789012345678901234567890}}
     w.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "a__hang", "arguments": {}}})
-    deadline = time.monotonic() + WAIT
-    while '"hang"' not in log.read_text():
-        assert time.monotonic() < deadline, "the call never reached the upstream"
-        time.sleep(0.02)
+    assert _logged(log, '"hang"'), "the call never reached the upstream"
     w.send(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":'
            b'{"requestId":2,"reason":{"after":1e400},"requestId":2}}\n')
-    while "notifications/cancelled" not in log.read_text():
-        assert time.monotonic() < deadline, "the cancellation never reached the upstream"
-        time.sleep(0.02)
+    assert _logged(log, "notifications/cancelled"), "the cancellation never reached it"
     cancel, = [ln for ln in log.read_text().splitlines() if "cancelled" in ln]
     assert '"reason":{"after":1e400}' in cancel and _strict(cancel)["params"]["requestId"] != 2
     code, err = w.close()
@@ -484,12 +475,7 @@ def test_an_upstreams_request_the_proxy_cannot_read_is_answered(
     """A request to the client that is not UTF-8, holds NaN or gives a key twice cannot be
     sent on: the upstream is answered with an error under its id (it was dropped, and the
     upstream waited for its answer for ever); a notification is dropped alone."""
-    log = tmp_path / "upstream.log"
-    tools = json.dumps([{"name": "askbad", "description": "Asks badly.",
-                         "inputSchema": {"type": "object"}}])
-    w = wire(["--servers", servers(tmp_path, upstream, "a")],
-             {"TOOLS": tools, "UPSTREAM_LOG": str(log)})
-    w.start()
+    w, log = one_upstream(tmp_path, upstream, wire, "askbad")
     assert w.call(1, "tools/call", {"name": "a__askbad", "arguments": {}})["result"] == {
         "content": []}
     answers = {}
@@ -512,10 +498,7 @@ def test_an_upstream_id_given_to_two_requests_in_flight_keeps_both(
     under it was answered: once the client answered the first, the upstream's cancellation
     of that id reached the client no more (the second had taken the first's place, and
     the first's answer forgot it). A cancellation of such an id cancels each in flight."""
-    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
-                         "inputSchema": {"type": "object"}} for n in ("ask", "unask")])
-    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"TOOLS": tools})
-    w.start()
+    w, _ = one_upstream(tmp_path, upstream, wire, "ask", "unask")
     for rid in (1, 2):
         w.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
                 "params": {"name": "a__ask", "arguments": {}}})
