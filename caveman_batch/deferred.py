@@ -639,7 +639,8 @@ class DeferredProxy:
         try:
             msg = rpc.read(line)
         except rpc.BadMessage as exc:
-            self._failed_client_reply(rpc.response_id(line), f"a line that is not JSON-RPC ({exc})")
+            self._failed_client_reply(rpc.response_id(rpc.lenient(line)),
+                                      f"a line that is not JSON-RPC ({exc})")
             code = rpc.INVALID_REQUEST if isinstance(exc, rpc.InvalidRequest) else rpc.PARSE_ERROR
             self._send(rpc.error("null", code, f"not a JSON-RPC message: {exc}"))
             return
@@ -1213,8 +1214,9 @@ class DeferredProxy:
     def _unreadable(self, server: Server, line: bytes, reason: str) -> None:
         self._warn(f"upstream {server.name!r} wrote a line that is not JSON-RPC ({reason}): "
                    "dropped")
-        self._unreadable_reply(server, rpc.response_id(line), reason)
-        request = rpc.request_id(line)
+        message = rpc.lenient(line)  # (read once: it may be a response or a request)
+        self._unreadable_reply(server, rpc.response_id(message), reason)
+        request = rpc.request_id(message)
         if request is not None and server.state != DEAD:  # (else it waits for ever)
             server.up.send(rpc.error(request, rpc.INVALID_REQUEST,
                                      f"caveman-batch could not read this request ({reason}): "

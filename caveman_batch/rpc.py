@@ -192,35 +192,34 @@ def _refuse_constant(word: str) -> None:
     raise ValueError(f"{word} is not JSON")
 
 
-def response_id(line: bytes) -> Any:
-    """The id of the response on a line `read` refuses (not UTF-8, a key twice), or None.
-
-    A reply that cannot be forwarded must still end the request it answers, so its bytes
-    are read leniently here: bad UTF-8 as U+FFFD, the last of repeated keys.
-    """
+def lenient(line: bytes) -> dict[str, Any] | None:
+    """The message on a line `read` refuses (not UTF-8, a key twice) or that is not strict
+    JSON, or None if it is no JSON object. A line that cannot be forwarded must still end
+    the request it answers, or answer the one it makes, so its bytes are read leniently
+    here: bad UTF-8 as U+FFFD, the last of repeated keys."""
     try:
         value = json.loads(line.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(value, dict) or "method" in value:
-        return None
-    return value.get("id") if "result" in value or "error" in value else None
+    return value if isinstance(value, dict) else None
 
 
-def request_id(line: bytes) -> str | None:
-    """The id, as JSON text, of the request on a line `read` refuses or that is not strict
-    JSON, read as leniently as `response_id`; None if the line holds no request with an
-    id that can be answered (a string, or a finite number)."""
-    try:
-        value = json.loads(line.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
+def response_id(message: dict[str, Any] | None) -> Any:
+    """The id of the response a `lenient` message is, or None."""
+    if message is None or "method" in message:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("method"), str):
+    return message.get("id") if "result" in message or "error" in message else None
+
+
+def request_id(message: dict[str, Any] | None) -> str | None:
+    """The id, as JSON text, of the request a `lenient` message is; None if it is none, or
+    its id cannot be answered (not a string or a finite number: see id_key)."""
+    if message is None or not isinstance(message.get("method"), str):
         return None
-    found = value.get("id")
-    if isinstance(found, bool) or not isinstance(found, str | int | float):
+    found = message.get("id")
+    if id_key(found) is None or (isinstance(found, float) and not math.isfinite(found)):
         return None
-    return dumps(found) if not isinstance(found, float) or math.isfinite(found) else None
+    return dumps(found)
 
 
 def splice(text: str, span: Span, value: str) -> str:
