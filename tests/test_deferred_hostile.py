@@ -358,10 +358,7 @@ def test_an_answer_holding_nan_answers_its_call_with_an_error(
     refused it, dropped it and waited for the call's answer until its timeout. The call
     is answered with an error naming the upstream, as for any line that is not JSON-RPC;
     a notification holding one is dropped."""
-    tools = json.dumps([{"name": n, "description": f"{n.title()}.",
-                         "inputSchema": {"type": "object"}} for n in ("nan", "echo")])
-    w = wire(["--servers", servers(tmp_path, upstream, "a")], {"TOOLS": tools})
-    w.start()
+    w, _ = one_upstream(tmp_path, upstream, wire, "nan", "echo")
     direct = w.call(1, "tools/call", {"name": "a__nan", "arguments": {}})
     assert direct["error"]["code"] == rpc.UPSTREAM_UNAVAILABLE
     assert "upstream 'a'" in direct["error"]["message"]
@@ -418,12 +415,12 @@ def test_an_object_written_anew_is_the_object_with_its_changes(
     text = json.dumps(value, indent=1 if spaced else None, ensure_ascii=spaced)
     anew = rpc.object_with(text, (0, len(text)), {k: json.dumps(v) for k, v in changes.items()})
     assert anew is not None and json.loads(anew) == {**value, **changes}
-    assert rpc.object_with("[1]", (0, 3), {}) is None
 
 
 def test_an_object_written_anew_keeps_the_last_of_a_key_given_twice() -> None:
     text = '{"a": 1, "b": 1e400, "a": [2]}'
     assert rpc.object_with(text, (0, len(text)), {"c": '"x"'}) == '{"a":[2],"b":1e400,"c":"x"}'
+    assert rpc.object_with("[1]", (0, 3), {}) is None  # (no object)
 
 
 def _logged(log: Path, needle: str) -> list[dict[str, Any]]:
