@@ -177,6 +177,11 @@ class ProcessPool:
         try:
             yield
         except BrokenProcessPool as exc:
+            # the pool's own fix of gh-94777 (CPython 3.11.5): its queue's feeder thread,
+            # blocked writing a batch into a pipe no worker reads any more, is let go; before
+            # it (Debian 12's 3.11.2) the shutdown below, and the exit, waited for it for ever
+            with contextlib.suppress(AttributeError, OSError):
+                self.pool._call_queue._reader.close()
             self.pool.shutdown(cancel_futures=True)  # (its workers reaped: their exit codes known)
             codes = {-p.exitcode for p in self.processes.values()
                      if p.exitcode is not None and p.exitcode < 0}
